@@ -1,0 +1,46 @@
+"""ALiBi (Press, Smith & Lewis, 2022): score - slope * distance, one slope per head."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from poslab.encodings.base import ConfigError, ModelShape, PositionEncoding, register
+
+
+def geometric_slopes(n_heads: int) -> list[float]:
+    """The paper's series ``2^(-8h/H)`` for h = 1..H (1/2 ... 1/256 for 8 heads)."""
+    return [2.0 ** (-8.0 * h / n_heads) for h in range(1, n_heads + 1)]
+
+
+@register("alibi")
+class AlibiEncoding(PositionEncoding):
+    def __init__(self, shape: ModelShape, slopes: list[float] | None = None) -> None:
+        super().__init__(shape)
+        values = [float(s) for s in slopes] if slopes is not None else geometric_slopes(shape.n_heads)
+        self.register_buffer("slopes", torch.tensor(values, dtype=torch.float32), persistent=False)
+
+    @classmethod
+    def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
+        slopes = settings.get("slopes")
+        if slopes is None:
+            return
+        if len(slopes) != shape.n_heads:
+            raise ConfigError(
+                f"encoding.slopes has {len(slopes)} values {list(slopes)} but the model has {shape.n_heads} heads; "
+                f"give one slope per head, or null for the geometric series 2^(-8h/H)."
+            )
+        if any(float(s) < 0 for s in slopes):
+            raise ConfigError(f"encoding.slopes={list(slopes)} must all be >= 0 (a penalty that grows with distance).")
+
+    def score_bias(self, length: int, device: torch.device) -> Tensor | None:
+        position = torch.arange(length, device=device)
+        distance = (position[:, None] - position[None, :]).clamp(min=0).float()  # query minus key, 0 above the diagonal
+        return -self.slopes.to(device)[:, None, None] * distance
+
+    def label(self) -> str:
+        if self.slopes.numel() == 1:
+            return f"alibi:{self.slopes.item():g}"
+        return "alibi"

@@ -1,0 +1,138 @@
+"""The one interface every position encoding implements, and the registry.
+
+A position encoding touches attention in at most three places:
+
+1. ``begin``: it may add to the token embeddings (absolute encodings), and
+   may compute per-forward state (e.g. learned positions) for the layers;
+2. ``rotary_angles``: it may supply, per layer, the rotation angles of the
+   queries and keys, computed in fp32 from real-valued per-token coordinates
+   (the rotary family);
+3. ``score_bias``: it may add a bias to the attention scores (ALiBi).
+
+The model (``poslab/model.py``) calls these hooks and nothing else, so a new
+encoding is one file here plus one YAML in ``conf/encoding/``.
+
+Each registered encoding comes with a ``validate`` classmethod that checks its
+settings against the model and task before anything is built, so a bad config
+stops at start with one sentence naming the bad value and what is allowed
+(the pattern of Hugging Face's RoPE registry).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+
+class ConfigError(ValueError):
+    """A configuration value is not allowed; the message says which and why."""
+
+
+@dataclass
+class ModelShape:
+    """What an encoding needs to know about the model it is part of."""
+
+    d_model: int
+    n_heads: int
+    n_layers: int
+    head_dim: int
+
+
+@dataclass
+class PositionInputs:
+    """Everything about a batch that an encoding may read, besides the hidden states.
+
+    ``positions`` are real-valued token indices ``[B, T]`` (``arange`` by default).
+    ``coordinates`` holds optional per-token structural indices from the data
+    (``document``, ``paragraph``, ``sentence``; each ``[B, T]``).
+    """
+
+    tokens: Tensor
+    positions: Tensor
+    coordinates: dict[str, Tensor] = field(default_factory=dict)
+
+    @classmethod
+    def from_tokens(cls, tokens: Tensor, coordinates: dict[str, Tensor] | None = None) -> PositionInputs:
+        batch, length = tokens.shape
+        positions = torch.arange(length, device=tokens.device, dtype=torch.float32).expand(batch, length)
+        return cls(tokens=tokens, positions=positions, coordinates=coordinates or {})
+
+
+class PositionEncoding(nn.Module):
+    """Base class: by default an encoding does nothing (that is NoPE)."""
+
+    #: rotate (q, k) pairs as RoFormer does (2i, 2i+1) or as HF Llama does (i, i + d/2)
+    pairing: str = "interleaved"
+    #: parameter names (relative to the encoding) to exclude from weight decay
+    no_weight_decay: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, shape: ModelShape) -> None:
+        super().__init__()
+        self.shape = shape
+
+    @classmethod
+    def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
+        """Raise ``ConfigError`` if ``settings`` cannot work with this model and the longest evaluation length."""
+
+    def begin(self, token_embeddings: Tensor, inputs: PositionInputs) -> tuple[Tensor, Any]:
+        """Return the residual stream to start from and any state the layers need."""
+        return token_embeddings, None
+
+    def rotary_angles(self, layer: int, hidden: Tensor, state: Any, inputs: PositionInputs) -> Tensor | None:
+        """Rotation angles ``[B, T, n_pairs]`` (fp32) for this layer, or None for no rotation.
+
+        ``hidden`` is the layer's normalised input ``[B, T, D]``.
+        """
+        return None
+
+    def score_bias(self, length: int, device: torch.device) -> Tensor | None:
+        """Additive bias ``[H, T, T]`` on the attention scores (before the causal mask), or None."""
+        return None
+
+    def label(self) -> str:
+        """Short name used in reports, e.g. ``rope:1000000`` or ``alibi:0.5``."""
+        return self.name  # type: ignore[attr-defined]
+
+
+ENCODINGS: dict[str, type[PositionEncoding]] = {}
+
+
+def register(name: str):
+    """Class decorator adding an encoding to the registry under ``name``."""
+
+    def add(cls: type[PositionEncoding]) -> type[PositionEncoding]:
+        if name in ENCODINGS:
+            raise RuntimeError(f"encoding {name!r} is registered twice")
+        cls.name = name  # type: ignore[attr-defined]
+        ENCODINGS[name] = cls
+        return cls
+
+    return add
+
+
+def encoding_class(name: str) -> type[PositionEncoding]:
+    if name not in ENCODINGS:
+        allowed = ", ".join(sorted(ENCODINGS))
+        raise ConfigError(f"unknown encoding {name!r}; the registered encodings are: {allowed}.")
+    return ENCODINGS[name]
+
+
+def build_encoding(settings: dict[str, Any], shape: ModelShape, max_length: int) -> PositionEncoding:
+    """Validate ``settings`` (the ``encoding`` config; ``name`` picks the class) and build the encoding."""
+    settings = dict(settings)
+    name = settings.pop("name", None)
+    settings.pop("_target_", None)
+    cls = encoding_class(str(name))
+    cls.validate(settings, shape, max_length)
+    try:
+        return cls(shape, **settings)
+    except TypeError as error:  # an unexpected key: say which ones are allowed
+        import inspect
+
+        allowed = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "shape")]
+        raise ConfigError(
+            f"encoding {name!r} got settings {sorted(settings)}, but it accepts only {allowed} ({error})."
+        ) from error

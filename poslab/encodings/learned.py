@@ -1,0 +1,37 @@
+"""A learned absolute position table added to the embeddings (GPT-2).
+
+Rows past the training length are never indexed during training, get no
+gradient and are excluded from weight decay, so they stay exactly at their
+initial values: the write-up's point is what a model does with such rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor, nn
+
+from poslab.encodings.base import ConfigError, ModelShape, PositionEncoding, PositionInputs, register
+
+
+@register("learned")
+class LearnedEncoding(PositionEncoding):
+    no_weight_decay = ("table.weight",)
+
+    def __init__(self, shape: ModelShape, max_positions: int = 128, init_std: float | None = None) -> None:
+        super().__init__(shape)
+        self.table = nn.Embedding(max_positions, shape.d_model)
+        if init_std is not None:  # None keeps PyTorch's N(0, 1), as the write-up's model does
+            nn.init.normal_(self.table.weight, std=init_std)
+
+    @classmethod
+    def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
+        rows = settings.get("max_positions", 128)
+        if rows < max_length:
+            raise ConfigError(
+                f"encoding.max_positions={rows} is shorter than the longest sequence the run uses ({max_length}); "
+                f"a learned table has no row for those positions: set encoding.max_positions >= {max_length}."
+            )
+
+    def begin(self, token_embeddings: Tensor, inputs: PositionInputs) -> tuple[Tensor, Any]:
+        return token_embeddings + self.table(inputs.positions.long()), None

@@ -1,0 +1,8 @@
+"""NoPE: no position information beyond what the causal mask leaks."""
+
+from poslab.encodings.base import PositionEncoding, register
+
+
+@register("none")
+class NoPositionEncoding(PositionEncoding):
+    """Causal mask only; the base class's hooks already do nothing."""

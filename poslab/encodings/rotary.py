@@ -1,0 +1,98 @@
+"""Rotary position embeddings: the shared rotation, and the base class of the rotary family.
+
+The rotation is applied to real-valued per-token coordinates, never to an
+integer table: ``angle[b, t, i] = position[b, t] * theta_i`` in fp32, with
+``theta_i = base ** (-2i / rotary_dim)``. Learned positions (increments) and
+hierarchical coordinates (hRoPE) reuse the same path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from poslab.encodings.base import ConfigError, ModelShape, PositionEncoding, PositionInputs
+
+PAIRINGS = ("interleaved", "half")
+
+
+def inverse_frequencies(rotary_dim: int, base: float) -> Tensor:
+    """``theta_i = base^(-2i/rotary_dim)`` for the ``rotary_dim // 2`` pairs, in fp32."""
+    return base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim).float()
+
+
+def rotation_angles(positions: Tensor, inv_freq: Tensor) -> Tensor:
+    """``[B, T]`` real positions times ``[P]`` frequencies -> ``[B, T, P]`` angles, in fp32."""
+    return positions.float()[..., None] * inv_freq
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, pairing: str) -> Tensor:
+    """Rotate the first ``2P`` features of ``x [B, H, T, hd]`` by angles whose cos/sin are ``[B, 1, T, P]``.
+
+    ``interleaved`` pairs feature 2i with 2i+1 (RoFormer); ``half`` pairs i with i+P (HF Llama's rotate_half).
+    Features past ``2P`` (partial rotary) pass through unchanged.
+    """
+    n_rot = 2 * cos.shape[-1]
+    rot, rest = x[..., :n_rot].float(), x[..., n_rot:]
+    if pairing == "interleaved":
+        x1, x2 = rot[..., 0::2], rot[..., 1::2]
+        rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+    else:
+        x1, x2 = rot[..., : n_rot // 2], rot[..., n_rot // 2 :]
+        rotated = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+    rotated = rotated.to(x.dtype)
+    return rotated if rest.shape[-1] == 0 else torch.cat((rotated, rest), dim=-1)
+
+
+class RotaryEncoding(PositionEncoding):
+    """Base of the rotary family: frequencies, pairing and partial rotation, validated in one place.
+
+    Subclasses decide which per-token coordinates the angles come from by
+    overriding ``positions`` (or ``rotary_angles`` for several axes).
+    """
+
+    def __init__(
+        self,
+        shape: ModelShape,
+        base: float = 10_000.0,
+        pairing: str = "interleaved",
+        rotary_dim: int | None = None,
+    ) -> None:
+        super().__init__(shape)
+        self.base = float(base)
+        self.pairing = pairing
+        self.rotary_dim = rotary_dim or shape.head_dim
+        self.register_buffer("inv_freq", inverse_frequencies(self.rotary_dim, self.base), persistent=False)
+
+    @classmethod
+    def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
+        pairing = settings.get("pairing", "interleaved")
+        if pairing not in PAIRINGS:
+            raise ConfigError(f"encoding.pairing={pairing!r} is not a RoPE pairing; allowed: {', '.join(PAIRINGS)}.")
+        base = settings.get("base", 10_000.0)
+        if not base or float(base) <= 1.0:
+            raise ConfigError(f"encoding.base={base!r} must be a number greater than 1 (e.g. 10000 or 1000000).")
+        rotary_dim = settings.get("rotary_dim") or shape.head_dim
+        if rotary_dim % 2 or not 0 < rotary_dim <= shape.head_dim:
+            raise ConfigError(
+                f"the rotated dimension {rotary_dim} must be even and between 2 and the head dimension "
+                f"{shape.head_dim} (d_model {shape.d_model} / {shape.n_heads} heads): RoPE rotates pairs of features."
+            )
+
+    def positions(self, state: Any, inputs: PositionInputs) -> Tensor:
+        """Real-valued per-token positions ``[B, T]`` used for the rotation."""
+        return inputs.positions
+
+    def begin(self, token_embeddings: Tensor, inputs: PositionInputs) -> tuple[Tensor, Any]:
+        # Angles are the same in every layer: compute them once per forward.
+        return token_embeddings, rotation_angles(self.positions(None, inputs), self.inv_freq)
+
+    def rotary_angles(self, layer: int, hidden: Tensor, state: Any, inputs: PositionInputs) -> Tensor | None:
+        return state
+
+    def label(self) -> str:
+        if self.base == 10_000.0:
+            return self.name
+        return f"{self.name}:{int(self.base) if self.base.is_integer() else self.base}"

@@ -1,0 +1,36 @@
+"""Atomic file writes: a reader sees the old file or the new one, never half of one."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
+    """Write to a temporary file in the same directory, flush it to disk, then rename it over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = data.encode() if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
+    return write_atomic(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    with open(path) as f:
+        return json.load(f)

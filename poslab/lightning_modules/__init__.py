@@ -1,0 +1,6 @@
+"""LightningModules: one per kind of task, sharing ``TransformerModule``."""
+
+from poslab.lightning_modules.base import TransformerModule
+from poslab.lightning_modules.synthetic import SyntheticTaskModule
+
+__all__ = ["SyntheticTaskModule", "TransformerModule"]

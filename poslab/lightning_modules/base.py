@@ -1,0 +1,55 @@
+"""What every poslab LightningModule shares: the model, the optimizer and its schedule."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor
+
+from poslab.model import ModelConfig, Transformer
+
+SCHEDULES = ("constant", "cosine")
+
+
+def lr_factor(step: int, warmup_steps: int, total_steps: int, schedule: str, min_ratio: float) -> float:
+    """Linear warm-up, then constant or cosine decay to ``min_ratio`` of the peak at ``total_steps``."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+class TransformerModule(L.LightningModule):
+    def __init__(self, model: ModelConfig, optimizer: dict[str, Any], max_length: int) -> None:
+        super().__init__()
+        self.model_config, self.optimizer_config = model, dict(optimizer)
+        self.model = Transformer(model, max_length)
+
+    def forward(self, tokens: Tensor, **kwargs: Any):
+        return self.model(tokens, **kwargs)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        cfg = self.optimizer_config
+        skip = self.model.no_weight_decay_parameters()
+        named = [(f"{name}", p) for name, p in self.model.named_parameters() if p.requires_grad]
+        groups = [
+            {"params": [p for n, p in named if n not in skip], "weight_decay": cfg.get("weight_decay", 0.01)},
+            {"params": [p for n, p in named if n in skip], "weight_decay": 0.0},
+        ]
+        # fused AdamW: one kernel for the whole update instead of a few per tensor (supported on CPU and CUDA)
+        optimizer = torch.optim.AdamW(
+            [g for g in groups if g["params"]], lr=cfg["lr"], betas=tuple(cfg.get("betas", (0.9, 0.999))),
+            eps=cfg.get("eps", 1e-8), fused=cfg.get("fused", True),
+        )
+        total = self.trainer.max_steps if self.trainer is not None and self.trainer.max_steps > 0 else 1
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer,
+            lambda step: lr_factor(step, cfg.get("warmup_steps", 0), total, cfg.get("schedule", "constant"),
+                                   cfg.get("min_lr_ratio", 0.0)),
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

@@ -1,0 +1,76 @@
+"""Training and length-extrapolation evaluation on the synthetic tasks (lag, seen).
+
+At every evaluation length L the module reports, as the write-up does:
+``accuracy`` over scored positions; ``accuracy_past_train`` over positions
+t >= train_length only (when L > train_length); ``accuracy_log_scaled`` with
+every attention score multiplied by log(L)/log(train_length) at test time
+(Chiang & Cholak, 2022; the factor is 1 at the training length).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics.classification import MulticlassAccuracy
+
+from poslab.datamodules.synthetic import IGNORE
+from poslab.lightning_modules.base import TransformerModule
+from poslab.model import ModelConfig
+
+METRICS = ("accuracy", "accuracy_past_train", "accuracy_log_scaled")
+
+
+class SyntheticTaskModule(TransformerModule):
+    def __init__(
+        self, model: ModelConfig, optimizer: dict[str, Any], train_length: int, eval_lengths: list[int]
+    ) -> None:
+        super().__init__(model, optimizer, max(train_length, *eval_lengths))
+        self.train_length, self.eval_lengths = train_length, list(eval_lengths)
+        self.metrics = nn.ModuleDict(
+            {
+                self._key(length, metric): MulticlassAccuracy(model.n_outputs, average="micro", ignore_index=IGNORE)
+                for length in self.eval_lengths
+                for metric in METRICS
+                if metric != "accuracy_past_train" or length > train_length
+            }
+        )
+        self.figures: dict[str, dict[str, float]] = {}
+
+    @staticmethod
+    def _key(length: int, metric: str) -> str:
+        return f"L{length}_{metric}"
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        tokens, targets = batch
+        logits = self.model(tokens).logits
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+        self.log("train/loss", loss, prog_bar=True)
+        return loss
+
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        tokens, targets = batch
+        length = tokens.shape[1]
+        predictions = self.model(tokens).logits.argmax(-1)
+        self.metrics[self._key(length, "accuracy")].update(predictions, targets)
+        if length > self.train_length:
+            past = targets.clone()
+            past[:, : self.train_length] = IGNORE
+            self.metrics[self._key(length, "accuracy_past_train")].update(predictions, past)
+        scale = math.log(length) / math.log(self.train_length)
+        scaled = self.model(tokens, score_scale=scale).logits.argmax(-1)
+        self.metrics[self._key(length, "accuracy_log_scaled")].update(scaled, targets)
+
+    def on_test_epoch_end(self) -> None:
+        self.figures = {}
+        for length in self.eval_lengths:
+            row = {}
+            for metric in METRICS:
+                key = self._key(length, metric)
+                if key in self.metrics:
+                    row[metric] = float(self.metrics[key].compute())
+                    self.metrics[key].reset()
+                    self.log(f"eval/L{length}/{metric}", row[metric], add_dataloader_idx=False, sync_dist=False)
+            self.figures[str(length)] = row

@@ -1,0 +1,203 @@
+"""A decoder-only transformer, readable top to bottom.
+
+    tokens -> embedding -> [encoding.begin] -> n x Block -> (final norm) -> output layer
+
+    Block:  x = x + Attention(norm1(x))
+            x = x + MLP(norm2(x))
+
+    Attention, per head, for a query at t and a key at s <= t:
+        score[t, s] = score_scale * <rot(q_t), rot(k_s)> / sqrt(head_dim) + bias[t, s]
+    where rot() is the encoding's rotation (rotary family, identity otherwise)
+    and bias is the encoding's score bias (ALiBi, zero otherwise). ``score_scale``
+    is 1 in training; at test time it may be log(L)/log(L_train) (Chiang &
+    Cholak, 2022). The ``sdpa`` backend hands all of this to
+    ``F.scaled_dot_product_attention`` (a fused kernel); ``explicit``
+    materialises the weights so analyses can read them. Both compute the same
+    function.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from poslab.encodings import ModelShape, PositionEncoding, PositionInputs, build_encoding
+from poslab.encodings.base import ConfigError
+from poslab.encodings.rotary import apply_rotary
+
+NORMS = ("layernorm", "rmsnorm")
+MLPS = ("gelu", "swiglu")
+BACKENDS = ("sdpa", "explicit")
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int
+    n_outputs: int
+    n_layers: int = 2
+    n_heads: int = 1
+    d_model: int = 64
+    norm: str = "layernorm"
+    mlp: str = "gelu"
+    mlp_hidden: int | None = None  # default 4 * d_model
+    bias: bool = True  # biases in linear layers
+    final_norm: bool = False  # the where_am_i model has none before its output layer
+    tie_embeddings: bool = False
+    attention: str = "sdpa"
+    init_std: float | None = None  # None: PyTorch's default initialisation
+    encoding: dict[str, Any] = field(default_factory=lambda: {"name": "none"})
+
+    def __post_init__(self) -> None:
+        for key, value, allowed in (("norm", self.norm, NORMS), ("mlp", self.mlp, MLPS), ("attention", self.attention, BACKENDS)):
+            if value not in allowed:
+                raise ConfigError(f"model.{key}={value!r} is not supported; allowed: {', '.join(allowed)}.")
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"model.d_model={self.d_model} is not divisible by model.n_heads={self.n_heads}.")
+        if self.tie_embeddings and self.vocab_size != self.n_outputs:
+            raise ConfigError(
+                f"model.tie_embeddings needs as many outputs as input symbols ({self.n_outputs} != {self.vocab_size})."
+            )
+
+    @property
+    def shape(self) -> ModelShape:
+        return ModelShape(self.d_model, self.n_heads, self.n_layers, self.d_model // self.n_heads)
+
+    @property
+    def hidden(self) -> int:
+        return self.mlp_hidden or 4 * self.d_model
+
+
+def make_norm(kind: str, dim: int) -> nn.Module:
+    return nn.LayerNorm(dim) if kind == "layernorm" else nn.RMSNorm(dim)
+
+
+class MLP(nn.Module):
+    """GELU: W2 gelu(W1 x).  SwiGLU: W2 (silu(W1 x) * W3 x)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.gated = cfg.mlp == "swiglu"
+        self.up = nn.Linear(cfg.d_model, cfg.hidden * (2 if self.gated else 1), bias=cfg.bias)
+        self.down = nn.Linear(cfg.hidden, cfg.d_model, bias=cfg.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.up(x)
+        if self.gated:
+            gate, value = h.chunk(2, dim=-1)
+            return self.down(F.silu(gate) * value)
+        return self.down(F.gelu(h))
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads, self.head_dim = cfg.n_heads, cfg.d_model // cfg.n_heads
+        self.backend = cfg.attention
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+
+    def forward(
+        self,
+        x: Tensor,
+        rotation: tuple[Tensor, Tensor, str] | None,
+        mask: Tensor | None,
+        score_scale: float,
+        return_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        B, T, D = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # 3 x [B, H, T, hd]
+        if rotation is not None:
+            cos, sin, pairing = rotation
+            q, k = apply_rotary(q, cos, sin, pairing), apply_rotary(k, cos, sin, pairing)
+        scale = score_scale / math.sqrt(self.head_dim)
+        weights = None
+        if self.backend == "sdpa" and not return_weights:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale)
+        else:
+            scores = (q @ k.transpose(-2, -1)) * scale
+            scores = scores + (mask if mask is not None else causal_mask(T, x.device, scores.dtype))
+            weights = scores.softmax(dim=-1)
+            y = weights @ v
+        return self.out(y.transpose(1, 2).reshape(B, T, D)), weights
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.norm1, self.attn = make_norm(cfg.norm, cfg.d_model), Attention(cfg)
+        self.norm2, self.mlp = make_norm(cfg.norm, cfg.d_model), MLP(cfg)
+
+
+def causal_mask(length: int, device: torch.device, dtype: torch.dtype = torch.float32) -> Tensor:
+    """0 on and below the diagonal, -inf above: a key after the query is never seen."""
+    return torch.full((length, length), float("-inf"), device=device, dtype=dtype).triu(1)
+
+
+@dataclass
+class ModelOutput:
+    logits: Tensor
+    attention: list[Tensor] | None = None  # per layer [B, H, T, T], only when asked for
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig, max_length: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.encoding: PositionEncoding = build_encoding(cfg.encoding, cfg.shape, max_length)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.final_norm = make_norm(cfg.norm, cfg.d_model) if cfg.final_norm else nn.Identity()
+        self.head = nn.Linear(cfg.d_model, cfg.n_outputs, bias=cfg.bias and not cfg.tie_embeddings)
+        if cfg.init_std is not None:
+            self.apply(self._init_weights)
+        if cfg.tie_embeddings:
+            self.head.weight = self.embed.weight
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)) and module not in self.encoding.modules():
+            nn.init.normal_(module.weight, std=self.cfg.init_std)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def no_weight_decay_parameters(self) -> set[str]:
+        """Full names of parameters the optimizer must not decay (norms, biases, and what the encoding names)."""
+        names = {f"encoding.{name}" for name in self.encoding.no_weight_decay}
+        names |= {name for name, p in self.named_parameters() if p.ndim < 2}
+        return names
+
+    def forward(
+        self,
+        tokens: Tensor,
+        coordinates: dict[str, Tensor] | None = None,
+        score_scale: float = 1.0,
+        return_attention: bool = False,
+    ) -> ModelOutput:
+        B, T = tokens.shape
+        inputs = PositionInputs.from_tokens(tokens, coordinates)
+        x, state = self.encoding.begin(self.embed(tokens), inputs)
+
+        bias = self.encoding.score_bias(T, tokens.device)
+        mask = None if bias is None else (bias + causal_mask(T, tokens.device)).unsqueeze(0).to(x.dtype)
+
+        attention: list[Tensor] = []
+        rotation, last_angles = None, None
+        for layer, block in enumerate(self.blocks):
+            h = block.norm1(x)
+            angles = self.encoding.rotary_angles(layer, h, state, inputs)
+            if angles is not None and angles is not last_angles:  # same angles in every layer: one cos/sin
+                rotation, last_angles = (angles.cos()[:, None], angles.sin()[:, None], self.encoding.pairing), angles
+            y, weights = block.attn(h, rotation if angles is not None else None, mask, score_scale, return_attention)
+            x = x + y
+            x = x + block.mlp(block.norm2(x))
+            if weights is not None:
+                attention.append(weights)
+        logits = self.head(self.final_norm(x))
+        return ModelOutput(logits, attention if return_attention else None)

@@ -1,0 +1,132 @@
+"""One training run from a composed config: build, train, evaluate, write ``results.json``."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning as L
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from poslab.config import check_config
+from poslab.encodings.base import ConfigError
+from poslab.io import write_json_atomic
+from poslab.model import ModelConfig
+
+log = logging.getLogger("poslab")
+
+RESULTS_FILE = "results.json"
+FAILURE_FILE = "failed.json"
+
+
+def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
+    task = OmegaConf.to_container(cfg.task, resolve=True)
+    task.pop("module")
+    return hydra.utils.instantiate(task, seed=cfg.seed)
+
+
+def build_model_config(cfg: DictConfig, vocab_size: int, n_outputs: int) -> ModelConfig:
+    settings = OmegaConf.to_container(cfg.model, resolve=True)
+    encoding = OmegaConf.to_container(cfg.encoding, resolve=True)
+    try:
+        return ModelConfig(vocab_size=vocab_size, n_outputs=n_outputs, encoding=encoding, **settings)
+    except TypeError as error:
+        allowed = sorted(ModelConfig.__dataclass_fields__)
+        raise ConfigError(f"the model config has a key ModelConfig does not know ({error}); allowed: {allowed}.") from error
+
+
+def build_module(cfg: DictConfig, datamodule: L.LightningDataModule) -> L.LightningModule:
+    model = build_model_config(cfg, datamodule.task.vocab_size, datamodule.task.num_classes)
+    module_class = hydra.utils.get_class(cfg.task.module)
+    return module_class(
+        model=model,
+        optimizer=OmegaConf.to_container(cfg.optimizer, resolve=True),
+        train_length=datamodule.train_length,
+        eval_lengths=datamodule.eval_lengths,
+    )
+
+
+def instantiate_all(section: DictConfig | None) -> list[Any]:
+    """Instantiate every entry of a group like ``logger`` or ``callbacks`` that has a ``_target_``."""
+    if not section:
+        return []
+    return [hydra.utils.instantiate(entry) for entry in section.values() if entry and "_target_" in entry]
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """Train and evaluate one configuration; return (and write) its results."""
+    check_config(cfg)
+    if cfg.threads:
+        torch.set_num_threads(int(cfg.threads))
+    output_dir = Path(cfg.paths.output_dir)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+
+    datamodule = build_datamodule(cfg)
+    module = build_module(cfg, datamodule)
+    label = module.model.encoding.label()
+    log.info("%s %s seed %s: %s parameters", cfg.task.name, label, cfg.seed, f"{module.model.num_parameters():,}")
+
+    trainer: L.Trainer = hydra.utils.instantiate(
+        cfg.trainer, logger=instantiate_all(cfg.get("logger")) or False, callbacks=instantiate_all(cfg.get("callbacks"))
+    )
+    start = time.perf_counter()
+    trainer.fit(module, datamodule=datamodule)
+    train_seconds = time.perf_counter() - start
+    trainer.test(module, datamodule=datamodule, verbose=False)
+
+    results = {
+        "task": cfg.task.name,
+        "encoding": cfg.encoding.name,
+        "label": label,
+        "seed": int(cfg.seed),
+        "train_length": datamodule.train_length,
+        "eval_lengths": datamodule.eval_lengths,
+        "steps": int(trainer.global_step),
+        "parameters": module.model.num_parameters(),
+        "train_seconds": round(train_seconds, 3),
+        "figures": module.figures,
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }
+    if trainer.is_global_zero:
+        write_json_atomic(output_dir / RESULTS_FILE, results)
+        log.info("%s %s seed %s: %s", cfg.task.name, label, cfg.seed, format_figures(module.figures))
+    return results
+
+
+def format_figures(figures: dict[str, dict[str, float]]) -> str:
+    return "; ".join(f"L{n}: " + ", ".join(f"{k} {v:.3f}" for k, v in row.items()) for n, row in figures.items())
+
+
+def main(cfg: DictConfig) -> dict[str, Any] | None:
+    """Entry point behind ``train.py``: a bad config exits with its message; in a multirun a
+    failed job records why in ``failed.json`` and the other jobs go on."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    try:
+        return run(cfg)
+    except ConfigError as error:
+        if not multirun:
+            print(f"poslab: configuration error: {error}", file=sys.stderr)
+            sys.exit(2)
+        _record_failure(cfg, error)
+    except Exception as error:
+        if not multirun:
+            raise
+        log.exception("this job failed; the other jobs of the multirun go on")
+        _record_failure(cfg, error)
+    return None
+
+
+def _record_failure(cfg: DictConfig, error: BaseException) -> None:
+    try:
+        output_dir = Path(cfg.paths.output_dir)
+    except Exception:  # the config itself may be what failed
+        return
+    write_json_atomic(output_dir / FAILURE_FILE, {"error": f"{type(error).__name__}: {error}"})

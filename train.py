@@ -1,0 +1,19 @@
+"""Train one configuration, or many with -m. See README.md.
+
+    python train.py task=seen encoding=rope
+    python train.py -m experiment=extrapolation_grid
+"""
+
+import hydra
+from omegaconf import DictConfig
+
+from poslab.training import main as run_training
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="train")
+def main(cfg: DictConfig) -> None:
+    run_training(cfg)
+
+
+if __name__ == "__main__":
+    main()
