@@ -1,7 +1,7 @@
 """Train one configuration, or many with -m. See README.md.
 
-    python train.py task=seen encoding=rope
-    python train.py -m experiment=extrapolation_grid
+python train.py task=seen encoding=rope
+python train.py -m experiment=extrapolation_grid
 """
 
 import hydra

@@ -1,19 +1,19 @@
 """A decoder-only transformer, readable top to bottom.
 
-    tokens -> embedding -> [encoding.begin] -> n x Block -> (final norm) -> output layer
+tokens -> embedding -> [encoding.begin] -> n x Block -> (final norm) -> output layer
 
-    Block:  x = x + Attention(norm1(x))
-            x = x + MLP(norm2(x))
+Block:  x = x + Attention(norm1(x))
+        x = x + MLP(norm2(x))
 
-    Attention, per head, for a query at t and a key at s <= t:
-        score[t, s] = score_scale * <rot(q_t), rot(k_s)> / sqrt(head_dim) + bias[t, s]
-    where rot() is the encoding's rotation (rotary family, identity otherwise)
-    and bias is the encoding's score bias (ALiBi, zero otherwise). ``score_scale``
-    is 1 in training; at test time it may be log(L)/log(L_train) (Chiang &
-    Cholak, 2022). The ``sdpa`` backend hands all of this to
-    ``F.scaled_dot_product_attention`` (a fused kernel); ``explicit``
-    materialises the weights so analyses can read them. Both compute the same
-    function.
+Attention, per head, for a query at t and a key at s <= t:
+    score[t, s] = score_scale * <rot(q_t), rot(k_s)> / sqrt(head_dim) + bias[t, s]
+where rot() is the encoding's rotation (rotary family, identity otherwise)
+and bias is the encoding's score bias (ALiBi, zero otherwise). ``score_scale``
+is 1 in training; at test time it may be log(L)/log(L_train) (Chiang &
+Cholak, 2022). The ``sdpa`` backend hands all of this to
+``F.scaled_dot_product_attention`` (a fused kernel); ``explicit``
+materialises the weights so analyses can read them. Both compute the same
+function.
 """
 
 from __future__ import annotations
@@ -53,7 +53,11 @@ class ModelConfig:
     encoding: dict[str, Any] = field(default_factory=lambda: {"name": "none"})
 
     def __post_init__(self) -> None:
-        for key, value, allowed in (("norm", self.norm, NORMS), ("mlp", self.mlp, MLPS), ("attention", self.attention, BACKENDS)):
+        for key, value, allowed in (
+            ("norm", self.norm, NORMS),
+            ("mlp", self.mlp, MLPS),
+            ("attention", self.attention, BACKENDS),
+        ):
             if value not in allowed:
                 raise ConfigError(f"model.{key}={value!r} is not supported; allowed: {', '.join(allowed)}.")
         if self.d_model % self.n_heads:

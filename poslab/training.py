@@ -37,7 +37,9 @@ def build_model_config(cfg: DictConfig, vocab_size: int, n_outputs: int) -> Mode
         return ModelConfig(vocab_size=vocab_size, n_outputs=n_outputs, encoding=encoding, **settings)
     except TypeError as error:
         allowed = sorted(ModelConfig.__dataclass_fields__)
-        raise ConfigError(f"the model config has a key ModelConfig does not know ({error}); allowed: {allowed}.") from error
+        raise ConfigError(
+            f"the model config has a key ModelConfig does not know ({error}); allowed: {allowed}."
+        ) from error
 
 
 def build_module(cfg: DictConfig, datamodule: L.LightningDataModule) -> L.LightningModule:

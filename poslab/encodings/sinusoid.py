@@ -13,7 +13,9 @@ from poslab.encodings.base import ModelShape, PositionEncoding, PositionInputs, 
 
 def sinusoids(positions: Tensor, d_model: int, base: float = 10_000.0) -> Tensor:
     """``[B, T] -> [B, T, D]``: ``sin(p / base^(2i/D))`` on even features, ``cos`` on odd ones."""
-    freq = torch.exp(torch.arange(0, d_model, 2, device=positions.device, dtype=torch.float32) * (-math.log(base) / d_model))
+    freq = torch.exp(
+        torch.arange(0, d_model, 2, device=positions.device, dtype=torch.float32) * (-math.log(base) / d_model)
+    )
     angles = positions.float()[..., None] * freq
     return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)[..., :d_model]
 

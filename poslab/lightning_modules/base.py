@@ -43,13 +43,17 @@ class TransformerModule(L.LightningModule):
         ]
         # fused AdamW: one kernel for the whole update instead of a few per tensor (supported on CPU and CUDA)
         optimizer = torch.optim.AdamW(
-            [g for g in groups if g["params"]], lr=cfg["lr"], betas=tuple(cfg.get("betas", (0.9, 0.999))),
-            eps=cfg.get("eps", 1e-8), fused=cfg.get("fused", True),
+            [g for g in groups if g["params"]],
+            lr=cfg["lr"],
+            betas=tuple(cfg.get("betas", (0.9, 0.999))),
+            eps=cfg.get("eps", 1e-8),
+            fused=cfg.get("fused", True),
         )
-        total = self.trainer.max_steps if self.trainer is not None and self.trainer.max_steps > 0 else 1
+        total = int(cfg.get("total_steps") or 1)  # the schedule's length; the configs tie it to trainer.max_steps
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer,
-            lambda step: lr_factor(step, cfg.get("warmup_steps", 0), total, cfg.get("schedule", "constant"),
-                                   cfg.get("min_lr_ratio", 0.0)),
+            lambda step: lr_factor(
+                step, cfg.get("warmup_steps", 0), total, cfg.get("schedule", "constant"), cfg.get("min_lr_ratio", 0.0)
+            ),
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

@@ -1,0 +1,43 @@
+# poslab — `make help` lists the targets.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export HF_HUB_OFFLINE ?= 1
+export WANDB_MODE ?= offline
+export POSLAB_JOBS ?= 2
+
+.DEFAULT_GOAL := help
+.PHONY: help install run grid test lint format bench clean
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
+
+install: $(VENV)/.installed ## create .venv: torch 2.13.0 (CPU) first if no torch is there, then poslab[dev]
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(VENV)/bin/pip install -q torch==2.13.0
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+run: grid ## the main job: the where_am_i extrapolation grid (28 runs, no download) and its report
+
+grid: install ## 28 runs in parallel (POSLAB_JOBS at a time), then `poslab report grid` against the write-up
+	$(PY) train.py -m experiment=extrapolation_grid
+	$(VENV)/bin/poslab report grid $$(ls -d logs/multirun/*_extrapolation_grid | tail -n 1) --reference where_am_i
+
+test: install ## the tests (CPU, offline, a few minutes)
+	$(PY) -m pytest
+
+lint: install ## ruff
+	$(VENV)/bin/ruff check .
+
+format: install ## ruff format and fix
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+bench: install ## benchmarks: one grid run, poslab against a plain PyTorch loop
+	$(PY) benchmarks/grid_run.py
+
+clean: ## remove logs and caches (keeps .venv)
+	rm -rf logs .pytest_cache .ruff_cache

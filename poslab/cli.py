@@ -1,0 +1,67 @@
+"""The ``poslab`` command: everything that is not training.
+
+poslab report grid DIR [--reference where_am_i] [--plot FILE]
+poslab wavelengths --head-dim 128 --bases 10000,500000 --context 8192,131072
+poslab encodings
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(float(x)) for x in text.split(",") if x]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="poslab", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    report = commands.add_parser("report", help="tables and plots from finished runs")
+    reports = report.add_subparsers(dest="report", required=True)
+    grid = reports.add_parser("grid", help="the extrapolation grid of a multirun directory")
+    grid.add_argument("directory", help="a multirun directory of train.py (e.g. logs/multirun/...)")
+    grid.add_argument("--reference", default=None, help="'where_am_i' or a file of report lines to compare with")
+    grid.add_argument("--plot", default=None, help="PNG path (default: DIR/extrapolation_grid.png)")
+
+    waves = commands.add_parser("wavelengths", help="RoPE wavelength table")
+    waves.add_argument("--head-dim", type=int, default=128)
+    waves.add_argument("--bases", type=_floats, default=[10_000.0, 500_000.0])
+    waves.add_argument("--context", type=_ints, default=[8192, 131_072])
+
+    commands.add_parser("encodings", help="list the registered position encodings")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "report" and args.report == "grid":
+            from poslab.analysis.extrapolation import report_grid
+
+            print(report_grid(args.directory, args.reference, args.plot))
+        elif args.command == "wavelengths":
+            from poslab.analysis.wavelengths import wavelength_table
+
+            if args.head_dim < 2 or args.head_dim % 2:
+                raise ValueError(f"--head-dim {args.head_dim} must be a positive even number (RoPE rotates pairs).")
+            print(wavelength_table(args.head_dim, args.bases, args.context))
+        elif args.command == "encodings":
+            from poslab.encodings import ENCODINGS
+
+            for name, cls in sorted(ENCODINGS.items()):
+                print(f"{name:20s} {(cls.__doc__ or '').strip().splitlines()[0] if cls.__doc__ else ''}")
+    except (FileNotFoundError, ValueError) as error:
+        print(f"poslab: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""Every config composes; tiny trainings run end to end and write their results; bad input stops clearly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from poslab.encodings import ConfigError
+from poslab.training import build_datamodule, build_module, run
+
+from .conftest import CONF, compose_config, run_train
+
+ENCODINGS = sorted(p.stem for p in (CONF / "encoding").glob("*.yaml"))
+SCHEMES = sorted(p.stem for p in (CONF / "scheme").glob("*.yaml"))
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+FAST = ["debug=fast", "trainer.max_steps=3", "~logger", "~callbacks"]
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("task", ["lag", "seen"])
+def test_every_encoding_and_task_composes_and_builds(encoding, task, tmp_path):
+    cfg = compose_config([f"encoding={encoding}", f"task={task}"], tmp_path)
+    datamodule = build_datamodule(cfg)
+    module = build_module(cfg, datamodule)
+    assert module.model.encoding.name == encoding
+    assert module.model.cfg.n_outputs == (16 if task == "lag" else 2)
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_composes(experiment, tmp_path):
+    cfg = compose_config([f"experiment={experiment}"], tmp_path)
+    build_module(cfg, build_datamodule(cfg))
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_every_grid_scheme_composes(scheme, tmp_path):
+    cfg = compose_config(["experiment=extrapolation_grid", f"+scheme={scheme}", "task=seen"], tmp_path)
+    module = build_module(cfg, build_datamodule(cfg))
+    assert cfg.trainer.max_steps == 2000 and cfg.task.train_length == 32 and cfg.task.vocab_size == 96
+    assert module.model.encoding.label() in {
+        "none",
+        "sinusoid",
+        "learned",
+        "rope",
+        "rope:1000000",
+        "alibi:0.5",
+        "alibi:0.0625",
+    }
+
+
+@pytest.mark.parametrize("group", ["trainer=gpu", "debug=fast", "task=seen", "model=tiny", "logger=csv"])
+def test_other_groups_compose(group, tmp_path):
+    cfg = compose_config([group], tmp_path)
+    OmegaConf.to_container(cfg, resolve=True)
+
+
+def test_extrapolation_grid_sweeps_28_runs(tmp_path):
+    from .conftest import GlobalHydra, compose, initialize_config_dir
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=["experiment=extrapolation_grid"], return_hydra_config=True)
+    params = cfg.hydra.sweeper.params
+    sizes = [len(str(v).split(",")) for v in params.values()]
+    assert sizes[0] * sizes[1] * sizes[2] == 28
+    assert cfg.hydra.launcher._target_.endswith("JoblibLauncher")
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_each_encoding_trains_and_its_loss_falls(encoding, tmp_path):
+    cfg = compose_config([f"encoding={encoding}", "task.batch_size=32"], tmp_path)
+    datamodule = build_datamodule(cfg)
+    module = build_module(cfg, datamodule)
+    optimizer = module.configure_optimizers()["optimizer"]
+    batches = iter(datamodule.train_batches)
+    losses = []
+    for _ in range(60):
+        tokens, targets = next(batches)
+        logits = module.model(tokens).logits
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert sum(losses[-10:]) / 10 < 0.9 * sum(losses[:10]) / 10
+
+
+def test_tiny_run_writes_results_with_every_figure(tmp_path):
+    cfg = compose_config(["encoding=rope", *FAST], tmp_path)
+    results = run(cfg)
+    written = json.loads((tmp_path / "results.json").read_text())
+    assert written["figures"] == results["figures"]
+    assert set(written["figures"]) == {"32", "64", "128"}
+    assert set(written["figures"]["32"]) == {"accuracy", "accuracy_log_scaled"}
+    assert set(written["figures"]["128"]) == {"accuracy", "accuracy_past_train", "accuracy_log_scaled"}
+    assert written["config"]["encoding"]["name"] == "rope" and written["steps"] == 3
+    assert all(0.0 <= v <= 1.0 for row in written["figures"].values() for v in row.values())
+    assert not list(tmp_path.glob(".results.json.*"))  # no temporary file left behind
+
+
+def test_log_scaling_changes_scores_only_past_the_training_length(tmp_path):
+    cfg = compose_config(["encoding=none", "task=seen", *FAST, "trainer.max_steps=30"], tmp_path)
+    figures = run(cfg)["figures"]
+    assert figures["32"]["accuracy"] == figures["32"]["accuracy_log_scaled"]  # factor log32/log32 = 1
+
+
+def test_learned_rows_past_the_training_length_are_unchanged_by_training(tmp_path):
+    import lightning as L
+
+    cfg = compose_config(["encoding=learned", *FAST, "trainer.max_steps=20"], tmp_path)
+    datamodule = build_datamodule(cfg)
+    module = build_module(cfg, datamodule)
+    before = module.model.encoding.table.weight.detach().clone()
+    L.Trainer(
+        max_steps=20,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    ).fit(module, datamodule=datamodule)
+    after = module.model.encoding.table.weight.detach()
+    assert torch.equal(after[32:], before[32:])
+    assert not torch.allclose(after[:32], before[:32])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        (["encoding.name=fancy"], "unknown encoding 'fancy'; the registered encodings are:"),
+        (["encoding=rope", "model.d_model=66", "model.n_heads=6"], "must be even"),
+        (["encoding=alibi", "encoding.slopes=[0.5,0.25]"], "but the model has 1 heads"),
+        (["encoding=learned", "encoding.max_positions=64"], "encoding.max_positions=64 is shorter than the longest"),
+        (["model.norm=batchnorm"], "model.norm='batchnorm' is not supported; allowed: layernorm, rmsnorm"),
+        (["trainer.max_steps=0"], "trainer.max_steps=0 must be a positive number"),
+    ],
+)
+def test_bad_config_values_raise_one_clear_sentence(overrides, fragment, tmp_path):
+    cfg = compose_config(overrides, tmp_path)
+    with pytest.raises(ConfigError) as info:
+        run(cfg)
+    assert fragment in str(info.value)
+    assert not (tmp_path / "results.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["encoding=fancy"], "Could not find 'encoding/fancy'"),
+        (["encoding=rope", "model.d_model=66", "model.n_heads=6"], "must be even"),
+        (["encoding=alibi", "encoding.slopes=[0.5,0.25]"], "2 values [0.5, 0.25] but the model has 1 heads"),
+        (["encoding=learned", "encoding.max_positions=100"], "max_positions=100 is shorter"),
+    ],
+)
+def test_train_py_bad_input_exits_nonzero_with_the_message(args, fragment, tmp_path):
+    result = run_train([*args, *FAST], tmp_path)
+    assert result.returncode != 0
+    assert fragment in result.stderr
+    if fragment != "Could not find 'encoding/fancy'":
+        assert "Traceback" not in result.stderr  # one paragraph, not a stack trace
