@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from poslab.encodings import ModelShape, PositionEncoding, PositionInputs, build_encoding
 from poslab.encodings.base import ConfigError
-from poslab.encodings.rotary import apply_rotary
+from poslab.encodings.rotary import Rotation
 
 NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "swiglu")
@@ -108,7 +108,7 @@ class Attention(nn.Module):
     def forward(
         self,
         x: Tensor,
-        rotation: tuple[Tensor, Tensor, str] | None,
+        rotation: Rotation | None,
         mask: Tensor | None,
         score_scale: float,
         return_weights: bool,
@@ -116,8 +116,7 @@ class Attention(nn.Module):
         B, T, D = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # 3 x [B, H, T, hd]
         if rotation is not None:
-            cos, sin, pairing = rotation
-            q, k = apply_rotary(q, cos, sin, pairing), apply_rotary(k, cos, sin, pairing)
+            q, k = rotation.apply(q), rotation.apply(k)
         scale = score_scale / math.sqrt(self.head_dim)
         weights = None
         if self.backend == "sdpa" and not return_weights:
@@ -196,8 +195,8 @@ class Transformer(nn.Module):
         for layer, block in enumerate(self.blocks):
             h = block.norm1(x)
             angles = self.encoding.rotary_angles(layer, h, state, inputs)
-            if angles is not None and angles is not last_angles:  # same angles in every layer: one cos/sin
-                rotation, last_angles = (angles.cos()[:, None], angles.sin()[:, None], self.encoding.pairing), angles
+            if angles is not None and angles is not last_angles:  # the same angles in every layer: rotate once
+                rotation, last_angles = Rotation(angles, self.encoding.pairing), angles
             y, weights = block.attn(h, rotation if angles is not None else None, mask, score_scale, return_attention)
             x = x + y
             x = x + block.mlp(block.norm2(x))

@@ -42,8 +42,8 @@ def rope_score(q, k, m, n, base=10_000.0, pairing="interleaved"):
     inv = inverse_frequencies(q.shape[-1], base)
 
     def rot(x, p):
-        ang = rotation_angles(torch.tensor([[float(p)]]), inv)[:, None]  # [1, 1, 1, P]
-        return apply_rotary(x.view(1, 1, 1, -1), ang.cos(), ang.sin(), pairing).flatten()
+        ang = rotation_angles(torch.tensor([[float(p)]]), inv)  # [1, 1, P]
+        return apply_rotary(x.view(1, 1, 1, -1), ang, pairing).flatten()
 
     return float(rot(q, m) @ rot(k, n))
 
@@ -58,8 +58,8 @@ def test_rope_score_depends_only_on_distance(pairing):
     assert abs(rope_score(q, k, 3, 10, pairing=pairing) - scores[0]) > 1e-3  # another distance, another score
     # rotation keeps length
     inv = inverse_frequencies(8, 10_000.0)
-    ang = rotation_angles(torch.tensor([[57.0]]), inv)[:, None]
-    rotated = apply_rotary(q.view(1, 1, 1, -1), ang.cos(), ang.sin(), pairing)
+    ang = rotation_angles(torch.tensor([[57.0]]), inv)
+    rotated = apply_rotary(q.view(1, 1, 1, -1), ang, pairing)
     assert torch.allclose(rotated.norm(), q.norm(), atol=1e-5)
 
 
@@ -72,10 +72,8 @@ def test_rope_matches_the_writeup_formula():
     expected = torch.empty(8)
     expected[0::2] = x[0::2] * ang.cos() - x[1::2] * ang.sin()
     expected[1::2] = x[0::2] * ang.sin() + x[1::2] * ang.cos()
-    a = rotation_angles(torch.tensor([[5.0]]), inverse_frequencies(8, 10_000.0))[:, None]
-    assert torch.allclose(
-        apply_rotary(x.view(1, 1, 1, 8), a.cos(), a.sin(), "interleaved").flatten(), expected, atol=1e-6
-    )
+    a = rotation_angles(torch.tensor([[5.0]]), inverse_frequencies(8, 10_000.0))
+    assert torch.allclose(apply_rotary(x.view(1, 1, 1, 8), a, "interleaved").flatten(), expected, atol=1e-6)
 
 
 def test_attention_without_positions_is_permutation_equivariant_and_causal_mask_breaks_it():
@@ -164,16 +162,16 @@ def test_bad_encoding_settings_give_one_clear_sentence(settings, shape, fragment
 
 def test_rope_half_and_interleaved_pairings_are_a_reordering():
     x = torch.randn(1, 1, 3, 8)
-    ang = rotation_angles(torch.arange(3.0)[None], inverse_frequencies(8, 100.0))[:, None]
-    interleaved = apply_rotary(x, ang.cos(), ang.sin(), "interleaved")
+    ang = rotation_angles(torch.arange(3.0)[None], inverse_frequencies(8, 100.0))
+    interleaved = apply_rotary(x, ang, "interleaved")
     order = torch.tensor([0, 2, 4, 6, 1, 3, 5, 7])  # (2i, 2i+1) -> (i, i + 4)
-    half = apply_rotary(x[..., order], ang.cos(), ang.sin(), "half")
+    half = apply_rotary(x[..., order], ang, "half")
     assert torch.allclose(half, interleaved[..., order], atol=1e-6)
 
 
 def test_partial_rotary_leaves_the_rest_unchanged():
     model = tiny("rope", rotary_dim=8)
     x = torch.randn(1, 2, 5, 16)
-    ang = rotation_angles(torch.arange(5.0)[None], model.encoding.inv_freq)[:, None]
-    out = apply_rotary(x, ang.cos(), ang.sin(), "interleaved")
+    ang = rotation_angles(torch.arange(5.0)[None], model.encoding.inv_freq)
+    out = apply_rotary(x, ang, "interleaved")
     assert torch.equal(out[..., 8:], x[..., 8:]) and not torch.allclose(out[..., :8], x[..., :8])

@@ -28,22 +28,41 @@ def rotation_angles(positions: Tensor, inv_freq: Tensor) -> Tensor:
     return positions.float()[..., None] * inv_freq
 
 
-def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, pairing: str) -> Tensor:
-    """Rotate the first ``2P`` features of ``x [B, H, T, hd]`` by angles whose cos/sin are ``[B, 1, T, P]``.
+class Rotation:
+    """The rotation of one forward pass, precomputed once from angles ``[B, T, P]`` (fp32) and shared by the
+    queries and keys of every layer that uses the same angles.
 
-    ``interleaved`` pairs feature 2i with 2i+1 (RoFormer); ``half`` pairs i with i+P (HF Llama's rotate_half).
-    Features past ``2P`` (partial rotary) pass through unchanged.
+    ``interleaved`` pairs feature 2i with 2i+1 (RoFormer): each pair is a complex number, rotated by one
+    complex multiplication with ``exp(i * angle)`` (a view, no copy; a single kernel forward and backward).
+    ``half`` pairs i with i+P (HF Llama's rotate_half) and uses cos/sin.
     """
-    n_rot = 2 * cos.shape[-1]
-    rot, rest = x[..., :n_rot].float(), x[..., n_rot:]
-    if pairing == "interleaved":
-        x1, x2 = rot[..., 0::2], rot[..., 1::2]
-        rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
-    else:
-        x1, x2 = rot[..., : n_rot // 2], rot[..., n_rot // 2 :]
-        rotated = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
-    rotated = rotated.to(x.dtype)
-    return rotated if rest.shape[-1] == 0 else torch.cat((rotated, rest), dim=-1)
+
+    def __init__(self, angles: Tensor, pairing: str) -> None:
+        self.pairing = pairing
+        self.pairs = angles.shape[-1]
+        angles = angles.float()[:, None]  # [B, 1, T, P]: broadcast over heads
+        if pairing == "interleaved":
+            self.cis = torch.polar(torch.ones_like(angles), angles)
+        else:
+            self.cos, self.sin = angles.cos(), angles.sin()
+
+    def apply(self, x: Tensor) -> Tensor:
+        """Rotate the first ``2P`` features of ``x [B, H, T, hd]``; features past ``2P`` (partial rotary) pass."""
+        n_rot = 2 * self.pairs
+        rot = x[..., :n_rot].float()
+        if self.pairing == "interleaved":
+            rotated = torch.view_as_real(torch.view_as_complex(rot.unflatten(-1, (self.pairs, 2))) * self.cis)
+            rotated = rotated.flatten(-2)
+        else:
+            x1, x2 = rot[..., : self.pairs], rot[..., self.pairs :]
+            rotated = torch.cat((x1 * self.cos - x2 * self.sin, x1 * self.sin + x2 * self.cos), dim=-1)
+        rotated = rotated.to(x.dtype)
+        return rotated if n_rot == x.shape[-1] else torch.cat((rotated, x[..., n_rot:]), dim=-1)
+
+
+def apply_rotary(x: Tensor, angles: Tensor, pairing: str) -> Tensor:
+    """Rotate ``x [B, H, T, hd]`` by ``angles [B, T, P]`` (a one-off; the model precomputes a ``Rotation``)."""
+    return Rotation(angles, pairing).apply(x)
 
 
 class RotaryEncoding(PositionEncoding):

@@ -47,7 +47,7 @@ class SyntheticTaskModule(TransformerModule):
         tokens, targets = batch
         logits = self.model(tokens).logits
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
-        self.log("train/loss", loss, prog_bar=True)
+        self.log_every_n_steps("train/loss", loss)
         return loss
 
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
