@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,21 @@ from poslab.config import check_config
 from poslab.encodings.base import ConfigError
 from poslab.io import write_json_atomic
 from poslab.model import ModelConfig
+from poslab.runtime import keep_freed_memory
 
 log = logging.getLogger("poslab")
 
 RESULTS_FILE = "results.json"
 FAILURE_FILE = "failed.json"
+
+
+def quiet_third_party_noise() -> None:
+    """Drop two messages every run would print that say nothing about the run: Lightning's tip
+    advertising its cloud logger, and a deprecation warning from inside Lightning's own code."""
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
+        lambda record: "litlogger" not in record.getMessage()
+    )
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
 
 
 def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
@@ -63,8 +74,11 @@ def instantiate_all(section: DictConfig | None) -> list[Any]:
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Train and evaluate one configuration; return (and write) its results."""
     check_config(cfg)
+    quiet_third_party_noise()
     if cfg.threads:
         torch.set_num_threads(int(cfg.threads))
+    if cfg.get("keep_freed_memory", True):
+        keep_freed_memory()
     output_dir = Path(cfg.paths.output_dir)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
 

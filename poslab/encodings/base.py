@@ -45,7 +45,8 @@ class ModelShape:
 class PositionInputs:
     """Everything about a batch that an encoding may read, besides the hidden states.
 
-    ``positions`` are real-valued token indices ``[B, T]`` (``arange`` by default).
+    ``positions`` are real-valued token indices ``[B, T]``, or ``[1, T]`` when every sequence of the batch has
+    the same ones (plain ``arange``, the default): broadcasting then computes angles and tables once per batch.
     ``coordinates`` holds optional per-token structural indices from the data
     (``document``, ``paragraph``, ``sentence``; each ``[B, T]``).
     """
@@ -56,8 +57,7 @@ class PositionInputs:
 
     @classmethod
     def from_tokens(cls, tokens: Tensor, coordinates: dict[str, Tensor] | None = None) -> PositionInputs:
-        batch, length = tokens.shape
-        positions = torch.arange(length, device=tokens.device, dtype=torch.float32).expand(batch, length)
+        positions = torch.arange(tokens.shape[1], device=tokens.device, dtype=torch.float32)[None]
         return cls(tokens=tokens, positions=positions, coordinates=coordinates or {})
 
 

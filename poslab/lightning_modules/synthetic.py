@@ -43,12 +43,10 @@ class SyntheticTaskModule(TransformerModule):
     def _key(length: int, metric: str) -> str:
         return f"L{length}_{metric}"
 
-    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+    def loss(self, batch: tuple[Tensor, Tensor]) -> Tensor:
         tokens, targets = batch
         logits = self.model(tokens).logits
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
-        self.log_every_n_steps("train/loss", loss)
-        return loss
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
 
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         tokens, targets = batch

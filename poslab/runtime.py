@@ -1,0 +1,27 @@
+"""Process-level settings that make small CPU models faster."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def keep_freed_memory(limit_bytes: int = 1 << 30) -> bool:
+    """Ask glibc's malloc to serve tensors below ``limit_bytes`` from its heap and to keep freed memory.
+
+    By default glibc gives large blocks (from 128 KB, adaptively up to 32 MB) their own mmap and may return
+    freed memory to the system, so a training step that allocates the same activations every time pays page
+    faults to zero fresh pages each time (``sys`` time). Keeping the memory makes later steps reuse warm pages;
+    the price is that the process does not hand back its peak memory until it exits. Returns whether it
+    applied (glibc on Linux only).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, limit_bytes)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, limit_bytes))
+    except (OSError, AttributeError):  # not glibc (musl, ...): nothing to tune
+        return False
