@@ -145,6 +145,7 @@ def causal_mask(length: int, device: torch.device, dtype: torch.dtype = torch.fl
 class ModelOutput:
     logits: Tensor
     attention: list[Tensor] | None = None  # per layer [B, H, T, T], only when asked for
+    positions: list[Tensor | None] | None = None  # per layer, the coordinates rotated by (None: no rotation)
 
 
 class Transformer(nn.Module):
@@ -182,6 +183,7 @@ class Transformer(nn.Module):
         coordinates: dict[str, Tensor] | None = None,
         score_scale: float = 1.0,
         return_attention: bool = False,
+        return_positions: bool = False,
     ) -> ModelOutput:
         B, T = tokens.shape
         inputs = PositionInputs.from_tokens(tokens, coordinates)
@@ -191,16 +193,20 @@ class Transformer(nn.Module):
         mask = None if bias is None else (bias + causal_mask(T, tokens.device)).unsqueeze(0).to(x.dtype)
 
         attention: list[Tensor] = []
-        rotation, last_angles = None, None
+        positions: list[Tensor | None] = []
+        rotation, last_positions = None, None
         for layer, block in enumerate(self.blocks):
-            h = block.norm1(x)
-            angles = self.encoding.rotary_angles(layer, h, state, inputs)
-            if angles is not None and angles is not last_angles:  # the same angles in every layer: rotate once
-                rotation, last_angles = Rotation(angles, self.encoding.pairing), angles
-            y, weights = block.attn(h, rotation if angles is not None else None, mask, score_scale, return_attention)
+            coordinates = self.encoding.layer_positions(layer, x, state, inputs)
+            if coordinates is None:
+                rotation = None
+            elif coordinates is not last_positions:  # the same coordinates in every layer: rotate once
+                rotation = Rotation(self.encoding.angles(coordinates), self.encoding.pairing)
+            last_positions = coordinates
+            positions.append(coordinates)
+            y, weights = block.attn(block.norm1(x), rotation, mask, score_scale, return_attention)
             x = x + y
             x = x + block.mlp(block.norm2(x))
             if weights is not None:
                 attention.append(weights)
         logits = self.head(self.final_norm(x))
-        return ModelOutput(logits, attention if return_attention else None)
+        return ModelOutput(logits, attention if return_attention else None, positions if return_positions else None)

@@ -4,9 +4,10 @@ A position encoding touches attention in at most three places:
 
 1. ``begin``: it may add to the token embeddings (absolute encodings), and
    may compute per-forward state (e.g. learned positions) for the layers;
-2. ``rotary_angles``: it may supply, per layer, the rotation angles of the
-   queries and keys, computed in fp32 from real-valued per-token coordinates
-   (the rotary family);
+2. ``layer_positions`` and ``angles``: it may supply, per layer, real-valued
+   per-token coordinates (token index, learned positions, paragraph/sentence/
+   token indices), which ``angles`` turns into fp32 rotation angles of the
+   queries and keys (the rotary family);
 3. ``score_bias``: it may add a bias to the attention scores (ALiBi).
 
 The model (``poslab/model.py``) calls these hooks and nothing else, so a new
@@ -81,12 +82,18 @@ class PositionEncoding(nn.Module):
         """Return the residual stream to start from and any state the layers need."""
         return token_embeddings, None
 
-    def rotary_angles(self, layer: int, hidden: Tensor, state: Any, inputs: PositionInputs) -> Tensor | None:
-        """Rotation angles ``[B, T, n_pairs]`` (fp32) for this layer, or None for no rotation.
+    def layer_positions(self, layer: int, hidden: Tensor, state: Any, inputs: PositionInputs) -> Tensor | None:
+        """Per-token coordinates ``[B or 1, T]`` (or ``[B, T, axes]``) this layer rotates by; None: no rotation.
 
-        ``hidden`` is the layer's normalised input ``[B, T, D]``.
+        ``hidden`` is the layer's input, the residual stream ``[B, T, D]``. Return the same tensor object for
+        every layer when the coordinates do not depend on the layer: the model then rotates with one set of
+        angles. Analyses read these coordinates (``Transformer.forward(..., return_positions=True)``).
         """
         return None
+
+    def angles(self, positions: Tensor) -> Tensor:
+        """Rotation angles ``[B or 1, T, n_pairs]`` in fp32 from what ``layer_positions`` returned."""
+        raise NotImplementedError(f"{type(self).__name__} returns positions but does not define angles()")
 
     def score_bias(self, length: int, device: torch.device) -> Tensor | None:
         """Additive bias ``[H, T, T]`` on the attention scores (before the causal mask), or None."""

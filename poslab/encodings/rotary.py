@@ -69,7 +69,8 @@ class RotaryEncoding(PositionEncoding):
     """Base of the rotary family: frequencies, pairing and partial rotation, validated in one place.
 
     Subclasses decide which per-token coordinates the angles come from by
-    overriding ``positions`` (or ``rotary_angles`` for several axes).
+    overriding ``positions`` (the same in every layer) or ``layer_positions``
+    (per layer), and ``angles`` for several axes.
     """
 
     def __init__(
@@ -100,16 +101,18 @@ class RotaryEncoding(PositionEncoding):
                 f"{shape.head_dim} (d_model {shape.d_model} / {shape.n_heads} heads): RoPE rotates pairs of features."
             )
 
-    def positions(self, state: Any, inputs: PositionInputs) -> Tensor:
-        """Real-valued per-token positions ``[B, T]`` used for the rotation."""
+    def positions(self, token_embeddings: Tensor, inputs: PositionInputs) -> Tensor:
+        """Real-valued per-token positions ``[B or 1, T]``, the same in every layer (the token index here)."""
         return inputs.positions
 
     def begin(self, token_embeddings: Tensor, inputs: PositionInputs) -> tuple[Tensor, Any]:
-        # Angles are the same in every layer: compute them once per forward.
-        return token_embeddings, rotation_angles(self.positions(None, inputs), self.inv_freq)
+        return token_embeddings, self.positions(token_embeddings, inputs)
 
-    def rotary_angles(self, layer: int, hidden: Tensor, state: Any, inputs: PositionInputs) -> Tensor | None:
-        return state
+    def layer_positions(self, layer: int, hidden: Tensor, state: Any, inputs: PositionInputs) -> Tensor | None:
+        return state  # one tensor for all layers: the model builds the rotation once
+
+    def angles(self, positions: Tensor) -> Tensor:
+        return rotation_angles(positions, self.inv_freq)
 
     def label(self) -> str:
         if self.base == 10_000.0:
