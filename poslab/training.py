@@ -54,13 +54,13 @@ def build_model_config(cfg: DictConfig, vocab_size: int, n_outputs: int) -> Mode
 
 
 def build_module(cfg: DictConfig, datamodule: L.LightningDataModule) -> L.LightningModule:
-    model = build_model_config(cfg, datamodule.task.vocab_size, datamodule.task.num_classes)
+    model = build_model_config(cfg, datamodule.vocab_size, datamodule.num_classes)
     module_class = hydra.utils.get_class(cfg.task.module)
     return module_class(
         model=model,
         optimizer=OmegaConf.to_container(cfg.optimizer, resolve=True),
-        train_length=datamodule.train_length,
-        eval_lengths=datamodule.eval_lengths,
+        max_length=datamodule.max_length,
+        **datamodule.module_arguments(),
     )
 
 
@@ -100,8 +100,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "encoding": cfg.encoding.name,
         "label": label,
         "seed": int(cfg.seed),
-        "train_length": datamodule.train_length,
-        "eval_lengths": datamodule.eval_lengths,
+        **datamodule.describe(),
         "steps": int(trainer.global_step),
         "parameters": module.model.num_parameters(),
         "train_seconds": round(train_seconds, 3),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import lightning as L
 import torch
@@ -128,10 +129,17 @@ class SyntheticDataModule(L.LightningDataModule):
         self.eval_seed, self.seed = eval_seed, seed
         self.train_batches = TrainingBatches(self.task, batch_size, self.train_length, seed)
         self.eval_sets: list[EvaluationSet] = []
+        self.vocab_size, self.num_classes = self.task.vocab_size, self.task.num_classes
 
     @property
     def max_length(self) -> int:
         return max([self.train_length, *self.eval_lengths])
+
+    def describe(self) -> dict[str, Any]:
+        return {"train_length": self.train_length, "eval_lengths": self.eval_lengths}
+
+    def module_arguments(self) -> dict[str, Any]:
+        return {"train_length": self.train_length, "eval_lengths": self.eval_lengths}
 
     def setup(self, stage: str | None = None) -> None:
         if self.trainer is not None:

@@ -25,9 +25,9 @@ METRICS = ("accuracy", "accuracy_past_train", "accuracy_log_scaled")
 
 class SyntheticTaskModule(TransformerModule):
     def __init__(
-        self, model: ModelConfig, optimizer: dict[str, Any], train_length: int, eval_lengths: list[int]
+        self, model: ModelConfig, optimizer: dict[str, Any], max_length: int, train_length: int, eval_lengths: list[int]
     ) -> None:
-        super().__init__(model, optimizer, max(train_length, *eval_lengths))
+        super().__init__(model, optimizer, max_length)
         self.train_length, self.eval_lengths = train_length, list(eval_lengths)
         self.metrics = nn.ModuleDict(
             {

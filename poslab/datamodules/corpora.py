@@ -1,0 +1,371 @@
+"""Real corpora: where documents come from, and the prepared (tokenised, memory-mapped) cache.
+
+A corpus is one or more *source groups* (e.g. ``en`` and ``zh`` for
+``wiki_en_zh``), each with a weight (its share of training windows) and its
+sources: local files under ``paths.data_dir`` (``POSLAB_DATA_DIR``) tried
+first, then the Hugging Face hub through ``datasets`` when online. A group is
+prepared once into a cache directory holding, per split, a ``uint16`` token
+array and an ``int32`` per-token document index (room is left for paragraph
+and sentence coordinates: ``coordinates`` in ``meta.json`` names the arrays).
+
+Validation documents are chosen per document (a hash of the group name and the
+document's ordinal), so no document is in both splits; sources may also be
+pinned to one split (``split: train`` / ``split: validation``).
+
+Preparation streams document by document (peak memory does not grow with the
+corpus), writes into a temporary directory and renames it into place under a
+file lock, so parallel jobs preparing the same data leave one valid cache.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import sysconfig
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from filelock import FileLock
+
+from poslab.encodings.base import ConfigError
+
+CACHE_VERSION = 1
+SPLITS = ("train", "validation")
+FORMATS = ("jsonl", "text", "wikitext", "parquet", "python")
+SEPARATOR = 256  # the document separator symbol of the byte tokenizer
+BYTE_VOCAB = 257
+
+
+@dataclass
+class LocalSource:
+    """Files under the data directory (a glob; ``{stdlib}`` stands for the running interpreter's library)."""
+
+    pattern: str
+    format: str = "auto"
+    field: str = "text"  # jsonl / parquet column holding the text
+    split: str = "both"  # both: documents split by hash; train / validation: the whole source
+    document_start: str | None = None  # text: a regex; a line matching it starts a new document
+
+    def files(self, data_dir: Path) -> list[Path]:
+        pattern = self.pattern.replace("{stdlib}", sysconfig.get_paths()["stdlib"])
+        root = Path(pattern) if Path(pattern).is_absolute() else data_dir / pattern
+        return sorted(Path(p) for p in glob.glob(str(root), recursive=True) if Path(p).is_file())
+
+    def file_format(self, path: Path) -> str:
+        if self.format != "auto":
+            return self.format
+        suffix = path.suffix.lower()
+        return {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".py": "python", ".raw": "wikitext"}.get(
+            suffix, "text"
+        )
+
+
+@dataclass
+class HubSource:
+    path: str
+    name: str | None = None
+    split: str = "train"
+    field: str = "text"
+    max_bytes: int = 200_000_000  # a stream from the hub is cut here (Wikipedia is tens of GB)
+
+
+@dataclass
+class SourceGroup:
+    name: str
+    weight: float = 1.0
+    local: list[LocalSource] = field(default_factory=list)
+    hub: HubSource | None = None
+    max_bytes: int | None = None  # cap on the prepared bytes of this group (both splits)
+
+    @classmethod
+    def from_config(cls, name: str, settings: dict[str, Any]) -> SourceGroup:
+        settings = dict(settings)
+        local = [LocalSource(**s) for s in settings.pop("local", []) or []]
+        for source in local:
+            if source.format not in (*FORMATS, "auto"):
+                allowed = ", ".join(("auto", *FORMATS))
+                raise ConfigError(f"corpus source {source.pattern!r} has format={source.format!r}; allowed: {allowed}.")
+            if source.split not in ("both", *SPLITS):
+                raise ConfigError(
+                    f"corpus source {source.pattern!r} has split={source.split!r}; allowed: both, train, validation."
+                )
+        hub = settings.pop("hub", None)
+        return cls(name=name, local=local, hub=HubSource(**hub) if hub else None, **settings)
+
+
+# ---- reading documents -----------------------------------------------------------------------------------------
+
+
+def _jsonl_documents(path: Path, text_field: str) -> Iterator[str]:
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                text = json.loads(line).get(text_field) or ""
+                if text.strip():
+                    yield text
+
+
+def _text_documents(path: Path, document_start: str | None) -> Iterator[str]:
+    """A plain-text file: one document, or several when ``document_start`` marks where each begins."""
+    start = re.compile(document_start) if document_start else None
+    lines: list[str] = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if start is not None and start.match(line) and any(s.strip() for s in lines):
+                yield "".join(lines)
+                lines = []
+            lines.append(line)
+    if any(s.strip() for s in lines):
+        yield "".join(lines)
+
+
+WIKITEXT_TITLE = r"^ = [^=].* = \s*$"  # ' = Title = ' starts an article; ' = = Section = = ' does not
+
+
+def _parquet_documents(path: Path, text_field: str) -> Iterator[str]:
+    import pyarrow.parquet as pq
+
+    for batch in pq.ParquetFile(path).iter_batches(columns=[text_field], batch_size=256):
+        yield from (t for t in batch.column(0).to_pylist() if t and t.strip())
+
+
+def local_documents(source: LocalSource, path: Path) -> Iterator[str]:
+    kind = source.file_format(path)
+    if kind == "jsonl":
+        yield from _jsonl_documents(path, source.field)
+    elif kind == "parquet":
+        yield from _parquet_documents(path, source.field)
+    elif kind == "wikitext":
+        yield from _text_documents(path, source.document_start or WIKITEXT_TITLE)
+    else:  # text, python: the file (or its marked parts)
+        yield from _text_documents(path, source.document_start)
+
+
+def hub_documents(hub: HubSource) -> Iterator[str]:
+    from datasets import load_dataset
+
+    stream = load_dataset(hub.path, hub.name, split=hub.split, streaming=True)
+    total = 0
+    for row in stream:
+        text = row.get(hub.field) or ""
+        if text.strip():
+            yield text
+            total += len(text.encode("utf-8"))
+            if total >= hub.max_bytes:
+                return
+
+
+def hub_is_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False") or os.environ.get(
+        "HF_DATASETS_OFFLINE", "0"
+    ) not in ("0", "", "false", "False")
+
+
+@dataclass
+class ResolvedGroup:
+    """What a group will actually be read from: local files (with their sources) or the hub."""
+
+    group: SourceGroup
+    files: list[tuple[LocalSource, Path]]
+    use_hub: bool
+
+    def fingerprint(self) -> list[Any]:
+        if self.use_hub:
+            hub = self.group.hub
+            return ["hub", hub.path, hub.name, hub.split, hub.field, hub.max_bytes]
+        return [
+            [str(p), p.stat().st_size, p.stat().st_mtime_ns, s.split, s.format, s.field, s.document_start]
+            for s, p in self.files
+        ]
+
+    def documents(self) -> Iterator[tuple[str, str]]:
+        """(split pin, text) for every document, in a fixed order."""
+        if self.use_hub:
+            yield from (("both", text) for text in hub_documents(self.group.hub))
+            return
+        for source, path in self.files:
+            yield from ((source.split, text) for text in local_documents(source, path))
+
+
+def resolve_group(corpus: str, group: SourceGroup, data_dir: Path) -> ResolvedGroup:
+    files = [(source, path) for source in group.local for path in source.files(data_dir)]
+    if files:
+        return ResolvedGroup(group, files, use_hub=False)
+    if group.hub is not None and not hub_is_offline():
+        return ResolvedGroup(group, [], use_hub=True)
+    looked = ", ".join(str(data_dir / s.pattern) for s in group.local) or "(no local patterns)"
+    hub = f"the hub dataset {group.hub.path} ({group.hub.name})" if group.hub else "no hub dataset"
+    offline = " (HF_HUB_OFFLINE is set, so the hub was not tried)" if group.hub and hub_is_offline() else ""
+    raise ConfigError(
+        f"corpus {corpus!r}, source group {group.name!r}: no local files matched {looked}, and {hub} is not "
+        f"available{offline}. Put the files there in one of the formats {', '.join(FORMATS)} (e.g. a .jsonl with a "
+        f"'text' field), or point POSLAB_DATA_DIR (paths.data_dir, now {data_dir}) at a directory that has them, "
+        f"or go online so that `datasets` can fetch the hub copy."
+    )
+
+
+# ---- the prepared cache ----------------------------------------------------------------------------------------
+
+
+def is_validation(group: str, ordinal: int, fraction: float) -> bool:
+    """A fixed pseudo-random choice per document: the same document always lands in the same split."""
+    digest = hashlib.sha1(f"{group}:{ordinal}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") / 2**32 < fraction
+
+
+def encode_bytes(text: str) -> np.ndarray:
+    """The byte tokenizer: the UTF-8 bytes of ``text`` as symbols 0..255 (the separator is 256)."""
+    return np.frombuffer(text.encode("utf-8", errors="surrogateescape"), dtype=np.uint8).astype(np.uint16)
+
+
+def decode_bytes(tokens: np.ndarray | list[int]) -> bytes:
+    """Back to bytes; the separator (and any symbol above 255) is dropped."""
+    values = np.asarray(tokens)
+    return values[values < 256].astype(np.uint8).tobytes()
+
+
+@dataclass
+class PreparedSplit:
+    tokens: np.ndarray  # uint16 [N], memory-mapped
+    documents: np.ndarray  # int32 [N], memory-mapped: the ordinal of each token's document
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass
+class PreparedGroup:
+    name: str
+    weight: float
+    directory: Path
+    meta: dict[str, Any]
+    splits: dict[str, PreparedSplit]
+
+
+class _SplitWriter:
+    def __init__(self, directory: Path, split: str) -> None:
+        self.tokens = open(directory / f"{split}.tokens.u16", "wb")  # noqa: SIM115 (closed in close())
+        self.documents = open(directory / f"{split}.documents.i32", "wb")  # noqa: SIM115
+        self.count, self.n_documents = 0, 0
+
+    def add(self, ordinal: int, tokens: np.ndarray) -> None:
+        tokens = np.append(tokens, np.uint16(SEPARATOR))  # each document ends with the separator
+        self.tokens.write(tokens.astype("<u2").tobytes())
+        self.documents.write(np.full(len(tokens), ordinal, dtype="<i4").tobytes())
+        self.count += len(tokens)
+        self.n_documents += 1
+
+    def close(self) -> None:
+        for f in (self.tokens, self.documents):
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+
+
+def prepare_group(
+    corpus: str, resolved: ResolvedGroup, cache_dir: Path, validation_fraction: float, tokenizer: str = "bytes"
+) -> PreparedGroup:
+    """Tokenise a group into the cache (once), and map it."""
+    if tokenizer != "bytes":
+        raise ConfigError(f"tokenizer={tokenizer!r} is not available yet; allowed: bytes.")
+    group = resolved.group
+    settings = {
+        "version": CACHE_VERSION,
+        "corpus": corpus,
+        "group": group.name,
+        "tokenizer": tokenizer,
+        "validation_fraction": validation_fraction,
+        "max_bytes": group.max_bytes,
+        "sources": resolved.fingerprint(),
+    }
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    final = cache_dir / f"{corpus}-{group.name}-{key}"
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(final) + ".lock"):
+        if not (final / "meta.json").is_file():
+            _write_group(resolved, final, settings, validation_fraction)
+    return load_prepared(final, group.weight)
+
+
+def _write_group(resolved: ResolvedGroup, final: Path, settings: dict[str, Any], fraction: float) -> None:
+    tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    writers = {split: _SplitWriter(tmp, split) for split in SPLITS}
+    total, cap = 0, resolved.group.max_bytes
+    try:
+        for ordinal, (pin, text) in enumerate(resolved.documents()):
+            tokens = encode_bytes(text)
+            split = (
+                pin
+                if pin != "both"
+                else ("validation" if is_validation(resolved.group.name, ordinal, fraction) else "train")
+            )
+            writers[split].add(ordinal, tokens)
+            total += len(tokens)
+            if cap is not None and total >= cap:
+                break
+    finally:
+        for writer in writers.values():
+            writer.close()
+    meta = {
+        **settings,
+        "splits": {s: {"tokens": w.count, "documents": w.n_documents} for s, w in writers.items()},
+        "coordinates": ["documents"],
+        "vocab_size": BYTE_VOCAB,
+    }
+    if writers["train"].count == 0 or writers["validation"].count == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ConfigError(
+            f"corpus {settings['corpus']!r}, group {settings['group']!r}: the "
+            f"{'train' if writers['train'].count == 0 else 'validation'} split is empty ({meta['splits']}); give more documents or a larger corpus.validation_fraction."
+        )
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
+    os.replace(tmp, final)  # atomic: readers see no cache or a complete one
+
+
+def load_prepared(directory: Path, weight: float = 1.0) -> PreparedGroup:
+    meta = json.loads((directory / "meta.json").read_text())
+    splits = {}
+    for split in SPLITS:
+        n = meta["splits"][split]["tokens"]
+        splits[split] = PreparedSplit(
+            tokens=np.memmap(directory / f"{split}.tokens.u16", dtype="<u2", mode="r", shape=(n,)),
+            documents=np.memmap(directory / f"{split}.documents.i32", dtype="<i4", mode="r", shape=(n,)),
+        )
+    return PreparedGroup(meta["group"], weight, directory, meta, splits)
+
+
+def prepare_corpus(corpus: dict[str, Any], data_dir: str | Path, cache_dir: str | Path) -> list[PreparedGroup]:
+    """Resolve and prepare every source group of a corpus config (``conf/corpus/*.yaml``)."""
+    name = corpus["name"]
+    groups = corpus.get("groups") or {}
+    if not groups:
+        raise ConfigError(f"corpus {name!r} names no source groups (corpus.groups); see conf/corpus/ for examples.")
+    fraction = float(corpus.get("validation_fraction", 0.02))
+    if not 0.0 < fraction < 1.0:
+        raise ConfigError(f"corpus.validation_fraction={fraction} must be between 0 and 1 (exclusive).")
+    prepared = []
+    for group_name, settings in groups.items():
+        group = SourceGroup.from_config(group_name, settings)
+        resolved = resolve_group(name, group, Path(data_dir))
+        prepared.append(prepare_group(name, resolved, Path(cache_dir), fraction, corpus.get("tokenizer", "bytes")))
+    return prepared
+
+
+def describe(prepared: list[PreparedGroup]) -> str:
+    parts = []
+    for group in prepared:
+        s = group.meta["splits"]
+        parts.append(
+            f"{group.name}: {s['train']['tokens']:,} train / {s['validation']['tokens']:,} validation tokens "
+            f"({s['train']['documents']:,} / {s['validation']['documents']:,} documents), weight {group.weight}"
+        )
+    return "; ".join(parts)

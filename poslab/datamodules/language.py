@@ -1,0 +1,142 @@
+"""Language modelling on a prepared corpus: random training windows, fixed validation windows.
+
+Training batch i is a pure function of (seed, i), like the synthetic tasks:
+each row picks a source group with probability proportional to its weight
+(``wiki_en_zh``: 1/2 English, 1/2 Chinese bytes, whatever the groups' sizes),
+then a uniformly random window of ``context_length + 1`` tokens in that
+group's training split. Validation windows are evenly spaced over each group's
+validation split, ``val_windows`` per group, the same for every run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from poslab.datamodules.corpora import BYTE_VOCAB, PreparedGroup, describe, prepare_corpus
+from poslab.datamodules.synthetic import batch_generator
+from poslab.encodings.base import ConfigError
+
+log = logging.getLogger("poslab")
+
+
+def window(tokens: np.ndarray, start: int, length: int) -> Tensor:
+    return torch.from_numpy(np.asarray(tokens[start : start + length], dtype=np.int64))
+
+
+class TrainingWindows(IterableDataset):
+    def __init__(self, groups: list[PreparedGroup], batch_size: int, context_length: int, seed: int) -> None:
+        self.groups, self.batch_size, self.length, self.seed = groups, batch_size, context_length + 1, seed
+        weights = torch.tensor([g.weight for g in groups], dtype=torch.float64)
+        self.probabilities = weights / weights.sum()
+        self.start, self.rank, self.world_size = 0, 0, 1
+
+    def batch(self, index: int) -> Tensor:
+        generator = batch_generator(self.seed, index)
+        choice = torch.multinomial(self.probabilities, self.batch_size, replacement=True, generator=generator)
+        rows = []
+        for g in choice.tolist():
+            tokens = self.groups[g].splits["train"].tokens
+            start = int(torch.randint(0, len(tokens) - self.length + 1, (1,), generator=generator))
+            rows.append(window(tokens, start, self.length))
+        return torch.stack(rows)
+
+    def __iter__(self) -> Iterator[Tensor]:
+        rows = self.batch_size // self.world_size
+        index = self.start
+        while True:
+            yield self.batch(index)[self.rank * rows : (self.rank + 1) * rows]
+            index += 1
+
+
+class ValidationWindows(Dataset):
+    def __init__(self, groups: list[PreparedGroup], per_group: int, context_length: int) -> None:
+        self.items: list[tuple[int, int]] = []  # (group, start)
+        self.groups, self.length = groups, context_length + 1
+        for g, group in enumerate(groups):
+            n = len(group.splits["validation"])
+            if n < self.length:
+                raise ConfigError(
+                    f"group {group.name!r} has only {n} validation tokens, fewer than one window of {self.length}; "
+                    f"lower task.context_length or raise corpus.validation_fraction."
+                )
+            starts = np.linspace(0, n - self.length, num=min(per_group, n - self.length + 1)).astype(int)
+            self.items += [(g, int(s)) for s in starts]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> Tensor:
+        g, start = self.items[i]
+        return window(self.groups[g].splits["validation"].tokens, start, self.length)
+
+
+class LanguageModelDataModule(L.LightningDataModule):
+    def __init__(
+        self,
+        name: str,
+        corpus: dict[str, Any],
+        data_dir: str,
+        cache_dir: str,
+        context_length: int = 512,
+        batch_size: int = 32,
+        val_windows: int = 64,
+        eval_batch_size: int = 32,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if context_length < 2:
+            raise ConfigError(f"task.context_length={context_length} must be at least 2.")
+        self.corpus, self.data_dir, self.cache_dir = dict(corpus), data_dir, cache_dir
+        self.context_length, self.batch_size = int(context_length), int(batch_size)
+        self.val_windows, self.eval_batch_size, self.seed = int(val_windows), int(eval_batch_size), seed
+        self.vocab_size = self.num_classes = BYTE_VOCAB
+        self.groups: list[PreparedGroup] = []
+        self.train_windows: TrainingWindows | None = None
+        self.validation: ValidationWindows | None = None
+
+    @property
+    def max_length(self) -> int:
+        return self.context_length
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "corpus": self.corpus["name"],
+            "context_length": self.context_length,
+            "groups": {g.name: g.meta["splits"] for g in self.groups},
+        }
+
+    def module_arguments(self) -> dict[str, Any]:
+        return {}
+
+    def prepare_data(self) -> None:
+        prepare_corpus(self.corpus, self.data_dir, self.cache_dir)  # once per node; ranks then map the cache
+
+    def setup(self, stage: str | None = None) -> None:
+        if not self.groups:
+            self.groups = prepare_corpus(self.corpus, self.data_dir, self.cache_dir)
+            log.info("corpus %s: %s", self.corpus["name"], describe(self.groups))
+            self.train_windows = TrainingWindows(self.groups, self.batch_size, self.context_length, self.seed)
+            self.validation = ValidationWindows(self.groups, self.val_windows, self.context_length)
+        if self.trainer is not None:
+            world = self.trainer.world_size
+            if self.batch_size % world:
+                raise ConfigError(f"task.batch_size={self.batch_size} is not divisible by the {world} processes.")
+            self.train_windows.rank, self.train_windows.world_size = self.trainer.global_rank, world
+
+    def train_dataloader(self) -> DataLoader:
+        self.train_windows.start = self.trainer.global_step if self.trainer is not None else 0
+        return DataLoader(self.train_windows, batch_size=None)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.validation, batch_size=self.eval_batch_size)
+
+    def test_dataloader(self) -> DataLoader:
+        return self.val_dataloader()

@@ -1,0 +1,40 @@
+"""Next-symbol prediction on a corpus: loss, and bits per byte on validation."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch.nn.functional as F
+from torch import Tensor
+from torchmetrics import MeanMetric
+
+from poslab.lightning_modules.base import TransformerModule
+from poslab.model import ModelConfig
+
+
+class LanguageModelModule(TransformerModule):
+    """With the byte tokenizer every symbol is one byte (the document separator counts as one), so bits per
+    byte is the validation loss in nats divided by ln 2."""
+
+    def __init__(self, model: ModelConfig, optimizer: dict[str, Any], max_length: int) -> None:
+        super().__init__(model, optimizer, max_length)
+        self.val_loss = MeanMetric()
+        self.figures: dict[str, float] = {}
+
+    def loss(self, batch: Tensor) -> Tensor:
+        logits = self.model(batch[:, :-1]).logits
+        return F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
+
+    def validation_step(self, batch: Tensor, batch_idx: int) -> None:
+        self.val_loss.update(self.loss(batch), weight=batch[:, 1:].numel())
+
+    def on_validation_epoch_end(self) -> None:
+        loss = float(self.val_loss.compute())
+        self.val_loss.reset()
+        self.figures = {"val_loss": loss, "val_bpb": loss / math.log(2), "step": int(self.global_step)}
+        self.log("val/loss", loss, prog_bar=True, sync_dist=False)
+        self.log("val/bpb", loss / math.log(2), sync_dist=False)
+
+    test_step = validation_step
+    on_test_epoch_end = on_validation_epoch_end
