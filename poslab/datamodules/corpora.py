@@ -321,11 +321,12 @@ def _write_group(resolved: ResolvedGroup, final: Path, settings: dict[str, Any],
         "coordinates": ["documents"],
         "vocab_size": BYTE_VOCAB,
     }
-    if writers["train"].count == 0 or writers["validation"].count == 0:
+    empty = [split for split, writer in writers.items() if writer.count == 0]
+    if empty:
         shutil.rmtree(tmp, ignore_errors=True)
         raise ConfigError(
-            f"corpus {settings['corpus']!r}, group {settings['group']!r}: the "
-            f"{'train' if writers['train'].count == 0 else 'validation'} split is empty ({meta['splits']}); give more documents or a larger corpus.validation_fraction."
+            f"corpus {settings['corpus']!r}, group {settings['group']!r}: the {empty[0]} split is empty "
+            f"({meta['splits']}); give more documents or a larger corpus.validation_fraction."
         )
     (tmp / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
     os.replace(tmp, final)  # atomic: readers see no cache or a complete one
