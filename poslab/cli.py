@@ -30,6 +30,19 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("--reference", default=None, help="'where_am_i' or a file of report lines to compare with")
     grid.add_argument("--plot", default=None, help="PNG path (default: DIR/extrapolation_grid.png)")
 
+    losses = reports.add_parser("losses", help="validation loss and bits per byte of language-model runs")
+    losses.add_argument("directories", nargs="+", help="run or multirun directories")
+
+    analyze = commands.add_parser("analyze", help="analyses of trained checkpoints")
+    analyses = analyze.add_subparsers(dest="analysis", required=True)
+    increments = analyses.add_parser("increments", help="learned position increments: categories, picture, AUC")
+    increments.add_argument("run_dir", help="a finished train.py run directory (has model.pt)")
+    increments.add_argument("--text", default=None, help="text file for the category table (default: held-out data)")
+    increments.add_argument("--sentence", action="append", default=None, help="sentence(s) to draw (repeatable)")
+    increments.add_argument("--zh-text", default=None, help="Chinese text for the word-boundary AUC")
+    increments.add_argument("--max-bytes", type=int, default=200_000, help="held-out bytes to analyse")
+    increments.add_argument("--output-dir", default=None, help="where to write (default: RUN_DIR)")
+
     waves = commands.add_parser("wavelengths", help="RoPE wavelength table")
     waves.add_argument("--head-dim", type=int, default=128)
     waves.add_argument("--bases", type=_floats, default=[10_000.0, 500_000.0])
@@ -46,6 +59,18 @@ def main(argv: list[str] | None = None) -> int:
             from poslab.analysis.extrapolation import report_grid
 
             print(report_grid(args.directory, args.reference, args.plot))
+        elif args.command == "report" and args.report == "losses":
+            from poslab.analysis.losses import report_losses
+
+            print(report_losses(args.directories))
+        elif args.command == "analyze" and args.analysis == "increments":
+            from poslab.analysis.increments_report import analyze_increments
+
+            print(
+                analyze_increments(
+                    args.run_dir, args.text, args.sentence, args.zh_text, args.max_bytes, args.output_dir
+                )
+            )
         elif args.command == "wavelengths":
             from poslab.analysis.wavelengths import wavelength_table
 
@@ -57,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 
             for name, cls in sorted(ENCODINGS.items()):
                 print(f"{name:20s} {(cls.__doc__ or '').strip().splitlines()[0] if cls.__doc__ else ''}")
-    except (FileNotFoundError, ValueError) as error:
+    except (FileNotFoundError, ValueError) as error:  # ConfigError is a ValueError
         print(f"poslab: {error}", file=sys.stderr)
         return 2
     return 0

@@ -14,6 +14,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from poslab.checkpoint import MODEL_FILE, save_model
 from poslab.config import check_config
 from poslab.encodings.base import ConfigError
 from poslab.io import write_json_atomic
@@ -88,7 +89,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     log.info("%s %s seed %s: %s parameters", cfg.task.name, label, cfg.seed, f"{module.model.num_parameters():,}")
 
     trainer: L.Trainer = hydra.utils.instantiate(
-        cfg.trainer, logger=instantiate_all(cfg.get("logger")) or False, callbacks=instantiate_all(cfg.get("callbacks"))
+        cfg.trainer,
+        logger=instantiate_all(cfg.get("logger")) or False,
+        callbacks=instantiate_all(cfg.get("callbacks")),
+        **datamodule.trainer_arguments(),
     )
     start = time.perf_counter()
     trainer.fit(module, datamodule=datamodule)
@@ -108,13 +112,22 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     if trainer.is_global_zero:
+        if cfg.get("save_model", True):
+            save_model(output_dir / MODEL_FILE, module.model, results["config"])
         write_json_atomic(output_dir / RESULTS_FILE, results)
         log.info("%s %s seed %s: %s", cfg.task.name, label, cfg.seed, format_figures(module.figures))
     return results
 
 
-def format_figures(figures: dict[str, dict[str, float]]) -> str:
-    return "; ".join(f"L{n}: " + ", ".join(f"{k} {v:.3f}" for k, v in row.items()) for n, row in figures.items())
+def format_figures(figures: dict[str, Any]) -> str:
+    """``L32: accuracy 1.000, ...`` for per-length figures, ``val_loss 1.234, ...`` for flat ones."""
+    parts = []
+    for key, value in figures.items():
+        if isinstance(value, dict):
+            parts.append(f"L{key}: " + ", ".join(f"{k} {v:.3f}" for k, v in value.items()))
+        else:
+            parts.append(f"{key} {value:.4g}")
+    return "; ".join(parts)
 
 
 def main(cfg: DictConfig) -> dict[str, Any] | None:

@@ -89,6 +89,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         batch_size: int = 32,
         val_windows: int = 64,
         eval_batch_size: int = 32,
+        val_every_n_steps: int = 500,
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -97,6 +98,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         self.corpus, self.data_dir, self.cache_dir = dict(corpus), data_dir, cache_dir
         self.context_length, self.batch_size = int(context_length), int(batch_size)
         self.val_windows, self.eval_batch_size, self.seed = int(val_windows), int(eval_batch_size), seed
+        self.val_every_n_steps = int(val_every_n_steps)
         self.vocab_size = self.num_classes = BYTE_VOCAB
         self.groups: list[PreparedGroup] = []
         self.train_windows: TrainingWindows | None = None
@@ -115,6 +117,10 @@ class LanguageModelDataModule(L.LightningDataModule):
 
     def module_arguments(self) -> dict[str, Any]:
         return {}
+
+    def trainer_arguments(self) -> dict[str, Any]:
+        # training windows are endless: validate by steps, not by epochs
+        return {"val_check_interval": self.val_every_n_steps, "check_val_every_n_epoch": None}
 
     def prepare_data(self) -> None:
         prepare_corpus(self.corpus, self.data_dir, self.cache_dir)  # once per node; ranks then map the cache

@@ -138,6 +138,9 @@ class SyntheticDataModule(L.LightningDataModule):
     def describe(self) -> dict[str, Any]:
         return {"train_length": self.train_length, "eval_lengths": self.eval_lengths}
 
+    def trainer_arguments(self) -> dict[str, Any]:
+        return {}
+
     def module_arguments(self) -> dict[str, Any]:
         return {"train_length": self.train_length, "eval_lengths": self.eval_lengths}
 

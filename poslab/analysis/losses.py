@@ -1,0 +1,42 @@
+"""``poslab report losses DIR...``: validation loss and bits per byte of language-model runs side by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from poslab.io import read_json
+from poslab.training import RESULTS_FILE
+
+
+def report_losses(directories: list[str | Path]) -> str:
+    rows = []
+    for directory in directories:
+        for path in sorted(Path(directory).rglob(RESULTS_FILE)):
+            result = read_json(path)
+            figures = result.get("figures", {})
+            if "val_loss" not in figures:
+                continue  # not a language-model run
+            rows.append(
+                (
+                    result.get("corpus", "?"),
+                    result["label"],
+                    result["seed"],
+                    result["steps"],
+                    figures["val_loss"],
+                    figures["val_bpb"],
+                    result.get("parameters", 0),
+                    path.parent,
+                )
+            )
+    if not rows:
+        raise FileNotFoundError(f"no language-model {RESULTS_FILE} below {', '.join(map(str, directories))}.")
+    rows.sort(key=lambda r: (r[0], r[1], r[2]))
+    lines = [
+        "| corpus | encoding | seed | steps | parameters | val loss (nats) | val bits/byte | run |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {c} | {label} | {seed} | {steps} | {params:,} | {loss:.4f} | {bpb:.4f} | {run} |"
+        for c, label, seed, steps, loss, bpb, params, run in rows
+    ]
+    return "\n".join(lines)

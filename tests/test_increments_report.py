@@ -1,0 +1,80 @@
+"""`poslab analyze increments` and `poslab report losses` on a tiny trained byte model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from poslab.cli import main as poslab_main
+
+from .conftest import compose_config
+from .test_corpora import make_corpus
+
+ZH = "人工智能是计算机科学的一个分支。它研究如何让机器像人一样思考和学习。自然语言处理是人工智能的重要方向。"
+
+
+@pytest.fixture(scope="module")
+def trained_runs(tmp_path_factory):
+    from poslab.training import run
+
+    root = tmp_path_factory.mktemp("runs")
+    data = root / "data"
+    corpus = make_corpus(data)
+    runs = {}
+    for encoding in ("rope", "increments_shared", "increments_layer"):
+        out = root / encoding
+        overrides = [
+            f"encoding={encoding}",
+            "corpus=wiki_en_zh",
+            f"paths.data_dir={data}",
+            f"paths.cache_dir={root / 'cache'}",
+            "model=byte",
+            "model.n_layers=2",
+            "model.d_model=32",
+            "model.n_heads=2",
+            "model.mlp_hidden=64",
+            "task.context_length=64",
+            "task.batch_size=4",
+            "task.val_every_n_steps=5",
+            "task.val_windows=2",
+            "trainer.max_steps=6",
+            "~logger",
+            "~callbacks",
+            "corpus.groups.en.local=[{pattern: 'en/*.jsonl'}]",
+            "corpus.groups.zh.local=[{pattern: 'zh/*.txt', format: text, document_start: '^第.{1,8}回'}]",
+            f"corpus.validation_fraction={corpus['validation_fraction']}",
+        ]
+        run(compose_config(overrides, out))
+        runs[encoding] = out
+    return runs
+
+
+@pytest.mark.parametrize("encoding", ["increments_shared", "increments_layer"])
+def test_analyze_increments_writes_the_table_picture_and_aucs(trained_runs, tmp_path, capsys, encoding):
+    zh_file = tmp_path / "zh.txt"
+    zh_file.write_text(ZH * 3, encoding="utf-8")
+    run_dir = trained_runs[encoding]
+    assert poslab_main(["analyze", "increments", str(run_dir), "--zh-text", str(zh_file)]) == 0
+    out = capsys.readouterr().out
+    assert "English (lowercase)" in out and "Chinese (lead byte)" in out and "(mean " in out
+    layers = ["shared"] if encoding == "increments_shared" else ["L0", "L1"]
+    assert all(f"  {name}: " in out for name in layers)
+    summary = json.loads((run_dir / "increments_analysis.json").read_text())
+    assert list(summary["boundary_auc"]) == layers
+    assert all(0.0 <= auc <= 1.0 for auc in summary["boundary_auc"].values())
+    assert (run_dir / "increments_categories.csv").stat().st_size > 100
+    assert (run_dir / "increments_positions_0.png").stat().st_size > 1000
+    assert (run_dir / "increments_positions_1.png").stat().st_size > 1000
+
+
+def test_report_losses_puts_the_runs_side_by_side(trained_runs, capsys):
+    assert poslab_main(["report", "losses", *map(str, trained_runs.values())]) == 0
+    out = capsys.readouterr().out
+    assert out.count("| wiki_en_zh |") == 3
+    assert "| increments_layer |" in out and "| rope |" in out
+
+
+def test_analyze_a_directory_without_a_model_fails_clearly(tmp_path, capsys):
+    assert poslab_main(["analyze", "increments", str(tmp_path)]) == 2
+    assert "model.pt does not exist" in capsys.readouterr().err
