@@ -14,6 +14,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from poslab.callbacks import Throughput
 from poslab.checkpoint import MODEL_FILE, save_model
 from poslab.config import check_config
 from poslab.encodings.base import ConfigError
@@ -109,6 +110,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "parameters": module.model.num_parameters(),
         "train_seconds": round(train_seconds, 3),
         "figures": module.figures,
+        "throughput": next((c.summary() for c in trainer.callbacks if isinstance(c, Throughput)), {}),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     if trainer.is_global_zero:

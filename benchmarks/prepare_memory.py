@@ -1,0 +1,70 @@
+"""Peak memory of preparing a corpus: the 23 MB English Wikipedia sample against a 2 MB slice of it.
+
+    POSLAB_DATA_DIR=../shared/corpora python benchmarks/prepare_memory.py [--file enwiki/enwiki_sample.jsonl]
+
+Each preparation runs in a fresh process (the peak RSS of a process only grows); prints its peak RSS, the
+part of it the preparation added beyond the imports, the time, and the ratio large/small (target <= 1.5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CHILD = r"""
+import json, resource, sys, time
+from pathlib import Path
+import numpy, filelock  # what preparation imports, before the baseline
+from poslab.datamodules.corpora import prepare_corpus
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+start = time.perf_counter()
+corpus = {"name": "bench", "validation_fraction": 0.02, "groups": {"main": {"local": [{"pattern": sys.argv[1]}]}}}
+groups = prepare_corpus(corpus, sys.argv[2], sys.argv[3])
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+tokens = sum(split["tokens"] for g in groups for split in g.meta["splits"].values())
+print(json.dumps({"peak_kb": after, "added_kb": after - before, "seconds": time.perf_counter() - start,
+                  "tokens": tokens}))
+"""
+
+
+def measure(pattern: str, data_dir: Path) -> dict:
+    with tempfile.TemporaryDirectory() as cache:
+        out = subprocess.run([sys.executable, "-c", CHILD, pattern, str(data_dir), cache], capture_output=True,
+                             text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--file", default="enwiki/enwiki_sample.jsonl", help="a .jsonl under POSLAB_DATA_DIR")
+    parser.add_argument("--slice-mb", type=float, default=2.0)
+    args = parser.parse_args()
+    data_dir = Path(os.environ.get("POSLAB_DATA_DIR", "data"))
+    source = data_dir / args.file
+    if not source.is_file():
+        sys.exit(f"{source} not found: set POSLAB_DATA_DIR to the directory holding {args.file}")
+    with tempfile.TemporaryDirectory() as tmp:
+        small = Path(tmp) / "slice.jsonl"
+        with open(source, "rb") as f, open(small, "wb") as g:
+            size = 0
+            for line in f:
+                if size >= args.slice_mb * 1e6:
+                    break
+                g.write(line)
+                size += len(line)
+        small_result = measure(str(small), Path(tmp))
+    large_result = measure(args.file, data_dir)
+    for name, r in (("slice", small_result), ("whole", large_result)):
+        print(f"{name:6s} {r['tokens'] / 1e6:6.1f} M bytes: peak RSS {r['peak_kb'] / 1024:7.1f} MB "
+              f"(+{r['added_kb'] / 1024:6.1f} MB for preparing), {r['seconds']:.1f} s")
+    print(f"peak RSS ratio whole/slice: {large_result['peak_kb'] / small_result['peak_kb']:.3f} (target <= 1.5); "
+          f"data ratio {large_result['tokens'] / small_result['tokens']:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
