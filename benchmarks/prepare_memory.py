@@ -34,8 +34,9 @@ print(json.dumps({"peak_kb": after, "added_kb": after - before, "seconds": time.
 
 def measure(pattern: str, data_dir: Path) -> dict:
     with tempfile.TemporaryDirectory() as cache:
-        out = subprocess.run([sys.executable, "-c", CHILD, pattern, str(data_dir), cache], capture_output=True,
-                             text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, pattern, str(data_dir), cache], capture_output=True, text=True, check=True
+        )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -60,10 +61,14 @@ def main() -> None:
         small_result = measure(str(small), Path(tmp))
     large_result = measure(args.file, data_dir)
     for name, r in (("slice", small_result), ("whole", large_result)):
-        print(f"{name:6s} {r['tokens'] / 1e6:6.1f} M bytes: peak RSS {r['peak_kb'] / 1024:7.1f} MB "
-              f"(+{r['added_kb'] / 1024:6.1f} MB for preparing), {r['seconds']:.1f} s")
-    print(f"peak RSS ratio whole/slice: {large_result['peak_kb'] / small_result['peak_kb']:.3f} (target <= 1.5); "
-          f"data ratio {large_result['tokens'] / small_result['tokens']:.1f}x")
+        print(
+            f"{name:6s} {r['tokens'] / 1e6:6.1f} M bytes: peak RSS {r['peak_kb'] / 1024:7.1f} MB "
+            f"(+{r['added_kb'] / 1024:6.1f} MB for preparing), {r['seconds']:.1f} s"
+        )
+    print(
+        f"peak RSS ratio whole/slice: {large_result['peak_kb'] / small_result['peak_kb']:.3f} (target <= 1.5); "
+        f"data ratio {large_result['tokens'] / small_result['tokens']:.1f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Position encodings: one interface (``base.PositionEncoding``), one registry, one file each."""
 
-from poslab.encodings import alibi, increments, learned, none, rope, sinusoid  # noqa: F401  (registers them)
+from poslab.encodings import alibi, hrope, increments, learned, none, rope, sinusoid  # noqa: F401  (registers them)
 from poslab.encodings.base import (
     ENCODINGS,
     ConfigError,

@@ -69,6 +69,9 @@ class PositionEncoding(nn.Module):
     pairing: str = "interleaved"
     #: parameter names (relative to the encoding) to exclude from weight decay
     no_weight_decay: ClassVar[tuple[str, ...]] = ()
+    #: structural coordinates (``PositionInputs.coordinates`` keys) the encoding reads; data without
+    #: structure (the synthetic tasks) supplies them as zeros: one paragraph, one sentence
+    required_coordinates: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, shape: ModelShape) -> None:
         super().__init__()

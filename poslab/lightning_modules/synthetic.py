@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
@@ -43,22 +44,29 @@ class SyntheticTaskModule(TransformerModule):
     def _key(length: int, metric: str) -> str:
         return f"L{length}_{metric}"
 
+    def coordinates(self, tokens: Tensor) -> dict[str, Tensor] | None:
+        """Synthetic sequences have no structure: to an encoding that reads paragraph or sentence indices,
+        each sequence is one paragraph and one sentence."""
+        needed = self.model.encoding.required_coordinates
+        return {name: torch.zeros_like(tokens) for name in needed} if needed else None
+
     def loss(self, batch: tuple[Tensor, Tensor]) -> Tensor:
         tokens, targets = batch
-        logits = self.model(tokens).logits
+        logits = self.model(tokens, self.coordinates(tokens)).logits
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
 
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         tokens, targets = batch
         length = tokens.shape[1]
-        predictions = self.model(tokens).logits.argmax(-1)
+        coordinates = self.coordinates(tokens)
+        predictions = self.model(tokens, coordinates).logits.argmax(-1)
         self.metrics[self._key(length, "accuracy")].update(predictions, targets)
         if length > self.train_length:
             past = targets.clone()
             past[:, : self.train_length] = IGNORE
             self.metrics[self._key(length, "accuracy_past_train")].update(predictions, past)
         scale = math.log(length) / math.log(self.train_length)
-        scaled = self.model(tokens, score_scale=scale).logits.argmax(-1)
+        scaled = self.model(tokens, coordinates, score_scale=scale).logits.argmax(-1)
         self.metrics[self._key(length, "accuracy_log_scaled")].update(scaled, targets)
 
     def on_test_epoch_end(self) -> None:

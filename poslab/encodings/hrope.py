@@ -1,0 +1,257 @@
+"""Hierarchical RoPE (hRoPE) and its two controls: rotate by paragraph, sentence and token indices.
+
+The rotated part of each head (``rotary_dim`` features, ``rotary_dim / 2`` pairs) is split into three blocks
+of ``blocks = [p, s, t]`` features. The pairs of the first block rotate by the paragraph index, those of the
+second by the sentence index, those of the third by the token index. A pair belongs to exactly one block, so
+the blocks do not interact: the score of a query and a key is a sum of three terms, each depending only on one
+coordinate difference, and the paragraph coordinate can be changed with everything else held fixed (the
+write-up's fake-merge and fake-split interventions). Blocks are counted in pairs, so they hold with either
+``pairing`` (with ``half``, block 1 is features ``[0, p/2)`` and ``[P, P + p/2)``).
+
+Frequencies (``frequencies``):
+
+- ``split`` (default): the ordinary RoPE ladder ``inverse_frequencies(rotary_dim, base)`` cut into consecutive
+  bands, paragraph first, then sentence, then token, as Qwen2-VL's M-RoPE hands out bands to its axes. It is
+  the default because it changes nothing but the coordinates: with all three coordinates equal to the token
+  index, hRoPE *is* RoPE (same frequencies, same angles), so the rope baseline and the three variants differ
+  only in what they rotate by. The cost: the token block gets the lowest-frequency (longest-wavelength) band,
+  so fine token order is coarser than in RoPE; use ``full`` when that matters.
+- ``full``: each block its own complete ladder ``inverse_frequencies(block_size, base)``: every level has high
+  and low frequencies, but it no longer reduces to RoPE.
+
+Coordinates: ``layer_positions`` returns one ``[B, T, 3]`` fp32 tensor (paragraph, sentence, token), the same
+object for every layer (the model builds one rotation). Paragraph and sentence indices come from
+``inputs.coordinates`` and are counted within the window (each row's first value is subtracted): RoPE only
+sees differences, and small numbers keep the fp32 angles exact. The token coordinate is ``inputs.positions``.
+
+- ``hrope_axial``: the real paragraph coordinate.
+- ``rand_axial``: in training the paragraph coordinate is random: a boundary before each token (but the
+  first) with probability ``paragraph_density``, drawn afresh every forward pass from torch's global RNG, so it
+  never repeats and cannot be memorised. In evaluation it uses the real coordinate (``eval_paragraphs: real``,
+  the default), or random boundaries from a fixed seed (``random``) so evaluations are reproducible.
+- ``period_axial``: the paragraph coordinate on a fixed grid, a boundary every ``round(1 / paragraph_density)``
+  tokens, in training and evaluation alike.
+
+``paragraph_density`` (boundaries per token) is the real segmentation's density
+(``poslab.datamodules.segmentation.boundary_density``); the corpus may fill it in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from poslab.encodings.base import ConfigError, ModelShape, PositionInputs, register
+from poslab.encodings.rotary import RotaryEncoding, inverse_frequencies
+
+FREQUENCIES = ("split", "full")
+EVAL_PARAGRAPHS = ("real", "random")
+AXES = ("paragraph", "sentence", "token")
+#: seed of the random paragraph boundaries rand_axial uses in evaluation with eval_paragraphs=random
+EVAL_SEED = 0
+
+
+def default_blocks(rotary_dim: int) -> list[int]:
+    """Equal thirds rounded down to even sizes; the remainder goes to the token block."""
+    third = 2 * (rotary_dim // 6)
+    return [third, third, rotary_dim - 2 * third]
+
+
+def pair_frequencies(blocks: Sequence[int], base: float, frequencies: str) -> tuple[Tensor, Tensor]:
+    """Per pair: its frequency ``[P]`` (fp32) and the axis it rotates by ``[P]`` (0 paragraph, 1 sentence, 2 token)."""
+    rotary_dim = sum(blocks)
+    if frequencies == "split":
+        inv_freq = inverse_frequencies(rotary_dim, base)  # consecutive bands: exactly RoPE's ladder
+    else:
+        inv_freq = torch.cat([inverse_frequencies(size, base) for size in blocks])
+    axis = torch.cat([torch.full((size // 2,), a, dtype=torch.long) for a, size in enumerate(blocks)])
+    return inv_freq, axis
+
+
+def window_coordinate(inputs: PositionInputs, key: str, encoding: str) -> Tensor:
+    """``inputs.coordinates[key]`` ``[B, T]``, shifted so that every row starts at 0."""
+    if key not in inputs.coordinates:
+        raise ConfigError(
+            f"encoding {encoding!r} rotates by the {key} index, but the batch has no {key!r} coordinate: the corpus "
+            f"must provide paragraph and sentence coordinates (a corpus with a segmentation style); this batch "
+            f"has {sorted(inputs.coordinates) or 'none'}."
+        )
+    values = inputs.coordinates[key]
+    if values.shape != inputs.tokens.shape:
+        raise ValueError(
+            f"the {key} coordinate has shape {tuple(values.shape)}, the tokens {tuple(inputs.tokens.shape)}."
+        )
+    return values - values[:, :1]  # subtract in integers (exact), convert later
+
+
+def check_density(settings: dict[str, Any], encoding: str) -> float:
+    density = settings.get("paragraph_density")
+    if density is None:
+        raise ConfigError(
+            f"encoding {encoding!r} needs encoding.paragraph_density (paragraph boundaries per token, the real "
+            f"segmentation's density): set encoding.paragraph_density or let the corpus fill it in."
+        )
+    if isinstance(density, bool) or not isinstance(density, (int, float)) or not 0 < density < 1:
+        raise ConfigError(
+            f"encoding.paragraph_density={density!r} must be a number strictly between 0 and 1 "
+            f"(paragraph boundaries per token)."
+        )
+    return float(density)
+
+
+@register("hrope_axial")
+class HRopeEncoding(RotaryEncoding):
+    required_coordinates = ("paragraph", "sentence")
+    """Hierarchical RoPE: three blocks of pairs rotated by the paragraph, sentence and token indices."""
+
+    def __init__(
+        self,
+        shape: ModelShape,
+        base: float = 10_000.0,
+        pairing: str = "interleaved",
+        rotary_dim: int | None = None,
+        blocks: Sequence[int] | None = None,
+        frequencies: str = "split",
+    ) -> None:
+        super().__init__(shape, base=base, pairing=pairing, rotary_dim=rotary_dim)
+        self.blocks = [int(b) for b in blocks] if blocks is not None else default_blocks(self.rotary_dim)
+        self.frequencies = frequencies
+        inv_freq, axis = pair_frequencies(self.blocks, self.base, frequencies)
+        self.inv_freq = inv_freq  # replaces RoPE's ladder: the frequency of each pair, whatever its block
+        self.register_buffer("pair_axis", axis, persistent=False)
+
+    @classmethod
+    def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
+        super().validate(settings, shape, max_length)
+        rotary_dim = settings.get("rotary_dim") or shape.head_dim
+        frequencies = settings.get("frequencies", "split")
+        if frequencies not in FREQUENCIES:
+            raise ConfigError(
+                f"encoding.frequencies={frequencies!r} is not allowed; allowed: {', '.join(FREQUENCIES)}."
+            )
+        blocks = settings.get("blocks")
+        if blocks is None:
+            if rotary_dim < 6:
+                raise ConfigError(
+                    f"the rotated dimension {rotary_dim} is too small for three even blocks "
+                    f"(paragraph, sentence, token): it needs at least 6 features."
+                )
+            return
+        sizes = list(blocks) if isinstance(blocks, Sequence) and not isinstance(blocks, str) else [blocks]
+        if (
+            len(sizes) != 3
+            or any(isinstance(b, bool) or not isinstance(b, int) or b <= 0 or b % 2 for b in sizes)
+            or sum(sizes) != rotary_dim
+        ):
+            raise ConfigError(
+                f"encoding.blocks={sizes!r} must be three even positive sizes (paragraph, sentence, token) summing "
+                f"to the rotated dimension {rotary_dim} (encoding.rotary_dim, default the head dimension "
+                f"{shape.head_dim}), e.g. {default_blocks(rotary_dim) if rotary_dim >= 6 else [2, 2, 2]}."
+            )
+
+    def paragraph(self, inputs: PositionInputs) -> Tensor:
+        """The paragraph coordinate ``[B, T]``, 0 at each window's start."""
+        return window_coordinate(inputs, "paragraph", self.name)
+
+    def positions(self, token_embeddings: Tensor, inputs: PositionInputs) -> Tensor:
+        """``[B, T, 3]`` fp32 coordinates (paragraph, sentence, token), computed once per forward pass."""
+        paragraph = self.paragraph(inputs)
+        sentence = window_coordinate(inputs, "sentence", self.name)
+        token = inputs.positions.float().expand(paragraph.shape)
+        return torch.stack((paragraph.float(), sentence.float(), token), dim=-1)
+
+    def angles(self, positions: Tensor) -> Tensor:
+        # each pair takes its own block's coordinate, times its frequency: [B, T, 3] -> [B, T, P]
+        return positions.float()[..., self.pair_axis] * self.inv_freq
+
+    def label(self) -> str:
+        label = super().label()
+        return label if self.frequencies == "split" else f"{label}:full"
+
+
+@register("rand_axial")
+class RandAxialEncoding(HRopeEncoding):
+    """hRoPE whose paragraph coordinate is random boundaries at ``paragraph_density``, new every training step."""
+
+    def __init__(
+        self,
+        shape: ModelShape,
+        base: float = 10_000.0,
+        pairing: str = "interleaved",
+        rotary_dim: int | None = None,
+        blocks: Sequence[int] | None = None,
+        frequencies: str = "split",
+        paragraph_density: float | None = None,
+        eval_paragraphs: str = "real",
+    ) -> None:
+        super().__init__(
+            shape, base=base, pairing=pairing, rotary_dim=rotary_dim, blocks=blocks, frequencies=frequencies
+        )
+        self.paragraph_density = float(paragraph_density) if paragraph_density is not None else None
+        self.eval_paragraphs = eval_paragraphs
+
+    @classmethod
+    def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
+        super().validate(settings, shape, max_length)
+        check_density(settings, cls.name)  # type: ignore[attr-defined]
+        mode = settings.get("eval_paragraphs", "real")
+        if mode not in EVAL_PARAGRAPHS:
+            raise ConfigError(
+                f"encoding.eval_paragraphs={mode!r} is not allowed; allowed: {', '.join(EVAL_PARAGRAPHS)}."
+            )
+
+    def random_paragraphs(self, inputs: PositionInputs, generator: torch.Generator | None = None) -> Tensor:
+        """Bernoulli(density) boundaries before every token but the first, cumulated: ``[B, T]`` int64 from 0."""
+        if self.paragraph_density is None:
+            raise ConfigError(f"encoding {self.name!r} needs encoding.paragraph_density; it is not set.")
+        tokens = inputs.tokens
+        draws = torch.rand(tokens.shape, generator=generator, device=tokens.device)
+        boundaries = draws < self.paragraph_density
+        boundaries[:, 0] = False  # the window's first token is paragraph 0
+        return boundaries.long().cumsum(dim=-1)
+
+    def paragraph(self, inputs: PositionInputs) -> Tensor:
+        if self.training:
+            return self.random_paragraphs(inputs)  # torch's global RNG: never the same twice
+        if self.eval_paragraphs == "random":
+            generator = torch.Generator(device=inputs.tokens.device).manual_seed(EVAL_SEED)
+            return self.random_paragraphs(inputs, generator)
+        return super().paragraph(inputs)
+
+
+@register("period_axial")
+class PeriodAxialEncoding(HRopeEncoding):
+    """hRoPE whose paragraph coordinate is a fixed grid: a boundary every ``round(1 / paragraph_density)`` tokens."""
+
+    def __init__(
+        self,
+        shape: ModelShape,
+        base: float = 10_000.0,
+        pairing: str = "interleaved",
+        rotary_dim: int | None = None,
+        blocks: Sequence[int] | None = None,
+        frequencies: str = "split",
+        paragraph_density: float | None = None,
+    ) -> None:
+        super().__init__(
+            shape, base=base, pairing=pairing, rotary_dim=rotary_dim, blocks=blocks, frequencies=frequencies
+        )
+        self.paragraph_density = float(paragraph_density) if paragraph_density is not None else None
+
+    @classmethod
+    def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
+        super().validate(settings, shape, max_length)
+        check_density(settings, cls.name)  # type: ignore[attr-defined]
+
+    @property
+    def period(self) -> int:
+        if self.paragraph_density is None:
+            raise ConfigError(f"encoding {self.name!r} needs encoding.paragraph_density; it is not set.")
+        return max(1, round(1 / self.paragraph_density))
+
+    def paragraph(self, inputs: PositionInputs) -> Tensor:
+        token = (inputs.positions - inputs.positions[:, :1]).expand(inputs.tokens.shape)  # counted in the window
+        return torch.div(token, self.period, rounding_mode="floor")  # the same grid in training and evaluation
