@@ -35,24 +35,22 @@ DEFAULT_SENTENCES = (
 
 
 @torch.no_grad()
-def token_increments(model: torch.nn.Module, tokens: np.ndarray, context: int, batch_size: int = 16) -> np.ndarray:
-    """δ ``[L, N]`` for a token stream, run in consecutive windows of ``context`` tokens.
-
-    Each window starts counting afresh (as in training), so δ of a window's first token is its own increment.
-    Layers without rotation (no coordinates) are dropped.
+def token_increments(model: torch.nn.Module, tokens: np.ndarray, context: int, batch_size: int = 32) -> np.ndarray:
+    """δ ``[L, N]`` for a token stream, run in consecutive windows of ``context`` tokens (batched; a shorter
+    last window alone). Each window starts counting afresh, as in training. Layers without rotation are dropped.
     """
-    tokens = np.asarray(tokens, dtype=np.int64)
-    windows = [tokens[i : i + context] for i in range(0, len(tokens), context)]
+    tokens = torch.as_tensor(np.asarray(tokens, dtype=np.int64))
+    n_full = len(tokens) // context
+    batches = list(tokens[: n_full * context].view(n_full, context).split(batch_size)) if n_full else []
+    if len(tokens) % context:
+        batches.append(tokens[n_full * context :][None])
     rows: list[np.ndarray] = []
-    for start in range(0, len(windows), batch_size):
-        chunk = windows[start : start + batch_size]
-        for window in chunk:  # windows differ in length at the end: run the ragged last one alone
-            out = model(torch.from_numpy(window)[None], return_positions=True)
-            layers = [p for p in out.positions if p is not None]
-            if not layers:
-                raise ValueError("the model rotates by no coordinates: it has no position increments to analyse.")
-            deltas = torch.stack([increments_from_positions(p.float().expand(1, -1)) for p in layers])  # [L, 1, T]
-            rows.append(deltas[:, 0].cpu().numpy())
+    for batch in batches:
+        layers = [p for p in model(batch, return_positions=True).positions if p is not None]
+        if not layers:
+            raise ValueError("the model rotates by no coordinates: it has no position increments to analyse.")
+        deltas = torch.stack([increments_from_positions(p.float().expand(len(batch), -1)) for p in layers])
+        rows.append(deltas.flatten(1).cpu().numpy())  # [L, windows x T], in stream order
     return np.concatenate(rows, axis=1)
 
 
@@ -61,18 +59,13 @@ def layer_names(module: Any, n_layers: int) -> list[str]:
     return ["shared"] if shared and n_layers == 1 else [f"L{i}" for i in range(n_layers)]
 
 
-def held_out_text(module: Any, cfg: Any, group: str | None, max_bytes: int) -> dict[str, bytes]:
+def held_out_text(cfg: Any, max_bytes: int) -> dict[str, bytes]:
     """Validation bytes of each source group of the run's corpus (documents never trained on)."""
     from poslab.training import build_datamodule
 
     datamodule = build_datamodule(cfg)
     datamodule.setup()
-    texts = {}
-    for prepared in datamodule.groups:
-        if group is None or prepared.name == group:
-            tokens = np.asarray(prepared.splits["validation"].tokens[:max_bytes])
-            texts[prepared.name] = decode_bytes(tokens)
-    return texts
+    return {g.name: decode_bytes(np.asarray(g.splits["validation"].tokens[:max_bytes])) for g in datamodule.groups}
 
 
 def chinese_text(raw: bytes) -> str:
@@ -94,10 +87,8 @@ def analyze_increments(
     lines = [f"run {run_dir}: encoding {cfg.encoding.name}, corpus {cfg.corpus.name}"]
 
     # 1. categories on held-out text
-    if text_file:
-        streams = {"text": Path(text_file).read_bytes()[:max_bytes]}
-    else:
-        streams = held_out_text(module, cfg, None, max_bytes)
+    held = {} if text_file else held_out_text(cfg, max_bytes)
+    streams = {"text": Path(text_file).read_bytes()[:max_bytes]} if text_file else held
     all_tokens = np.concatenate([np.frombuffer(b, dtype=np.uint8).astype(np.int64) for b in streams.values()])
     deltas = token_increments(model, all_tokens, context)
     names = layer_names(module, deltas.shape[0])
@@ -132,8 +123,7 @@ def analyze_increments(
     if zh_text_file:
         zh = Path(zh_text_file).read_text(encoding="utf-8")[: max_bytes // 3]
     else:
-        held = held_out_text(module, cfg, "zh", max_bytes) if not text_file else {}
-        zh = chinese_text(held.get("zh", b"")) if held else ""
+        zh = chinese_text(held.get("zh", b""))
     aucs: list[float] = []
     if zh:
         zh_tokens = np.frombuffer(zh.encode("utf-8"), dtype=np.uint8).astype(np.int64)
