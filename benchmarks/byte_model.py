@@ -90,9 +90,9 @@ def plain_loop(cfg, steps: int, warmup: int) -> float:
     times = []
     for step in range(steps + warmup):
         start = time.perf_counter()
-        batch = datamodule.train_windows.batch(step)
-        logits = model(batch[:, :-1]).logits
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
+        tokens = datamodule.train_windows.batch(step)["tokens"]
+        logits = model(tokens[:, :-1]).logits
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

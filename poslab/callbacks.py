@@ -62,7 +62,7 @@ class Throughput(L.Callback):
 
     def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch: Any, batch_idx: int) -> None:
         # synthetic tasks: (tokens, targets); language modelling: windows of context + 1 (inputs are all but the last)
-        tokens = batch[0] if isinstance(batch, (tuple, list)) else batch[:, :-1]
+        tokens = batch[0] if isinstance(batch, (tuple, list)) else batch["tokens"][:, :-1]
         self.tokens_per_step = int(tokens.numel()) * trainer.world_size
         if module.device.type == "cuda":
             torch.cuda.synchronize()

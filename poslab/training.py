@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from poslab.callbacks import Throughput
 from poslab.checkpoint import MODEL_FILE, save_model
 from poslab.config import check_config
-from poslab.encodings.base import ConfigError
+from poslab.encodings.base import ConfigError, encoding_class
 from poslab.io import write_json_atomic
 from poslab.model import ModelConfig
 from poslab.runtime import keep_freed_memory
@@ -43,9 +43,15 @@ def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
     return hydra.utils.instantiate(task, seed=cfg.seed)
 
 
-def build_model_config(cfg: DictConfig, vocab_size: int, n_outputs: int) -> ModelConfig:
+def build_model_config(
+    cfg: DictConfig, vocab_size: int, n_outputs: int, datamodule: L.LightningDataModule | None = None
+) -> ModelConfig:
     settings = OmegaConf.to_container(cfg.model, resolve=True)
     encoding = OmegaConf.to_container(cfg.encoding, resolve=True)
+    # settings an encoding takes from the data when left null (e.g. rand_axial's paragraph density)
+    for key in encoding_class(str(encoding.get("name"))).corpus_settings:
+        if encoding.get(key) is None and datamodule is not None and hasattr(datamodule, key):
+            encoding[key] = getattr(datamodule, key)
     try:
         return ModelConfig(vocab_size=vocab_size, n_outputs=n_outputs, encoding=encoding, **settings)
     except TypeError as error:
@@ -56,7 +62,7 @@ def build_model_config(cfg: DictConfig, vocab_size: int, n_outputs: int) -> Mode
 
 
 def build_module(cfg: DictConfig, datamodule: L.LightningDataModule) -> L.LightningModule:
-    model = build_model_config(cfg, datamodule.vocab_size, datamodule.num_classes)
+    model = build_model_config(cfg, datamodule.vocab_size, datamodule.num_classes, datamodule)
     module_class = hydra.utils.get_class(cfg.task.module)
     return module_class(
         model=model,

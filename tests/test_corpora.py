@@ -95,6 +95,22 @@ def test_validation_documents_never_appear_in_training(tmp_path):
         assert first_val_doc and first_val_doc not in train_text
 
 
+def test_paragraph_and_sentence_coordinates_are_stored_and_reset_per_document(tmp_path):
+    corpus = make_corpus(tmp_path / "data")
+    en = prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")[0]
+    split = en.splits["train"]
+    documents, paragraphs = np.asarray(split.documents), np.asarray(split.paragraphs)
+    sentences = np.asarray(split.sentences)
+    assert np.all(np.diff(paragraphs) >= 0) and np.all(np.diff(sentences) >= 0)  # cumulative over the split
+    starts = np.flatnonzero(np.diff(documents)) + 1
+    assert np.all(paragraphs[starts] == paragraphs[starts - 1] + 1)  # a new document starts a new paragraph
+    first = slice(0, starts[0])  # document 0: "Document 0. The quick ... jumps.\n\nSecond paragraph 0." x 3
+    text = decode_bytes(np.asarray(split.tokens[first])).decode()
+    assert paragraphs[first].max() - paragraphs[0] == text.count("\n\n")  # blank lines separate paragraphs
+    n_paragraphs = en.meta["splits"]["train"]["paragraphs"]
+    assert split.paragraph_density == pytest.approx((n_paragraphs - 1) / (len(split) - 1))
+
+
 def test_cache_is_reused_when_nothing_changes_and_rebuilt_when_a_setting_or_file_does(tmp_path):
     corpus = make_corpus(tmp_path / "data")
     first = prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")[0].directory
@@ -162,12 +178,17 @@ def test_lm_batches_are_windows_of_the_corpus_drawn_by_group_weight(tmp_path):
         seed=3,
     )
     dm.setup()
-    batch = dm.train_windows.batch(0)
+    batch = dm.train_windows.batch(0)["tokens"]
     assert batch.shape == (400, 17) and batch.dtype == torch.int64
-    assert torch.equal(batch, dm.train_windows.batch(0)) and not torch.equal(batch, dm.train_windows.batch(1))
+    assert torch.equal(batch, dm.train_windows.batch(0)["tokens"])
+    assert not torch.equal(batch, dm.train_windows.batch(1)["tokens"])
     chinese_rows = sum(bool(((row >= 0xE4) & (row <= 0xE9)).any()) for row in batch)
     assert 10 < chinese_rows < 90  # about 10% of 400 rows come from the zh group
-    assert len(dm.validation) == 8 and dm.validation[0].shape == (17,)
+    assert len(dm.validation) == 8 and dm.validation[0]["tokens"].shape == (17,)
+    coordinates = dm.train_windows.batch(0)
+    for name in ("paragraph", "sentence"):  # relative to each window's start, never decreasing
+        assert torch.all(coordinates[name][:, 0] == 0) and torch.all(coordinates[name].diff(dim=1) >= 0)
+    assert coordinates["paragraph"].max() > 0 and torch.all(coordinates["sentence"] >= coordinates["paragraph"])
 
 
 def test_every_corpus_and_lm_experiment_composes(tmp_path):

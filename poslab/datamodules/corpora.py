@@ -34,11 +34,19 @@ from typing import Any
 import numpy as np
 from filelock import FileLock
 
+from poslab.datamodules.segmentation import STYLES, segment
 from poslab.encodings.base import ConfigError
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: paragraph and sentence coordinates
 SPLITS = ("train", "validation")
 FORMATS = ("jsonl", "text", "wikitext", "parquet", "python")
+DEFAULT_SEGMENTATION = {
+    "jsonl": "blank_lines",
+    "text": "blank_lines",
+    "wikitext": "wikitext",
+    "parquet": "blank_lines",
+    "python": "code",
+}
 SEPARATOR = 256  # the document separator symbol of the byte tokenizer
 BYTE_VOCAB = 257
 
@@ -52,6 +60,10 @@ class LocalSource:
     field: str = "text"  # jsonl / parquet column holding the text
     split: str = "both"  # both: documents split by hash; train / validation: the whole source
     document_start: str | None = None  # text: a regex; a line matching it starts a new document
+    segmentation: str | None = None  # paragraph/sentence style (segmentation.STYLES); None: by format
+
+    def segmentation_style(self, path: Path) -> str:
+        return self.segmentation or DEFAULT_SEGMENTATION[self.file_format(path)]
 
     def files(self, data_dir: Path) -> list[Path]:
         pattern = self.pattern.replace("{stdlib}", sysconfig.get_paths()["stdlib"])
@@ -74,6 +86,7 @@ class HubSource:
     split: str = "train"
     field: str = "text"
     max_bytes: int = 200_000_000  # a stream from the hub is cut here (Wikipedia is tens of GB)
+    segmentation: str = "blank_lines"
 
 
 @dataclass
@@ -92,6 +105,11 @@ class SourceGroup:
             if source.format not in (*FORMATS, "auto"):
                 allowed = ", ".join(("auto", *FORMATS))
                 raise ConfigError(f"corpus source {source.pattern!r} has format={source.format!r}; allowed: {allowed}.")
+            if source.segmentation is not None and source.segmentation not in STYLES:
+                raise ConfigError(
+                    f"corpus source {source.pattern!r} has segmentation={source.segmentation!r}; "
+                    f"allowed: {', '.join(STYLES)}."
+                )
             if source.split not in ("both", *SPLITS):
                 raise ConfigError(
                     f"corpus source {source.pattern!r} has split={source.split!r}; allowed: both, train, validation."
@@ -185,13 +203,15 @@ class ResolvedGroup:
             for s, p in self.files
         ]
 
-    def documents(self) -> Iterator[tuple[str, str]]:
-        """(split pin, text) for every document, in a fixed order."""
+    def documents(self) -> Iterator[tuple[str, str, str]]:
+        """(split pin, segmentation style, text) for every document, in a fixed order."""
         if self.use_hub:
-            yield from (("both", text) for text in hub_documents(self.group.hub))
+            hub = self.group.hub
+            yield from (("both", hub.segmentation, text) for text in hub_documents(hub))
             return
         for source, path in self.files:
-            yield from ((source.split, text) for text in local_documents(source, path))
+            style = source.segmentation_style(path)
+            yield from ((source.split, style, text) for text in local_documents(source, path))
 
 
 def resolve_group(corpus: str, group: SourceGroup, data_dir: Path) -> ResolvedGroup:
@@ -235,9 +255,16 @@ def decode_bytes(tokens: np.ndarray | list[int]) -> bytes:
 class PreparedSplit:
     tokens: np.ndarray  # uint16 [N], memory-mapped
     documents: np.ndarray  # int32 [N], memory-mapped: the ordinal of each token's document
+    paragraphs: np.ndarray  # int32 [N], memory-mapped, cumulative over the split (see _SplitWriter)
+    sentences: np.ndarray  # int32 [N], likewise
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    @property
+    def paragraph_density(self) -> float:
+        """Paragraph boundaries per token: what rand_axial and period_axial are matched to."""
+        return float(self.paragraphs[-1] - self.paragraphs[0]) / max(1, len(self) - 1) if len(self) else 0.0
 
 
 @dataclass
@@ -249,24 +276,49 @@ class PreparedGroup:
     splits: dict[str, PreparedSplit]
 
 
+COORDINATES = ("documents", "paragraphs", "sentences")  # the int32 arrays stored beside the tokens
+
+
 class _SplitWriter:
+    """Appends documents to one split's arrays. Paragraph and sentence indices are stored cumulatively over
+    the split (each document starts a new paragraph and sentence), so they never decrease along the array
+    and a window spanning two documents still sees increasing coordinates; a document's own indices are
+    the stored ones minus those of its first token."""
+
     def __init__(self, directory: Path, split: str) -> None:
         self.tokens = open(directory / f"{split}.tokens.u16", "wb")  # noqa: SIM115 (closed in close())
-        self.documents = open(directory / f"{split}.documents.i32", "wb")  # noqa: SIM115
-        self.count, self.n_documents = 0, 0
+        self.arrays = {name: open(directory / f"{split}.{name}.i32", "wb") for name in COORDINATES}  # noqa: SIM115
+        self.count, self.n_documents, self.n_paragraphs, self.n_sentences = 0, 0, 0, 0
 
-    def add(self, ordinal: int, tokens: np.ndarray) -> None:
-        tokens = np.append(tokens, np.uint16(SEPARATOR))  # each document ends with the separator
-        self.tokens.write(tokens.astype("<u2").tobytes())
-        self.documents.write(np.full(len(tokens), ordinal, dtype="<i4").tobytes())
-        self.count += len(tokens)
+    def add(self, ordinal: int, tokens: np.ndarray, paragraphs: np.ndarray, sentences: np.ndarray) -> None:
+        n = len(tokens) + 1  # each document ends with the separator, which belongs to its last paragraph
+        last = (int(paragraphs[-1]), int(sentences[-1])) if len(tokens) else (0, 0)
+        values = {
+            "documents": np.full(n, ordinal),
+            "paragraphs": np.append(paragraphs, last[0]) + self.n_paragraphs,
+            "sentences": np.append(sentences, last[1]) + self.n_sentences,
+        }
+        self.tokens.write(np.append(tokens, SEPARATOR).astype("<u2").tobytes())
+        for name, f in self.arrays.items():
+            f.write(values[name].astype("<i4").tobytes())
+        self.count += n
         self.n_documents += 1
+        self.n_paragraphs += last[0] + 1
+        self.n_sentences += last[1] + 1
 
     def close(self) -> None:
-        for f in (self.tokens, self.documents):
+        for f in (self.tokens, *self.arrays.values()):
             f.flush()
             os.fsync(f.fileno())
             f.close()
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "tokens": self.count,
+            "documents": self.n_documents,
+            "paragraphs": self.n_paragraphs,
+            "sentences": self.n_sentences,
+        }
 
 
 def prepare_group(
@@ -301,14 +353,12 @@ def _write_group(resolved: ResolvedGroup, final: Path, settings: dict[str, Any],
     writers = {split: _SplitWriter(tmp, split) for split in SPLITS}
     total, cap = 0, resolved.group.max_bytes
     try:
-        for ordinal, (pin, text) in enumerate(resolved.documents()):
+        for ordinal, (pin, style, text) in enumerate(resolved.documents()):
             tokens = encode_bytes(text)
-            split = (
-                pin
-                if pin != "both"
-                else ("validation" if is_validation(resolved.group.name, ordinal, fraction) else "train")
-            )
-            writers[split].add(ordinal, tokens)
+            paragraphs, sentences = segment(text, style)
+            held_out = is_validation(resolved.group.name, ordinal, fraction)
+            split = pin if pin != "both" else ("validation" if held_out else "train")
+            writers[split].add(ordinal, tokens, paragraphs, sentences)
             total += len(tokens)
             if cap is not None and total >= cap:
                 break
@@ -317,8 +367,8 @@ def _write_group(resolved: ResolvedGroup, final: Path, settings: dict[str, Any],
             writer.close()
     meta = {
         **settings,
-        "splits": {s: {"tokens": w.count, "documents": w.n_documents} for s, w in writers.items()},
-        "coordinates": ["documents"],
+        "splits": {s: w.stats() for s, w in writers.items()},
+        "coordinates": list(COORDINATES),
         "vocab_size": BYTE_VOCAB,
     }
     empty = [split for split, writer in writers.items() if writer.count == 0]
@@ -337,9 +387,12 @@ def load_prepared(directory: Path, weight: float = 1.0) -> PreparedGroup:
     splits = {}
     for split in SPLITS:
         n = meta["splits"][split]["tokens"]
+        arrays = {
+            name: np.memmap(directory / f"{split}.{name}.i32", dtype="<i4", mode="r", shape=(n,))
+            for name in COORDINATES
+        }
         splits[split] = PreparedSplit(
-            tokens=np.memmap(directory / f"{split}.tokens.u16", dtype="<u2", mode="r", shape=(n,)),
-            documents=np.memmap(directory / f"{split}.documents.i32", dtype="<i4", mode="r", shape=(n,)),
+            tokens=np.memmap(directory / f"{split}.tokens.u16", dtype="<u2", mode="r", shape=(n,)), **arrays
         )
     return PreparedGroup(meta["group"], weight, directory, meta, splits)
 

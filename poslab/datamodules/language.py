@@ -20,15 +20,25 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from poslab.datamodules.corpora import BYTE_VOCAB, PreparedGroup, describe, prepare_corpus
+from poslab.datamodules.corpora import BYTE_VOCAB, PreparedGroup, PreparedSplit, describe, prepare_corpus
 from poslab.datamodules.synthetic import batch_generator
 from poslab.encodings.base import ConfigError
 
 log = logging.getLogger("poslab")
 
 
-def window(tokens: np.ndarray, start: int, length: int) -> Tensor:
-    return torch.from_numpy(np.asarray(tokens[start : start + length], dtype=np.int64))
+def window(split: PreparedSplit, start: int, length: int) -> dict[str, Tensor]:
+    """One window: its tokens and their paragraph and sentence indices (relative to the window's first)."""
+    stop = start + length
+    out = {"tokens": torch.from_numpy(np.asarray(split.tokens[start:stop], dtype=np.int64))}
+    for name, array in (("paragraph", split.paragraphs), ("sentence", split.sentences)):
+        values = np.asarray(array[start:stop], dtype=np.int64)
+        out[name] = torch.from_numpy(values - values[0])
+    return out
+
+
+def stack(windows: list[dict[str, Tensor]]) -> dict[str, Tensor]:
+    return {key: torch.stack([w[key] for w in windows]) for key in windows[0]}
 
 
 class TrainingWindows(IterableDataset):
@@ -38,21 +48,24 @@ class TrainingWindows(IterableDataset):
         self.probabilities = weights / weights.sum()
         self.start, self.rank, self.world_size = 0, 0, 1
 
-    def batch(self, index: int) -> Tensor:
+    def batch(self, index: int) -> dict[str, Tensor]:
+        """Global batch ``index``: ``tokens`` ``[B, T + 1]`` and their ``paragraph`` / ``sentence`` indices."""
         generator = batch_generator(self.seed, index)
         choice = torch.multinomial(self.probabilities, self.batch_size, replacement=True, generator=generator)
         rows = []
         for g in choice.tolist():
-            tokens = self.groups[g].splits["train"].tokens
-            start = int(torch.randint(0, len(tokens) - self.length + 1, (1,), generator=generator))
-            rows.append(window(tokens, start, self.length))
-        return torch.stack(rows)
+            split = self.groups[g].splits["train"]
+            start = int(torch.randint(0, len(split) - self.length + 1, (1,), generator=generator))
+            rows.append(window(split, start, self.length))
+        return stack(rows)
 
-    def __iter__(self) -> Iterator[Tensor]:
-        rows = self.batch_size // self.world_size
+    def __iter__(self) -> Iterator[dict[str, Tensor]]:
+        rows = slice(
+            self.rank * (self.batch_size // self.world_size), (self.rank + 1) * (self.batch_size // self.world_size)
+        )
         index = self.start
         while True:
-            yield self.batch(index)[self.rank * rows : (self.rank + 1) * rows]
+            yield {key: value[rows] for key, value in self.batch(index).items()}
             index += 1
 
 
@@ -73,9 +86,9 @@ class ValidationWindows(Dataset):
     def __len__(self) -> int:
         return len(self.items)
 
-    def __getitem__(self, i: int) -> Tensor:
+    def __getitem__(self, i: int) -> dict[str, Tensor]:
         g, start = self.items[i]
-        return window(self.groups[g].splits["validation"].tokens, start, self.length)
+        return window(self.groups[g].splits["validation"], start, self.length)
 
 
 class LanguageModelDataModule(L.LightningDataModule):
@@ -118,6 +131,13 @@ class LanguageModelDataModule(L.LightningDataModule):
     def module_arguments(self) -> dict[str, Any]:
         return {}
 
+    @property
+    def paragraph_density(self) -> float:
+        """Paragraph boundaries per token in the training data, weighted as training samples the groups."""
+        self.setup()
+        total = sum(g.weight for g in self.groups)
+        return sum(g.weight * g.splits["train"].paragraph_density for g in self.groups) / total
+
     def trainer_arguments(self) -> dict[str, Any]:
         # training windows are endless: validate by steps, not by epochs
         return {"val_check_interval": self.val_every_n_steps, "check_val_every_n_epoch": None}
@@ -125,7 +145,7 @@ class LanguageModelDataModule(L.LightningDataModule):
     def prepare_data(self) -> None:
         prepare_corpus(self.corpus, self.data_dir, self.cache_dir)  # once per node; ranks then map the cache
 
-    def setup(self, stage: str | None = None) -> None:
+    def setup(self, stage: str | None = None) -> None:  # idempotent: also called for corpus statistics
         if not self.groups:
             self.groups = prepare_corpus(self.corpus, self.data_dir, self.cache_dir)
             log.info("corpus %s: %s", self.corpus["name"], describe(self.groups))

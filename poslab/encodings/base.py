@@ -72,6 +72,8 @@ class PositionEncoding(nn.Module):
     #: structural coordinates (``PositionInputs.coordinates`` keys) the encoding reads; data without
     #: structure (the synthetic tasks) supplies them as zeros: one paragraph, one sentence
     required_coordinates: ClassVar[tuple[str, ...]] = ()
+    #: settings that, left null, are filled from the training data's statistics (``paragraph_density``)
+    corpus_settings: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, shape: ModelShape) -> None:
         super().__init__()

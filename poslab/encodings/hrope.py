@@ -97,7 +97,8 @@ def check_density(settings: dict[str, Any], encoding: str) -> float:
     if isinstance(density, bool) or not isinstance(density, (int, float)) or not 0 < density < 1:
         raise ConfigError(
             f"encoding.paragraph_density={density!r} must be a number strictly between 0 and 1 "
-            f"(paragraph boundaries per token)."
+            f"(paragraph boundaries per token); 0 means the corpus has no paragraph boundaries at all, so there "
+            f"is no density to match: pick a corpus with paragraphs or set encoding.paragraph_density."
         )
     return float(density)
 
@@ -176,6 +177,8 @@ class HRopeEncoding(RotaryEncoding):
 class RandAxialEncoding(HRopeEncoding):
     """hRoPE whose paragraph coordinate is random boundaries at ``paragraph_density``, new every training step."""
 
+    corpus_settings = ("paragraph_density",)  # null: the training corpus's boundary density
+
     def __init__(
         self,
         shape: ModelShape,
@@ -225,6 +228,8 @@ class RandAxialEncoding(HRopeEncoding):
 @register("period_axial")
 class PeriodAxialEncoding(HRopeEncoding):
     """hRoPE whose paragraph coordinate is a fixed grid: a boundary every ``round(1 / paragraph_density)`` tokens."""
+
+    corpus_settings = ("paragraph_density",)  # null: the training corpus's boundary density
 
     def __init__(
         self,

@@ -22,12 +22,16 @@ class LanguageModelModule(TransformerModule):
         self.val_loss = MeanMetric()
         self.figures: dict[str, float] = {}
 
-    def loss(self, batch: Tensor) -> Tensor:
-        logits = self.model(batch[:, :-1]).logits
-        return F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
+    def loss(self, batch: dict[str, Tensor]) -> Tensor:
+        """Windows of context + 1 tokens: predict each of the last context tokens from those before it."""
+        tokens = batch["tokens"]
+        needed = self.model.encoding.required_coordinates
+        coordinates = {name: batch[name][:, :-1] for name in needed} if needed else None
+        logits = self.model(tokens[:, :-1], coordinates).logits
+        return F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
 
-    def validation_step(self, batch: Tensor, batch_idx: int) -> None:
-        self.val_loss.update(self.loss(batch), weight=batch[:, 1:].numel())
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self.val_loss.update(self.loss(batch), weight=batch["tokens"][:, 1:].numel())
 
     def on_validation_epoch_end(self) -> None:
         loss = float(self.val_loss.compute())
