@@ -251,3 +251,42 @@ def test_tiny_language_model_run_trains_validates_and_saves(tmp_path):
     build_module(loaded_cfg, build_datamodule(loaded_cfg))
     assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
     assert os.environ.get("HF_HUB_OFFLINE") == "1"
+
+
+@pytest.mark.parametrize("encoding", ["hrope_axial", "rand_axial", "period_axial"])
+def test_hierarchical_encodings_train_on_a_corpus_with_its_paragraph_density(tmp_path, encoding):
+    from poslab.training import run
+
+    data = tmp_path / "data"
+    make_corpus(data)
+    cfg = compose_config(
+        [
+            f"encoding={encoding}",
+            "corpus=openwebtext",
+            f"paths.data_dir={data}",
+            f"paths.cache_dir={tmp_path / 'cache'}",
+            "corpus.groups.main.local=[{pattern: 'en/*.jsonl'}]",
+            "corpus.validation_fraction=0.2",
+            "model.d_model=48",
+            "model.n_heads=2",
+            "task.context_length=32",
+            "task.batch_size=4",
+            "task.val_every_n_steps=5",
+            "task.val_windows=2",
+            "trainer.max_steps=5",
+            "~logger",
+            "~callbacks",
+        ],
+        tmp_path,
+    )
+    results = run(cfg)
+    assert np.isfinite(results["figures"]["val_loss"])
+    density = results["config"]["encoding"].get("paragraph_density")
+    from poslab.checkpoint import load_run
+
+    _, module = load_run(tmp_path)
+    if encoding != "hrope_axial":  # filled from the corpus: about one boundary per paragraph's bytes
+        assert (
+            module.model.encoding.paragraph_density == pytest.approx(build_datamodule(cfg).paragraph_density)
+            and density is None
+        )
