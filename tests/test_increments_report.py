@@ -39,12 +39,13 @@ def trained_runs(tmp_path_factory):
             "task.val_every_n_steps=5",
             "task.val_windows=2",
             "trainer.max_steps=6",
-            "~logger",
             "~callbacks",
             "corpus.groups.en.local=[{pattern: 'en/*.jsonl'}]",
             "corpus.groups.zh.local=[{pattern: 'zh/*.txt', format: text, document_start: '^第.{1,8}回'}]",
             f"corpus.validation_fraction={corpus['validation_fraction']}",
         ]
+        if encoding != "increments_layer":  # that one keeps the CSV logger: the analysis logs to it too
+            overrides.append("~logger")
         run(compose_config(overrides, out))
         runs[encoding] = out
     return runs
@@ -66,6 +67,11 @@ def test_analyze_increments_writes_the_table_picture_and_aucs(trained_runs, tmp_
     assert (run_dir / "increments_categories.csv").stat().st_size > 100
     assert (run_dir / "increments_positions_0.png").stat().st_size > 1000
     assert (run_dir / "increments_positions_1.png").stat().st_size > 1000
+    if encoding == "increments_layer":  # its run has a CSV logger: the analysis is logged there as well
+        logged = (run_dir / "csv" / "analysis" / "metrics.csv").read_text()
+        assert "analysis/boundary_auc/L0" in logged and "analysis/delta/L1/en_lower" in logged
+        assert "logged to: csv" in out
+        assert "val/loss" in (run_dir / "csv" / "metrics.csv").read_text()  # the training log is untouched
 
 
 def test_report_losses_puts_the_runs_side_by_side(trained_runs, capsys):

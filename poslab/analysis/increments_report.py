@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from poslab.analysis import increments as inc
+from poslab.analysis.logging import log_analysis
 from poslab.checkpoint import load_run
 from poslab.datamodules.corpora import decode_bytes
 from poslab.encodings.increments import increments_from_positions
@@ -146,4 +147,9 @@ def analyze_increments(
         "boundary_auc": dict(zip(names, aucs)),
     }
     write_json_atomic(out / "increments_analysis.json", json.loads(json.dumps(summary, default=float)))
+    scalars = {f"analysis/boundary_auc/{name}": auc for name, auc in zip(names, aucs)}
+    scalars |= {f"analysis/delta/{row.layer}/{row.category}": row.mean for row in rows}
+    used = log_analysis(cfg, out, scalars, {p.stem: p for p in sorted(out.glob("increments_positions_*.png"))})
+    if used:
+        lines.append(f"logged to: {', '.join(used)}")
     return "\n".join(lines)

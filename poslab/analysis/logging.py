@@ -1,0 +1,43 @@
+"""Analyses report to the run's own loggers (the ``logger`` group of its config), when it has any.
+
+An analysis runs after training, in another process: it rebuilds the run's loggers from the saved
+config, in the same save directory, under the version name ``analysis`` (so the training log is never
+rewritten), and logs its scalars; loggers that take images (W&B, TensorBoard through Lightning's
+``log_image`` where available) also get the PNGs.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger("poslab")
+
+
+def log_analysis(cfg: DictConfig, run_dir: str | Path, scalars: dict[str, float], images: dict[str, Path]) -> list[str]:
+    """Log ``scalars`` (and ``images``) to every logger of the run's config; returns the loggers' names."""
+    loggers = cfg.get("logger") or {}
+    used = []
+    for name, settings in loggers.items():
+        if not settings or "_target_" not in settings:
+            continue
+        settings = OmegaConf.to_container(settings, resolve=False)
+        if "save_dir" in settings:
+            settings["save_dir"] = str(run_dir)
+        if "version" in settings:
+            settings["version"] = "analysis"
+        try:
+            logger: Any = hydra.utils.instantiate(settings)
+            logger.log_metrics({k: float(v) for k, v in scalars.items()})
+            if images and hasattr(logger, "log_image"):
+                for key, path in images.items():
+                    logger.log_image(key=key, images=[str(path)])
+            logger.finalize("success")
+            used.append(name)
+        except Exception as error:  # an analysis must not fail because a logger cannot be reached
+            log.warning("could not log the analysis to %s: %s", name, error)
+    return used
