@@ -132,6 +132,23 @@ def encoding_class(name: str) -> type[PositionEncoding]:
     return ENCODINGS[name]
 
 
+def accepted_settings(cls: type[PositionEncoding]) -> list[str]:
+    """The keyword settings an encoding's constructor takes, its own and those it passes on to its bases."""
+    import inspect
+
+    names: list[str] = []
+    for klass in cls.__mro__:
+        if "__init__" in vars(klass) and issubclass(klass, PositionEncoding):
+            for name, parameter in inspect.signature(klass.__init__).parameters.items():
+                if (
+                    name not in ("self", "shape")
+                    and parameter.kind is parameter.POSITIONAL_OR_KEYWORD
+                    and name not in names
+                ):
+                    names.append(name)
+    return names
+
+
 def build_encoding(settings: dict[str, Any], shape: ModelShape, max_length: int) -> PositionEncoding:
     """Validate ``settings`` (the ``encoding`` config; ``name`` picks the class) and build the encoding."""
     settings = dict(settings)
@@ -142,9 +159,7 @@ def build_encoding(settings: dict[str, Any], shape: ModelShape, max_length: int)
     try:
         return cls(shape, **settings)
     except TypeError as error:  # an unexpected key: say which ones are allowed
-        import inspect
-
-        allowed = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "shape")]
+        allowed = accepted_settings(cls)
         raise ConfigError(
             f"encoding {name!r} got settings {sorted(settings)}, but it accepts only {allowed} ({error})."
         ) from error

@@ -182,17 +182,11 @@ class RandAxialEncoding(HRopeEncoding):
     def __init__(
         self,
         shape: ModelShape,
-        base: float = 10_000.0,
-        pairing: str = "interleaved",
-        rotary_dim: int | None = None,
-        blocks: Sequence[int] | None = None,
-        frequencies: str = "split",
         paragraph_density: float | None = None,
         eval_paragraphs: str = "real",
+        **hrope: Any,
     ) -> None:
-        super().__init__(
-            shape, base=base, pairing=pairing, rotary_dim=rotary_dim, blocks=blocks, frequencies=frequencies
-        )
+        super().__init__(shape, **hrope)  # base, pairing, rotary_dim, blocks, frequencies
         self.paragraph_density = float(paragraph_density) if paragraph_density is not None else None
         self.eval_paragraphs = eval_paragraphs
 
@@ -234,16 +228,10 @@ class PeriodAxialEncoding(HRopeEncoding):
     def __init__(
         self,
         shape: ModelShape,
-        base: float = 10_000.0,
-        pairing: str = "interleaved",
-        rotary_dim: int | None = None,
-        blocks: Sequence[int] | None = None,
-        frequencies: str = "split",
         paragraph_density: float | None = None,
+        **hrope: Any,
     ) -> None:
-        super().__init__(
-            shape, base=base, pairing=pairing, rotary_dim=rotary_dim, blocks=blocks, frequencies=frequencies
-        )
+        super().__init__(shape, **hrope)  # base, pairing, rotary_dim, blocks, frequencies
         self.paragraph_density = float(paragraph_density) if paragraph_density is not None else None
 
     @classmethod

@@ -87,15 +87,8 @@ def check_delta_hidden(settings: dict[str, Any]) -> None:
 class IncrementsSharedEncoding(RotaryEncoding):
     """RoPE at learned positions: one DeltaMLP on the token embeddings, the same positions in every layer."""
 
-    def __init__(
-        self,
-        shape: ModelShape,
-        base: float = 10_000.0,
-        pairing: str = "interleaved",
-        rotary_dim: int | None = None,
-        delta_hidden: int = 64,
-    ) -> None:
-        super().__init__(shape, base=base, pairing=pairing, rotary_dim=rotary_dim)
+    def __init__(self, shape: ModelShape, delta_hidden: int = 64, **rotary: Any) -> None:
+        super().__init__(shape, **rotary)  # base, pairing, rotary_dim
         self.delta = DeltaMLP(shape.d_model, delta_hidden)
 
     @classmethod
@@ -112,16 +105,8 @@ class IncrementsSharedEncoding(RotaryEncoding):
 class IncrementsLayerEncoding(RotaryEncoding):
     """RoPE at learned positions: each layer's own DeltaMLP reads its RMS-normed residual stream; δ <= max_delta."""
 
-    def __init__(
-        self,
-        shape: ModelShape,
-        base: float = 10_000.0,
-        pairing: str = "interleaved",
-        rotary_dim: int | None = None,
-        delta_hidden: int = 64,
-        max_delta: float = 10.0,
-    ) -> None:
-        super().__init__(shape, base=base, pairing=pairing, rotary_dim=rotary_dim)
+    def __init__(self, shape: ModelShape, delta_hidden: int = 64, max_delta: float = 10.0, **rotary: Any) -> None:
+        super().__init__(shape, **rotary)  # base, pairing, rotary_dim
         self.max_delta = float(max_delta)
         # the norm is the DeltaMLP's own (not the block's norm1): hidden-state norms grow with depth
         self.deltas = nn.ModuleList(
