@@ -185,7 +185,7 @@ class Transformer(nn.Module):
         return_attention: bool = False,
         return_positions: bool = False,
     ) -> ModelOutput:
-        B, T = tokens.shape
+        T = tokens.shape[1]
         inputs = PositionInputs.from_tokens(tokens, coordinates)
         x, state = self.encoding.begin(self.embed(tokens), inputs)
 
@@ -196,13 +196,13 @@ class Transformer(nn.Module):
         positions: list[Tensor | None] = []
         rotation, last_positions = None, None
         for layer, block in enumerate(self.blocks):
-            coordinates = self.encoding.layer_positions(layer, x, state, inputs)
-            if coordinates is None:
+            layer_positions = self.encoding.layer_positions(layer, x, state, inputs)
+            if layer_positions is None:
                 rotation = None
-            elif coordinates is not last_positions:  # the same coordinates in every layer: rotate once
-                rotation = Rotation(self.encoding.angles(coordinates), self.encoding.pairing)
-            last_positions = coordinates
-            positions.append(coordinates)
+            elif layer_positions is not last_positions:  # the same coordinates in every layer: rotate once
+                rotation = Rotation(self.encoding.angles(layer_positions), self.encoding.pairing)
+            last_positions = layer_positions
+            positions.append(layer_positions)
             y, weights = block.attn(block.norm1(x), rotation, mask, score_scale, return_attention)
             x = x + y
             x = x + block.mlp(block.norm2(x))
