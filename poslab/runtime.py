@@ -25,3 +25,16 @@ def keep_freed_memory(limit_bytes: int = 1 << 30) -> bool:
         return bool(libc.mallopt(_M_MMAP_THRESHOLD, limit_bytes)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, limit_bytes))
     except (OSError, AttributeError):  # not glibc (musl, ...): nothing to tune
         return False
+
+
+def wandb_offline_unless_key() -> str:
+    """W&B runs online only when an API key is configured (WANDB_API_KEY, or `wandb login` in ~/.netrc);
+    otherwise WANDB_MODE=offline, so no network is touched. An explicit WANDB_MODE is respected."""
+    import os
+    from pathlib import Path
+
+    if "WANDB_MODE" not in os.environ:
+        netrc = Path.home() / ".netrc"
+        has_key = bool(os.environ.get("WANDB_API_KEY")) or (netrc.is_file() and "api.wandb.ai" in netrc.read_text())
+        os.environ["WANDB_MODE"] = "online" if has_key else "offline"
+    return os.environ["WANDB_MODE"]

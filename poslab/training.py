@@ -20,7 +20,7 @@ from poslab.config import check_config
 from poslab.encodings.base import ConfigError, encoding_class
 from poslab.io import write_json_atomic
 from poslab.model import ModelConfig
-from poslab.runtime import keep_freed_memory
+from poslab.runtime import keep_freed_memory, wandb_offline_unless_key
 
 log = logging.getLogger("poslab")
 
@@ -95,16 +95,26 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     label = module.model.encoding.label()
     log.info("%s %s seed %s: %s parameters", cfg.task.name, label, cfg.seed, f"{module.model.num_parameters():,}")
 
+    if "wandb" in str(cfg.get("logger")).lower():
+        wandb_offline_unless_key()
     trainer: L.Trainer = hydra.utils.instantiate(
         cfg.trainer,
         logger=instantiate_all(cfg.get("logger")) or False,
         callbacks=instantiate_all(cfg.get("callbacks")),
         **datamodule.trainer_arguments(),
     )
-    start = time.perf_counter()
-    trainer.fit(module, datamodule=datamodule)
-    train_seconds = time.perf_counter() - start
-    trainer.test(module, datamodule=datamodule, verbose=False)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    for logger in trainer.loggers:
+        logger.log_hyperparams(resolved)
+    status = "failed"
+    try:
+        start = time.perf_counter()
+        trainer.fit(module, datamodule=datamodule)
+        train_seconds = time.perf_counter() - start
+        trainer.test(module, datamodule=datamodule, verbose=False)
+        status = "success"
+    finally:
+        finish_loggers(trainer, status)
 
     results = {
         "task": cfg.task.name,
@@ -117,7 +127,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "train_seconds": round(train_seconds, 3),
         "figures": module.figures,
         "throughput": next((c.summary() for c in trainer.callbacks if isinstance(c, Throughput)), {}),
-        "config": OmegaConf.to_container(cfg, resolve=True),
+        "config": resolved,
     }
     if trainer.is_global_zero:
         if cfg.get("save_model", True):
@@ -125,6 +135,18 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         write_json_atomic(output_dir / RESULTS_FILE, results)
         log.info("%s %s seed %s: %s", cfg.task.name, label, cfg.seed, format_figures(module.figures))
     return results
+
+
+def finish_loggers(trainer: L.Trainer, status: str) -> None:
+    """Close every logger; a W&B run is finished explicitly (with a non-zero exit code on failure), so its
+    data is flushed and the next job of a multirun starts a run of its own."""
+    for logger in trainer.loggers:
+        logger.finalize(status)
+        if type(logger).__name__ == "WandbLogger":
+            import wandb
+
+            if wandb.run is not None:
+                wandb.finish(exit_code=0 if status == "success" else 1)
 
 
 def format_figures(figures: dict[str, Any]) -> str:

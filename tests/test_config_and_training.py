@@ -167,3 +167,43 @@ def test_train_py_bad_input_exits_nonzero_with_the_message(args, fragment, tmp_p
     assert fragment in result.stderr
     if fragment != "Could not find 'encoding/fancy'":
         assert "Traceback" not in result.stderr  # one paragraph, not a stack trace
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [["trainer=ddp"], ["trainer=ddp_cpu"], ["logger=wandb"], ["logger=tensorboard"], ["corpus=python_code"]],
+)
+def test_scale_out_and_logger_configs_compose(overrides, tmp_path):
+    cfg = compose_config(overrides, tmp_path)
+    OmegaConf.to_container(cfg, resolve=True)
+
+
+def test_slurm_and_local_parallel_launchers_compose(tmp_path):
+    from .conftest import GlobalHydra, compose, initialize_config_dir
+
+    for launcher, target in (("slurm", "SlurmLauncher"), ("local_parallel", "JoblibLauncher")):
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose(
+                config_name="train",
+                overrides=[f"hydra/launcher={launcher}", "experiment=extrapolation_grid"],
+                return_hydra_config=True,
+            )
+        assert cfg.hydra.launcher._target_.endswith(target)
+
+
+def test_wandb_logger_runs_offline_without_a_key_and_writes_config_and_metrics(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc with a key
+    cfg = compose_config(["logger=wandb", *FAST[:-2], "~callbacks", "trainer.log_every_n_steps=1"], tmp_path)
+    run(cfg)
+    import os
+
+    assert os.environ["WANDB_MODE"] == "offline"
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    files = {p.name for p in runs[0].rglob("*")}
+    assert any(name.endswith(".wandb") for name in files)
+    data = b"".join(p.read_bytes() for p in runs[0].rglob("*.wandb"))
+    assert b"eval/L128/accuracy" in data and b"encoding" in data
