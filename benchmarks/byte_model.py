@@ -57,7 +57,8 @@ def compose(encoding: str, args: argparse.Namespace, data: Path, out: Path):
         cfg = hydra_compose(
             "train",
             [
-                f"experiment=increments_{encoding}",
+                "experiment=increments_rope",
+                f"encoding={encoding}",
                 "trainer=cpu",
                 f"threads={args.threads}",
                 f"task.batch_size={args.batch}",
