@@ -55,11 +55,6 @@ def token_increments(model: torch.nn.Module, tokens: np.ndarray, context: int, b
     return np.concatenate(rows, axis=1)
 
 
-def layer_names(module: Any, n_layers: int) -> list[str]:
-    shared = getattr(module.model.encoding, "name", "") == "increments_shared"
-    return ["shared"] if shared and n_layers == 1 else [f"L{i}" for i in range(n_layers)]
-
-
 def held_out_text(cfg: Any, max_bytes: int) -> dict[str, bytes]:
     """Validation bytes of each source group of the run's corpus (documents never trained on)."""
     from poslab.training import build_datamodule
@@ -92,8 +87,8 @@ def analyze_increments(
     streams = {"text": Path(text_file).read_bytes()[:max_bytes]} if text_file else held
     all_tokens = np.concatenate([np.frombuffer(b, dtype=np.uint8).astype(np.int64) for b in streams.values()])
     deltas = token_increments(model, all_tokens, context)
-    names = layer_names(module, deltas.shape[0])
-    if deltas.shape[0] > 1 and np.allclose(deltas, deltas[:1]):  # shared increments: one row says it all
+    names = [f"L{i}" for i in range(deltas.shape[0])]
+    if np.allclose(deltas, deltas[:1]):  # the same increments in every layer (shared, or plain RoPE): one row
         deltas, names = deltas[:1], ["shared"]
     rows = inc.category_table(all_tokens, deltas, names)
     csv_path = inc.write_category_csv(rows, out / "increments_categories.csv")

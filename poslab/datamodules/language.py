@@ -21,7 +21,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from poslab.datamodules.corpora import BYTE_VOCAB, PreparedGroup, PreparedSplit, describe, prepare_corpus
-from poslab.datamodules.synthetic import batch_generator
+from poslab.datamodules.synthetic import assign_rank, batch_generator
 from poslab.encodings.base import ConfigError
 
 log = logging.getLogger("poslab")
@@ -151,11 +151,7 @@ class LanguageModelDataModule(L.LightningDataModule):
             log.info("corpus %s: %s", self.corpus["name"], describe(self.groups))
             self.train_windows = TrainingWindows(self.groups, self.batch_size, self.context_length, self.seed)
             self.validation = ValidationWindows(self.groups, self.val_windows, self.context_length)
-        if self.trainer is not None:
-            world = self.trainer.world_size
-            if self.batch_size % world:
-                raise ConfigError(f"task.batch_size={self.batch_size} is not divisible by the {world} processes.")
-            self.train_windows.rank, self.train_windows.world_size = self.trainer.global_rank, world
+        assign_rank(self.train_windows, self.trainer, self.batch_size)
 
     def train_dataloader(self) -> DataLoader:
         self.train_windows.start = self.trainer.global_step if self.trainer is not None else 0

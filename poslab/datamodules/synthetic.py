@@ -72,6 +72,16 @@ class SyntheticTask:
         return tokens, self.targets(tokens)
 
 
+def assign_rank(batches: IterableDataset, trainer: L.Trainer | None, batch_size: int) -> None:
+    """Tell a global-batch dataset which rows are this process's (DDP ranks slice one global batch)."""
+    if trainer is None:
+        return
+    world = trainer.world_size
+    if batch_size % world:
+        raise ConfigError(f"task.batch_size={batch_size} is not divisible by the {world} processes.")
+    batches.rank, batches.world_size = trainer.global_rank, world
+
+
 def batch_generator(seed: int, index: int) -> torch.Generator:
     """An RNG for batch ``index`` of a run with ``seed``, independent of every other batch."""
     return torch.Generator().manual_seed(seed * 1_000_003 + index)
@@ -145,11 +155,7 @@ class SyntheticDataModule(L.LightningDataModule):
         return {"train_length": self.train_length, "eval_lengths": self.eval_lengths}
 
     def setup(self, stage: str | None = None) -> None:
-        if self.trainer is not None:
-            world = self.trainer.world_size
-            if self.batch_size % world:
-                raise ConfigError(f"task.batch_size={self.batch_size} is not divisible by the {world} processes.")
-            self.train_batches.rank, self.train_batches.world_size = self.trainer.global_rank, world
+        assign_rank(self.train_batches, self.trainer, self.batch_size)
         if not self.eval_sets:
             self.eval_sets = [EvaluationSet(self.task, self.eval_size, n, self.eval_seed) for n in self.eval_lengths]
 

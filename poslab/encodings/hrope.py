@@ -105,19 +105,18 @@ def check_density(settings: dict[str, Any], encoding: str) -> float:
 
 @register("hrope_axial")
 class HRopeEncoding(RotaryEncoding):
-    required_coordinates = ("paragraph", "sentence")
     """Hierarchical RoPE: three blocks of pairs rotated by the paragraph, sentence and token indices."""
+
+    required_coordinates = ("paragraph", "sentence")
 
     def __init__(
         self,
         shape: ModelShape,
-        base: float = 10_000.0,
-        pairing: str = "interleaved",
-        rotary_dim: int | None = None,
         blocks: Sequence[int] | None = None,
         frequencies: str = "split",
+        **rotary: Any,
     ) -> None:
-        super().__init__(shape, base=base, pairing=pairing, rotary_dim=rotary_dim)
+        super().__init__(shape, **rotary)  # base, pairing, rotary_dim
         self.blocks = [int(b) for b in blocks] if blocks is not None else default_blocks(self.rotary_dim)
         self.frequencies = frequencies
         inv_freq, axis = pair_frequencies(self.blocks, self.base, frequencies)
