@@ -47,34 +47,30 @@ def make_corpus(directory: Path, n_bytes: int = 3_000_000) -> None:
 
 
 def compose(encoding: str, args: argparse.Namespace, data: Path, out: Path):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
     from omegaconf import open_dict
 
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = hydra_compose(
-            "train",
-            [
-                "experiment=increments_rope",
-                f"encoding={encoding}",
-                "trainer=cpu",
-                f"threads={args.threads}",
-                f"task.batch_size={args.batch}",
-                f"task.context_length={args.context}",
-                f"trainer.max_steps={args.steps + args.warmup}",
-                "task.val_every_n_steps=100000",
-                "task.val_windows=1",
-                "~logger",
-                f"paths.data_dir={data}",
-                f"paths.cache_dir={data / 'cache'}",
-                "save_model=false",
-            ],
-        )
+    from poslab.config import compose_config
+
+    cfg = compose_config(
+        [
+            "experiment=increments_rope",
+            f"encoding={encoding}",
+            "trainer=cpu",
+            f"threads={args.threads}",
+            f"task.batch_size={args.batch}",
+            f"task.context_length={args.context}",
+            f"trainer.max_steps={args.steps + args.warmup}",
+            "task.val_every_n_steps=100000",
+            "task.val_windows=1",
+            "~logger",
+            f"paths.data_dir={data}",
+            f"paths.cache_dir={data / 'cache'}",
+            "save_model=false",
+        ],
+        out,
+    )
     with open_dict(cfg):
         cfg.corpus = BENCH_CORPUS
-        cfg.paths.output_dir = str(out)
         cfg.callbacks.throughput.warmup = args.warmup
     return cfg
 

@@ -128,26 +128,11 @@ def plain_run(task_name: str, scheme: str, seed: int, steps: int) -> float:
 
 
 def poslab_run(task_name: str, scheme: str, seed: int, steps: int, workdir: Path) -> float:
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import open_dict
-
+    from poslab.config import compose_config
     from poslab.training import run
 
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(
-            "train",
-            [
-                "experiment=extrapolation_grid",
-                f"+scheme={scheme}",
-                f"task={task_name}",
-                f"seed={seed}",
-                f"trainer.max_steps={steps}",
-            ],
-        )
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(workdir)
+    overrides = ["experiment=extrapolation_grid", f"+scheme={scheme}", f"task={task_name}", f"seed={seed}"]
+    cfg = compose_config([*overrides, f"trainer.max_steps={steps}"], workdir)
     start = time.perf_counter()
     run(cfg)
     return time.perf_counter() - start

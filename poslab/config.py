@@ -6,11 +6,30 @@ what is allowed, before anything is built or written.
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
+from pathlib import Path
+
+from omegaconf import DictConfig, open_dict
 
 from poslab.encodings.base import ConfigError
 
 SYNTHETIC_TASKS = ("lag", "seen")
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def compose_config(overrides: list[str], output_dir: str | Path | None = None) -> DictConfig:
+    """The config ``train.py`` would run with ``overrides`` (for tests, benchmarks and notebooks), its outputs
+    (run directory and logs) redirected to ``output_dir`` when given."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides)
+    if output_dir is not None:
+        with open_dict(cfg):
+            cfg.paths.output_dir = str(output_dir)
+            cfg.paths.log_dir = str(output_dir)
+    return cfg
 
 
 def check_config(cfg: DictConfig) -> None:

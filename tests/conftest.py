@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig, open_dict
+from hydra import compose, initialize_config_dir  # noqa: F401  (tests composing with the hydra config)
+from hydra.core.global_hydra import GlobalHydra  # noqa: F401
+from omegaconf import DictConfig
+
+from poslab.config import compose_config  # noqa: F401  (the tests import it from here)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -18,18 +20,6 @@ CONF = ROOT / "conf"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 torch.set_num_threads(1)
-
-
-def compose_config(overrides: list[str], output_dir: Path | None = None) -> DictConfig:
-    """The config train.py would run with ``overrides``, its outputs redirected to ``output_dir``."""
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides)
-    if output_dir is not None:
-        with open_dict(cfg):
-            cfg.paths.output_dir = str(output_dir)
-            cfg.paths.log_dir = str(output_dir)
-    return cfg
 
 
 def run_train(args: list[str], cwd: Path, timeout: int = 300):
