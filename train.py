@@ -7,11 +7,12 @@ python train.py -m experiment=extrapolation_grid
 import hydra
 from omegaconf import DictConfig
 
-from poslab.training import main as run_training
-
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> None:
+    # imported here, not above: a bad group option (trainer=nosuch) is reported by Hydra before torch loads
+    from poslab.training import main as run_training
+
     run_training(cfg)
 
 

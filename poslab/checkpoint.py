@@ -1,26 +1,50 @@
-"""The trained model of a run, saved at its end and loaded back by the analyses.
+"""What a run writes to be reloaded: the trained model, and training checkpoints to resume from.
 
 ``model.pt`` holds the model's weights and the run's resolved config, so an
 analysis rebuilds exactly that model (any encoding) with the same builders
 training used. It is written atomically and loaded with ``weights_only=True``.
+
+Training checkpoints (``<run dir>/checkpoints/*.ckpt``, Lightning's format) hold
+the model, optimizer, schedule, loop counters (hence the step, and with it the
+data position) and the global RNG states; ``AtomicCheckpointIO`` writes them
+atomically and every one of them loads with ``weights_only=True``. See
+docs/resume.md.
 """
 
 from __future__ import annotations
 
 import io
+import pickle
+import random
+import zipfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 
+from poslab.encodings.base import ConfigError
 from poslab.io import write_atomic
 
 MODEL_FILE = "model.pt"
+CHECKPOINT_DIR = "checkpoints"
+LAST_CHECKPOINT = "last.ckpt"
+# what a Lightning training checkpoint has and model.pt (or any other file) has not
+TRAINING_STATE_KEYS = ("state_dict", "optimizer_states", "lr_schedulers", "loops", "global_step")
+
+
+def uncompiled_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` with the ``_orig_mod.`` that ``torch.compile``'s wrapper puts in parameter names removed
+    (wherever a compiled module sat: ``_orig_mod.blocks.0...`` or ``blocks.0._orig_mod...``), so weights of a
+    compiled model load into an uncompiled one. A state dict without it comes back unchanged."""
+    return {key.replace("_orig_mod.", ""): value for key, value in state.items()}
 
 
 def save_model(path: str | Path, model: torch.nn.Module, config: dict[str, Any]) -> Path:
-    state = {k.removeprefix("_orig_mod."): v.detach().cpu() for k, v in model.state_dict().items()}
+    """Write ``model.pt``: the weights (names as an uncompiled model has them) and the resolved config."""
+    state = {k: v.detach().cpu() for k, v in uncompiled_state_dict(model.state_dict()).items()}
     buffer = io.BytesIO()
     torch.save({"state_dict": state, "config": config}, buffer)
     return write_atomic(path, buffer.getvalue())
@@ -37,6 +61,132 @@ def load_run(run_dir: str | Path, map_location: str = "cpu") -> tuple[DictConfig
     cfg = OmegaConf.create(saved["config"])
     datamodule = build_datamodule(cfg)
     module = build_module(cfg, datamodule)
-    module.model.load_state_dict(saved["state_dict"])
+    module.model.load_state_dict(uncompiled_state_dict(saved["state_dict"]))
     module.eval()
     return cfg, module
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writer, made atomic on local disks.
+
+    Lightning's own ``_atomic_save`` writes through an fsspec transaction, which for a local path writes a
+    temporary file in the system's temporary directory and then ``shutil.move``s it: a copy, not a rename,
+    when that directory is on another file system, and nothing is flushed to disk. A SIGKILL during that
+    copy leaves a truncated ``last.ckpt``. Here the bytes go to a temporary file next to the target, are
+    fsynced and renamed over it (``poslab.io.write_atomic``): a reader, or a resumed run, sees the previous
+    checkpoint or the new one, never part of one. Remote paths (``s3://`` ...) keep Lightning's writer.
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        if storage_options is not None or "://" in str(path):
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
+        write_atomic(path, buffer.getbuffer())
+
+    def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+        """Loads with ``weights_only=True`` unless told otherwise: poslab's checkpoints hold only tensors and
+        plain Python values (RNG states included, see ``rng_states``)."""
+        if map_location is None:
+            map_location = "cpu"
+        return super().load_checkpoint(path, map_location, True if weights_only is None else weights_only)
+
+
+def rng_states() -> dict[str, Any]:
+    """The global RNG states of torch (and CUDA), numpy and Python, as tensors and plain values only, so a
+    checkpoint holding them still loads with ``weights_only=True`` (numpy's own state is a tuple holding an
+    ndarray, which ``weights_only`` refuses)."""
+    kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    version, python_state, gauss_next = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "numpy": {
+            "kind": str(kind),
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "position": int(position),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached_gaussian),
+        },
+        "python": {"version": int(version), "state": list(python_state), "gauss_next": gauss_next},
+    }
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    """Restore what ``rng_states`` returned."""
+    torch.set_rng_state(states["torch"])
+    if states.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+    numpy_state = states["numpy"]
+    np.random.set_state(
+        (
+            numpy_state["kind"],
+            numpy_state["keys"].numpy().astype(np.uint32),
+            numpy_state["position"],
+            numpy_state["has_gauss"],
+            numpy_state["cached_gaussian"],
+        )
+    )
+    python_state = states["python"]
+    random.setstate((python_state["version"], tuple(python_state["state"]), python_state["gauss_next"]))
+
+
+def resolve_checkpoint(ckpt_path: str | None, output_dir: str | Path) -> Path | None:
+    """The training checkpoint ``ckpt_path`` names, checked; ``None`` when not resuming.
+
+    ``last``: this run directory's ``checkpoints/last.ckpt`` (resume in place: ``hydra.run.dir=<the run's
+    directory>``); a directory: the ``checkpoints/last.ckpt`` of that run directory (or that file in the
+    directory itself); anything else: a checkpoint file. A path that does not exist, or a file that is not
+    a training checkpoint poslab can load with ``weights_only=True``, raises ``ConfigError``.
+    """
+    if ckpt_path is None or str(ckpt_path).strip() in ("", "null", "None"):
+        return None
+    value = str(ckpt_path)
+    if value == "last":
+        path = Path(output_dir) / CHECKPOINT_DIR / LAST_CHECKPOINT
+        if not path.is_file():
+            raise ConfigError(
+                f"ckpt_path=last resumes from this run directory's {CHECKPOINT_DIR}/{LAST_CHECKPOINT}, but {path} "
+                f"does not exist; allowed: last with hydra.run.dir=<the directory of the run to resume>, the path of "
+                f"a run directory, or the path of a .ckpt file."
+            )
+    else:
+        path = Path(value).expanduser()
+        if path.is_dir():
+            candidates = [path / CHECKPOINT_DIR / LAST_CHECKPOINT, path / LAST_CHECKPOINT]
+            found = next((c for c in candidates if c.is_file()), None)
+            if found is None:
+                raise ConfigError(
+                    f"ckpt_path={value} is a directory without a checkpoint ({candidates[0]} does not exist); "
+                    f"allowed: last, a run directory with {CHECKPOINT_DIR}/{LAST_CHECKPOINT}, or a .ckpt file."
+                )
+            path = found
+        elif not path.exists():
+            raise ConfigError(
+                f"ckpt_path={value} does not exist; allowed: last (this run directory's "
+                f"{CHECKPOINT_DIR}/{LAST_CHECKPOINT}), a run directory, or the path of a .ckpt file."
+            )
+    check_training_checkpoint(path, f"ckpt_path={value}")
+    return path.resolve()
+
+
+def check_training_checkpoint(path: Path, what: str) -> None:
+    """Raise ``ConfigError`` unless ``path`` is a Lightning training checkpoint that loads with
+    ``weights_only=True``. Tensors are memory-mapped, so this reads little more than the pickled index."""
+    allowed = "a .ckpt file written by train.py (checkpoints/last.ckpt or checkpoints/step*.ckpt of a run)"
+    if not zipfile.is_zipfile(path):
+        raise ConfigError(f"{what}: {path} is not a checkpoint (not a torch.save file); allowed: {allowed}.")
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile) as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(
+            f"{what}: {path} cannot be loaded as a checkpoint with weights_only=True ({first_line}); "
+            f"allowed: {allowed}."
+        ) from error
+    missing = [k for k in TRAINING_STATE_KEYS if not isinstance(saved, dict) or k not in saved]
+    if missing:
+        hint = " (model.pt holds the trained weights only)" if path.name == MODEL_FILE else ""
+        raise ConfigError(
+            f"{what}: {path} is not a training checkpoint{hint}: it lacks {', '.join(missing)}; allowed: {allowed}."
+        )

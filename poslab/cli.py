@@ -42,6 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
     increments.add_argument("--zh-text", default=None, help="Chinese text for the word-boundary AUC")
     increments.add_argument("--max-bytes", type=int, default=200_000, help="held-out bytes to analyse")
     increments.add_argument("--output-dir", default=None, help="where to write (default: RUN_DIR)")
+    corpus = analyses.add_parser("corpus", help="corpus-only statistics (no model) against the U* ordering")
+    corpus.add_argument("corpora", nargs="+", metavar="CORPUS", help="corpus config names (conf/corpus/)")
+    corpus.add_argument("--documents", type=int, default=200, help="documents per corpus (with 2+ paragraphs)")
+    corpus.add_argument("--split", default="validation", choices=("validation", "train", "all"))
+    corpus.add_argument("--ustar", nargs="+", default=None, metavar="NAME=VALUE", help="default: the write-up's")
+    corpus.add_argument("--out", default=None, help="where to write (default: paths.log_dir/corpus_statistics)")
+    corpus.add_argument("--no-embeddings", action="store_true", help="skip embedding coherence (no model load)")
 
     waves = commands.add_parser("wavelengths", help="RoPE wavelength table")
     waves.add_argument("--head-dim", type=int, default=128)
@@ -71,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
                     args.run_dir, args.text, args.sentence, args.zh_text, args.max_bytes, args.output_dir
                 )
             )
+        elif args.command == "analyze" and args.analysis == "corpus":
+            from poslab.analysis.corpus_statistics import analyze_corpora, parse_ustar
+
+            ustar = parse_ustar(args.ustar)
+            print(analyze_corpora(args.corpora, args.documents, args.split, ustar, args.out, not args.no_embeddings))
         elif args.command == "wavelengths":
             from poslab.analysis.wavelengths import wavelength_table
 

@@ -6,9 +6,11 @@ what is allowed, before anything is built or written.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, ListConfig, open_dict
 
 from poslab.encodings.base import ConfigError
 
@@ -53,3 +55,86 @@ def check_config(cfg: DictConfig) -> None:
         )
     if cfg.trainer.get("max_steps", -1) is None or cfg.trainer.get("max_steps", -1) < 1:
         raise ConfigError(f"trainer.max_steps={cfg.trainer.get('max_steps')} must be a positive number of steps.")
+    check_devices(cfg.trainer)
+    check_global_batches(cfg)
+    if cfg.get("ckpt_path") is not None:
+        from poslab.checkpoint import resolve_checkpoint
+
+        resolve_checkpoint(cfg.ckpt_path, cfg.paths.output_dir)
+
+
+def available_devices(accelerator: str) -> int | None:
+    """How many devices of a kind this machine has: CPU cores this process may use, or CUDA GPUs; ``None``
+    for kinds not checked here (Lightning checks them)."""
+    if accelerator == "cpu":
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if accelerator in ("gpu", "cuda"):
+        import torch
+
+        return torch.cuda.device_count()
+    return None
+
+
+def requested_devices(devices: Any) -> int | None:
+    """The number of devices a Trainer's ``devices`` asks for; ``None`` for ``auto`` and -1 (all)."""
+    if isinstance(devices, (list, tuple, ListConfig)):
+        return len(devices)
+    text = str(devices).strip()
+    if text in ("auto", "-1", "None", ""):
+        return None
+    if "," in text:  # "0,1": device indices
+        return len([d for d in text.split(",") if d.strip()])
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(
+            f"trainer.devices={devices!r} is not a number of devices; allowed: a positive integer, a list of "
+            f"device indices, or auto."
+        ) from None
+
+
+def check_devices(trainer: DictConfig) -> None:
+    """More devices than the machine has stop here, with the count, rather than deep inside Lightning (GPUs)
+    or as an oversubscribed machine (CPU processes: one per core at most)."""
+    accelerator = str(trainer.get("accelerator", "auto"))
+    requested = requested_devices(trainer.get("devices", "auto"))
+    if requested is None:
+        return
+    if requested < 1:
+        raise ConfigError(f"trainer.devices={trainer.devices} must be at least 1 (or auto).")
+    available = available_devices(accelerator)
+    if available is None or requested <= available:
+        return
+    if accelerator == "cpu":
+        raise ConfigError(
+            f"trainer.devices={trainer.devices} asks for {requested} CPU processes, but this machine has "
+            f"{available} CPU cores for this process; allowed: 1 to {available}."
+        )
+    gpus = f"{requested} GPU" + ("s" if requested > 1 else "")
+    if available == 0:
+        raise ConfigError(
+            f"trainer.devices={trainer.devices} asks for {gpus} (accelerator={accelerator}), but this machine "
+            f"has none; allowed here: trainer=cpu or trainer=ddp_cpu."
+        )
+    raise ConfigError(
+        f"trainer.devices={trainer.devices} asks for {gpus}, but this machine has {available}; "
+        f"allowed: 1 to {available}."
+    )
+
+
+def check_global_batches(cfg: DictConfig) -> None:
+    """Under DDP the synthetic tasks slice one global training batch across the processes, and Lightning's
+    DistributedSampler shards each evaluation set; it pads a set whose size the processes do not divide with
+    repeated sequences, which would count them twice in the figures. Both sizes must be multiples of the
+    number of processes, so that a DDP run evaluates exactly what a 1-process run does."""
+    requested = requested_devices(cfg.trainer.get("devices", "auto"))
+    world = (requested or 1) * int(cfg.trainer.get("num_nodes", 1) or 1)
+    if world < 2 or cfg.task.name not in SYNTHETIC_TASKS:
+        return
+    for key in ("batch_size", "eval_size"):
+        value = cfg.task.get(key)
+        if value is not None and int(value) % world:
+            raise ConfigError(
+                f"task.{key}={value} is not divisible by the {world} processes (trainer.devices x "
+                f"trainer.num_nodes); allowed: a multiple of {world}."
+            )

@@ -11,14 +11,22 @@ where rot() is the encoding's rotation (rotary family, identity otherwise)
 and bias is the encoding's score bias (ALiBi, zero otherwise). ``score_scale``
 is 1 in training; at test time it may be log(L)/log(L_train) (Chiang &
 Cholak, 2022). The ``sdpa`` backend hands all of this to
-``F.scaled_dot_product_attention`` (a fused kernel); ``explicit``
-materialises the weights so analyses can read them. Both compute the same
-function.
+``F.scaled_dot_product_attention`` (a fused kernel, the bias as an additive
+mask); ``explicit`` materialises the weights so analyses can read them;
+``flex`` uses FlexAttention: the causal mask as a block mask (blocks above the
+diagonal are skipped) and the bias as the encoding's ``score_mod``, computed
+inside the kernel (compiled; on CPU PyTorch has no FlexAttention backward,
+so there it evaluates only). All three compute the same function; asking for
+the weights (``return_attention``) always takes the explicit path.
+
+``ModelConfig.compile`` asks the training module to compile the model
+(``torch.compile``) when training starts.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +40,7 @@ from poslab.encodings.rotary import Rotation
 
 NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "swiglu")
-BACKENDS = ("sdpa", "explicit")
+BACKENDS = ("sdpa", "explicit", "flex")
 
 
 @dataclass
@@ -50,6 +58,7 @@ class ModelConfig:
     tie_embeddings: bool = False
     attention: str = "sdpa"
     init_std: float | None = None  # None: PyTorch's default initialisation
+    compile: bool = False  # torch.compile the model when training starts (poslab.lightning_modules.base)
     encoding: dict[str, Any] = field(default_factory=lambda: {"name": "none"})
 
     def __post_init__(self) -> None:
@@ -97,6 +106,43 @@ class MLP(nn.Module):
         return self.down(F.gelu(h))
 
 
+ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
+
+_compiled_flex_attention: Callable[..., Tensor] | None = None
+
+
+def flex_attention(
+    q: Tensor, k: Tensor, v: Tensor, score_mod: ScoreMod | None, block_mask: Any, scale: float
+) -> Tensor:
+    """``torch.nn.attention.flex_attention`` compiled (the fused kernel; eager FlexAttention materialises the
+    scores). Compiled once per process; on CPU it has no backward, which is said here rather than deep inside."""
+    global _compiled_flex_attention
+    if q.device.type == "cpu" and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
+        raise ConfigError(
+            "model.attention=flex cannot train on CPU: PyTorch's FlexAttention has no backward pass there; "
+            "use model.attention=sdpa on CPU (flex works on CPU for evaluation only)."
+        )
+    if _compiled_flex_attention is None:
+        from torch.nn.attention.flex_attention import flex_attention as flex
+
+        _compiled_flex_attention = torch.compile(flex)
+    return _compiled_flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+
+
+@torch.compiler.disable
+def causal_block_mask(length: int, device: torch.device, cache: dict[tuple[int, str], Any]) -> Any:
+    """FlexAttention's causal ``BlockMask`` for ``length`` queries and keys, built once per length and device."""
+    key = (length, str(device))
+    if key not in cache:
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        def causal(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            return q_idx >= kv_idx
+
+        cache[key] = create_block_mask(causal, None, None, length, length, device=device)
+    return cache[key]
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -112,14 +158,22 @@ class Attention(nn.Module):
         mask: Tensor | None,
         score_scale: float,
         return_weights: bool,
+        flex: tuple[ScoreMod | None, Any] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
+        """``mask``: the additive bias plus causal mask ``[1, H, T, T]`` (None: causal only); ``flex``: the
+        ``(score_mod, block_mask)`` FlexAttention computes instead, when the backend is ``flex``."""
         B, T, D = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # 3 x [B, H, T, hd]
         if rotation is not None:
             q, k = rotation.apply(q), rotation.apply(k)
         scale = score_scale / math.sqrt(self.head_dim)
         weights = None
-        if self.backend == "sdpa" and not return_weights:
+        if flex is not None and not return_weights:
+            # a score scale other than 1 scales the queries: the compiled kernel's own scale stays one constant
+            # (a float argument would compile the kernel again for every value)
+            q = q if score_scale == 1.0 else q * score_scale
+            y = flex_attention(q, k, v, flex[0], flex[1], 1.0 / math.sqrt(self.head_dim))
+        elif self.backend != "explicit" and not return_weights:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale)
         else:
             scores = (q @ k.transpose(-2, -1)) * scale
@@ -161,6 +215,14 @@ class Transformer(nn.Module):
             self.apply(self._init_weights)
         if cfg.tie_embeddings:
             self.head.weight = self.embed.weight
+        self._block_masks: dict[tuple[int, str], Any] = {}  # FlexAttention's causal block masks, per length
+        if cfg.attention == "flex":
+            biased = type(self.encoding).score_bias is not PositionEncoding.score_bias
+            if biased and self.encoding.score_mod() is None:
+                raise ConfigError(
+                    f"model.attention=flex needs the score bias of encoding {self.encoding.name!r} as a score_mod, "
+                    f"which it does not define; use model.attention=sdpa."
+                )
 
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)) and module not in self.encoding.modules():
@@ -189,8 +251,13 @@ class Transformer(nn.Module):
         inputs = PositionInputs.from_tokens(tokens, coordinates)
         x, state = self.encoding.begin(self.embed(tokens), inputs)
 
-        bias = self.encoding.score_bias(T, tokens.device)
-        mask = None if bias is None else (bias + causal_mask(T, tokens.device)).unsqueeze(0).to(x.dtype)
+        flex, mask = None, None
+        if self.cfg.attention == "flex" and not return_attention:
+            # the score_mod is made per forward: it reads the encoding's tensors where they are now (device)
+            flex = (self.encoding.score_mod(), causal_block_mask(T, tokens.device, self._block_masks))
+        else:
+            bias = self.encoding.score_bias(T, tokens.device)
+            mask = None if bias is None else (bias + causal_mask(T, tokens.device)).unsqueeze(0).to(x.dtype)
 
         attention: list[Tensor] = []
         positions: list[Tensor | None] = []
@@ -203,7 +270,7 @@ class Transformer(nn.Module):
                 rotation = Rotation(self.encoding.angles(layer_positions), self.encoding.pairing)
             last_positions = layer_positions
             positions.append(layer_positions)
-            y, weights = block.attn(block.norm1(x), rotation, mask, score_scale, return_attention)
+            y, weights = block.attn(block.norm1(x), rotation, mask, score_scale, return_attention, flex)
             x = x + y
             x = x + block.mlp(block.norm2(x))
             if weights is not None:

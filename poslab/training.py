@@ -12,10 +12,11 @@ from typing import Any
 import hydra
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from poslab.callbacks import Throughput
-from poslab.checkpoint import MODEL_FILE, save_model
+from poslab.checkpoint import MODEL_FILE, AtomicCheckpointIO, resolve_checkpoint, save_model
 from poslab.config import check_config
 from poslab.encodings.base import ConfigError, encoding_class
 from poslab.io import write_json_atomic
@@ -29,12 +30,18 @@ FAILURE_FILE = "failed.json"
 
 
 def quiet_third_party_noise() -> None:
-    """Drop two messages every run would print that say nothing about the run: Lightning's tip
-    advertising its cloud logger, and a deprecation warning from inside Lightning's own code."""
+    """Drop messages every run would print that say nothing about the run: Lightning's tip advertising
+    its cloud logger, a deprecation warning from inside Lightning's own code, and a checkpoint warning."""
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
         lambda record: "litlogger" not in record.getMessage()
     )
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    # ModelCheckpoint warns, under manual optimisation, that its checkpoints hold the state after the
+    # optimizer step: that (step N done, global_step N) is exactly the state a resume continues from.
+    warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
+    # the evaluation figures are torchmetrics metrics, reduced across DDP ranks by compute(); self.log's
+    # sync_dist would reduce them a second time
+    warnings.filterwarnings("ignore", message="It is recommended to use `self.log")
 
 
 def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
@@ -88,6 +95,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if cfg.get("keep_freed_memory", True):
         keep_freed_memory()
     output_dir = Path(cfg.paths.output_dir)
+    ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), output_dir)  # checked by check_config
     L.seed_everything(cfg.seed, workers=True, verbose=False)
 
     datamodule = build_datamodule(cfg)
@@ -97,10 +105,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     if "wandb" in str(cfg.get("logger")).lower():
         wandb_offline_unless_key()
+    callbacks = instantiate_all(cfg.get("callbacks"))
     trainer: L.Trainer = hydra.utils.instantiate(
         cfg.trainer,
         logger=instantiate_all(cfg.get("logger")) or False,
-        callbacks=instantiate_all(cfg.get("callbacks")),
+        callbacks=callbacks,
+        # checkpoints are written when the callbacks have a ModelCheckpoint (callbacks.checkpoint), atomically
+        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
+        plugins=[AtomicCheckpointIO()],
         **datamodule.trainer_arguments(),
     )
     resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -109,7 +121,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     status = "failed"
     try:
         start = time.perf_counter()
-        trainer.fit(module, datamodule=datamodule)
+        if ckpt_path is not None:
+            log.info("resuming from %s", ckpt_path)
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
         train_seconds = time.perf_counter() - start
         trainer.test(module, datamodule=datamodule, verbose=False)
         status = "success"

@@ -1,28 +1,94 @@
-"""Every W&B sweep file names real config groups and keys: each of its combinations composes."""
+"""Every W&B sweep file names real config groups and keys: each of its combinations composes, and the README
+gives its offline (Hydra multirun) form."""
 
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
 
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
-from poslab.training import build_datamodule, build_module
+from poslab import config
+from poslab.config import check_config
+from poslab.model import Transformer
+from poslab.training import build_datamodule, build_model_config, build_module
 
-from .conftest import ROOT, compose_config
+from .conftest import CONF, ROOT, compose_config
 
 SWEEPS = sorted((ROOT / "sweeps").glob("*.yaml"))
+MISSING = object()
+
+
+def sweep_parameters(sweep) -> tuple[dict, dict[str, list]]:
+    spec = yaml.safe_load(sweep.read_text())
+    choices = {
+        name: list(parameter["values"]) if "values" in parameter else [parameter["value"]]
+        for name, parameter in spec["parameters"].items()
+    }
+    return spec, choices
 
 
 @pytest.mark.parametrize("sweep", SWEEPS, ids=[p.stem for p in SWEEPS])
-def test_sweep_parameters_compose(sweep, tmp_path):
-    spec = yaml.safe_load(sweep.read_text())
-    assert spec["program"] == "train.py" and "${args_no_hyphens}" in spec["command"]
-    names, choices = [], []
-    for name, parameter in spec["parameters"].items():
-        names.append(name)
-        choices.append(parameter["values"] if "values" in parameter else [parameter["value"]])
-    combinations = list(itertools.product(*choices))
-    for combination in combinations[:: max(1, len(combinations) // 8)]:  # a spread of them, first included
+def test_sweep_parameters_name_real_groups_and_keys(sweep, tmp_path):
+    spec, choices = sweep_parameters(sweep)
+    assert spec["program"] == "train.py" and spec["method"] == "grid"
+    assert spec["command"] == ["${env}", "${interpreter}", "${program}", "${args_no_hyphens}"]  # key=value args
+    keys = []
+    for name, values in choices.items():
+        key = name.lstrip("+~")
+        if (CONF / key).is_dir():  # a config group: every value is one of its options
+            missing = [v for v in values if not (CONF / key / f"{v}.yaml").is_file()]
+            assert not missing, f"{sweep.name}: {name} values {missing} are not configs in conf/{key}/"
+        else:
+            keys.append(key)
+    cfg = compose_config([f"{name}={values[0]}" for name, values in choices.items()], tmp_path)
+    for key in keys:
+        assert OmegaConf.select(cfg, key, default=MISSING) is not MISSING, f"{sweep.name}: no config key {key}"
+
+
+@pytest.mark.parametrize("sweep", SWEEPS, ids=[p.stem for p in SWEEPS])
+def test_sweep_combinations_compose_and_build(sweep, tmp_path, monkeypatch):
+    """A spread of the combinations (the first included) composes, passes the config checks and builds its
+    model. Synthetic tasks build the whole module; a corpus would need its data (and a BPE tokenizer trained
+    on it) to build the module, so the model is built with a placeholder vocabulary and paragraph density.
+    The device check is told the machine has the GPUs the sweep is meant for."""
+    monkeypatch.setattr(config, "available_devices", lambda accelerator: 8)
+    _, choices = sweep_parameters(sweep)
+    names = list(choices)
+    combinations = list(itertools.product(*choices.values()))
+    for combination in combinations[:: max(1, len(combinations) // 8)]:
         cfg = compose_config([f"{n}={v}" for n, v in zip(names, combination)], tmp_path)
-        build_module(cfg, build_datamodule(cfg))
+        OmegaConf.to_container(cfg, resolve=True)
+        check_config(cfg)
+        if cfg.corpus.name == "synthetic":
+            build_module(cfg, build_datamodule(cfg))
+        else:
+            placeholder = SimpleNamespace(paragraph_density=0.05)
+            Transformer(build_model_config(cfg, 512, 512, placeholder), int(cfg.task.context_length))
+
+
+def test_ablation_sweeps_cover_their_grids():
+    _, seeds = sweep_parameters(ROOT / "sweeps" / "seed_ablation.yaml")
+    assert seeds == {
+        "experiment": ["hrope_axial", "rand_axial", "period_axial", "hrope_rope"],
+        "corpus": ["python_code", "wikitext2", "openwebtext"],
+        "seed": [0, 1, 2],
+    }
+    _, shuffle = sweep_parameters(ROOT / "sweeps" / "shuffle_ablation.yaml")
+    assert shuffle == {**seeds, "experiment": ["hrope_axial", "rand_axial"]}
+
+
+@pytest.mark.parametrize("sweep", SWEEPS, ids=[p.stem for p in SWEEPS])
+def test_readme_gives_each_sweep_and_its_multirun_form(sweep):
+    """``wandb sweep sweeps/X.yaml``, and a ``train.py -m`` line with the sweep's values (an experiment that
+    is a multirun itself, as extrapolation_grid with its hydra.sweeper.params, is named by that line)."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert any(f"wandb sweep sweeps/{sweep.name}" in line for line in lines)
+    _, choices = sweep_parameters(sweep)
+    arguments = [f"{name}={','.join(str(v) for v in values)}" for name, values in choices.items()]
+    multiruns = [line for line in lines if "train.py -m" in line]
+    assert any(f"experiment={sweep.stem}" in line for line in multiruns) or any(
+        all(argument in line for argument in arguments) for line in multiruns
+    ), f"README.md has no `python train.py -m` line with {' '.join(arguments)}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -39,6 +40,16 @@ class AlibiEncoding(PositionEncoding):
         position = torch.arange(length, device=device)
         distance = (position[:, None] - position[None, :]).clamp(min=0).float()  # query minus key, 0 above the diagonal
         return -self.slopes.to(device)[:, None, None] * distance
+
+    def score_mod(self) -> Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]:
+        """The same bias inside FlexAttention: ``score - slope[h] * (q_idx - kv_idx)`` (keys after the query
+        are masked by the causal block mask, so the distance needs no clamp)."""
+        slopes = self.slopes
+
+        def alibi(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            return score - slopes[h] * (q_idx - kv_idx)
+
+        return alibi
 
     def label(self) -> str:
         if self.slopes.numel() == 1:

@@ -8,7 +8,9 @@ A position encoding touches attention in at most three places:
    per-token coordinates (token index, learned positions, paragraph/sentence/
    token indices), which ``angles`` turns into fp32 rotation angles of the
    queries and keys (the rotary family);
-3. ``score_bias``: it may add a bias to the attention scores (ALiBi).
+3. ``score_bias``: it may add a bias to the attention scores (ALiBi); an
+   encoding with a bias also gives it as ``score_mod``, the same bias as a
+   FlexAttention function of one score, for ``model.attention=flex``.
 
 The model (``poslab/model.py``) calls these hooks and nothing else, so a new
 encoding is one file here plus one YAML in ``conf/encoding/``.
@@ -21,6 +23,7 @@ stops at start with one sentence naming the bad value and what is allowed
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -102,6 +105,13 @@ class PositionEncoding(nn.Module):
 
     def score_bias(self, length: int, device: torch.device) -> Tensor | None:
         """Additive bias ``[H, T, T]`` on the attention scores (before the causal mask), or None."""
+        return None
+
+    def score_mod(self) -> Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor] | None:
+        """``score_bias`` as a FlexAttention ``score_mod``: ``(score, b, h, q_idx, kv_idx) -> score`` plus the
+        bias of head ``h``, query ``q_idx`` and key ``kv_idx`` (the causal mask is applied separately, so keys
+        after the query need no care), or None: no bias. ``model.attention=flex`` needs one when the encoding
+        has a ``score_bias``; it is called once per forward pass."""
         return None
 
     def label(self) -> str:

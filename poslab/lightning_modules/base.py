@@ -1,4 +1,5 @@
-"""What every poslab LightningModule shares: the model, the optimizer and its schedule."""
+"""What every poslab LightningModule shares: the model, the optimizer and its schedule, and the RNG states
+a checkpoint needs for an exact resume."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import lightning as L
 import torch
 from torch import Tensor
 
+from poslab.checkpoint import rng_states, set_rng_states
 from poslab.model import ModelConfig, Transformer
 
 SCHEDULES = ("constant", "cosine")
@@ -30,10 +32,18 @@ class TransformerModule(L.LightningModule):
         self.automatic_optimization = False
         self.model_config, self.optimizer_config = model, dict(optimizer)
         self.model = Transformer(model, max_length)
+        self._rng_states_to_restore: dict[str, Any] | None = None
 
     def loss(self, batch: Any) -> Tensor:
         """The training loss of one batch; each task's module defines it."""
         raise NotImplementedError
+
+    def configure_model(self) -> None:
+        """``model.compile``: compile the Transformer in place when training starts (``nn.Module.compile``:
+        parameter names stay as they are, so checkpoints and model.pt load into uncompiled models)."""
+        if self.model_config.compile and not getattr(self, "_compiled", False):
+            self.model.compile()
+            self._compiled = True
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         """One optimisation step, written out (manual optimisation): Lightning's automatic loop adds a
@@ -49,6 +59,23 @@ class TransformerModule(L.LightningModule):
         schedule.step()
         self.log_every_n_steps("train/loss", loss)
         return loss.detach()
+
+    # Exact resume. Lightning's checkpoint holds the weights, the optimizer and schedule states and the loop
+    # counters (global_step, hence the data position: batch i is a function of (seed, i)), with manual
+    # optimisation too; not the global RNG states, which some encodings draw from every step (rand_axial).
+    # They are saved with the checkpoint and put back just before the first training step after a resume:
+    # restoring them on load would be too early, as Lightning creates the dataloader iterator after that,
+    # and a DataLoader iterator draws its base seed from the global torch RNG.
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["rng_states"] = rng_states()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._rng_states_to_restore = checkpoint.get("rng_states")
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        if self._rng_states_to_restore is not None:
+            set_rng_states(self._rng_states_to_restore)
+            self._rng_states_to_restore = None
 
     def forward(self, tokens: Tensor, **kwargs: Any):
         return self.model(tokens, **kwargs)

@@ -1,0 +1,133 @@
+"""The byte model's training step with and without ``model.compile`` (torch.compile), in one process.
+
+    python benchmarks/compile.py [--encoding rope] [--steps 10] [--warmup 3] [--batch 4] [--context 256]
+                                 [--threads 2] [--device cpu]
+
+The byte model (conf/model/byte.yaml, 6.4M parameters) as ``experiment=increments_rope`` builds it, one
+training step = forward + cross-entropy + backward + fused AdamW on random bytes (data loading is not
+what is compared). The compiled model is compiled as training compiles it (``nn.Module.compile``); its
+first warm-up step includes the compilation, reported apart. Prints tokens/s of each (median of
+``--steps`` steps after ``--warmup``) and compiled / eager. On CUDA the step runs under bf16 autocast,
+as ``trainer=gpu`` (bf16-mixed) does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+BYTES = 257  # 256 byte values and the document separator
+
+
+def byte_model(encoding: str = "rope", overrides: Sequence[str] = ()) -> torch.nn.Module:
+    """poslab's Transformer for ``experiment=increments_rope encoding=<encoding>`` plus ``overrides``."""
+    from poslab.config import compose_config
+    from poslab.model import Transformer
+    from poslab.training import build_model_config
+
+    cfg = compose_config(["experiment=increments_rope", f"encoding={encoding}", *overrides])
+    return Transformer(build_model_config(cfg, BYTES, BYTES), int(cfg.task.context_length))
+
+
+def autocast(device: torch.device) -> contextlib.AbstractContextManager:
+    """bf16 autocast on CUDA (as Lightning's bf16-mixed), nothing on CPU (fp32, as trainer=cpu)."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def median_seconds(step: Callable[[], object], steps: int, warmup: int, device: torch.device) -> tuple[float, float]:
+    """(median seconds of ``steps`` calls after ``warmup`` calls, seconds of the first call)."""
+    times = []
+    for _ in range(warmup + steps):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[warmup:]), times[0]
+
+
+def training_step(model: torch.nn.Module, batch: int, context: int, device: torch.device) -> Callable[[], object]:
+    """One optimisation step of ``model`` on random bytes: forward, loss, backward, fused AdamW."""
+    model.to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, fused=True)
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    tokens = torch.randint(0, BYTES, (batch, context + 1), generator=generator).to(device)
+
+    def step() -> float:
+        with autocast(device):
+            logits = model(tokens[:, :-1]).logits
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return step
+
+
+def compare(args: argparse.Namespace, device: torch.device) -> dict[str, dict[str, float]]:
+    """tokens/s of the eager and the compiled training step; each entry also has the first step's seconds."""
+    tokens = args.batch * args.context
+    results = {}
+    for name in ("eager", "compiled"):
+        torch.manual_seed(0)
+        model = byte_model(args.encoding, args.overrides)
+        if name == "compiled":
+            model.compile()  # what model.compile=true does when training starts
+        seconds, first = median_seconds(
+            training_step(model, args.batch, args.context, device), args.steps, args.warmup, device
+        )
+        results[name] = {"tokens_per_s": tokens / seconds, "step_seconds": seconds, "first_step_seconds": first}
+        print(
+            f"{name:9s} {tokens / seconds:9.0f} tokens/s   step {seconds * 1e3:8.1f} ms   first step {first:6.1f} s",
+            flush=True,
+        )
+    return results
+
+
+def describe_device(device: torch.device, threads: int) -> str:
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)}), bf16 autocast, torch {torch.__version__}"
+    return f"cpu, {threads} threads, fp32, torch {torch.__version__}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--encoding", default="rope")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--context", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("overrides", nargs="*", help="more config overrides, e.g. model.n_layers=2")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    results = compare(args, device)
+    print(
+        f"device: {describe_device(device, args.threads)}; byte model, encoding {args.encoding}, batch {args.batch} x "
+        f"{args.context}, median of {args.steps} steps after {args.warmup}"
+    )
+    ratio = results["compiled"]["tokens_per_s"] / results["eager"]["tokens_per_s"]
+    print(f"compiled / eager tokens/s: {ratio:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+"""One prepared check for a lent GPU (an H200): throughput and MFU of the byte model in bf16, torch.compile,
+and ALiBi's FlexAttention path against the bias mask. Under 8 minutes; writes as it goes.
+
+    python benchmarks/gpu_check.py OUT_DIR [--steps 80] [--budget-s 420]
+    python benchmarks/gpu_check.py OUT_DIR --dry-run        # CPU, tiny sizes, a few steps: checks the script
+
+Sections (each recorded in OUT_DIR/gpu_check.json and OUT_DIR/gpu_check.md after it finishes; one that
+fails records its error and the next one runs; once ``--budget-s`` seconds have passed the rest are skipped):
+
+1. ``train``: ``python train.py experiment=increments_rope`` and ``experiment=increments_layer`` at full
+   size (byte model, context 512, batch 32, trainer=gpu: bf16-mixed) for ``--steps`` steps through poslab's
+   own training loop (Lightning, the Throughput callback): median tokens/s after 10 warm-up steps, and MFU
+   against the H200's dense bf16 peak (989 TFLOP/s). The corpus is generated (benchmarks/byte_model.py).
+2. ``compile``: the byte model's training step (rope) with and without ``model.compile`` (benchmarks/compile.py),
+   compile time apart, and one step of ALiBi with attention=flex under model.compile (both together).
+3. ``alibi_flex``: bias mask against flex, forward + backward in bf16, the attention operation and the whole
+   model, at 512 and 2048 (benchmarks/alibi_flex.py); the logits of both paths compared in fp32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import alibi_flex  # noqa: E402
+import compile as compile_bench  # noqa: E402
+from byte_model import BENCH_CORPUS, make_corpus  # noqa: E402
+
+# --dry-run: a model small enough to compile and train in seconds on a CPU
+DRY_MODEL = ["model.n_layers=2", "model.d_model=64", "model.n_heads=4", "model.mlp_hidden=128"]
+
+
+def train_throughput(experiment: str, args: argparse.Namespace, data: Path, out: Path) -> dict[str, Any]:
+    """tokens/s and MFU of ``experiment`` through poslab's training loop (``poslab.training.run``)."""
+    from omegaconf import open_dict
+
+    from poslab.config import compose_config
+    from poslab.training import run
+
+    overrides = [
+        f"experiment={experiment}",
+        f"trainer={'cpu' if args.dry_run else 'gpu'}",
+        f"task.batch_size={args.batch}",
+        f"task.context_length={args.context}",
+        f"trainer.max_steps={args.steps + args.warmup}",
+        "task.val_every_n_steps=100000",
+        "task.val_windows=1",
+        "~logger",
+        f"paths.data_dir={data}",
+        f"paths.cache_dir={data / 'cache'}",
+        "save_model=false",
+        *args.model,
+    ]
+    cfg = compose_config(overrides, out)
+    with open_dict(cfg):
+        cfg.corpus = BENCH_CORPUS
+        cfg.callbacks.throughput.warmup = args.warmup
+        cfg.callbacks.pop("checkpoint", None)  # no checkpoint writes in a throughput check
+        cfg.callbacks.pop("progress_bar", None)
+    results = run(cfg)
+    return {
+        "experiment": experiment,
+        "parameters": results["parameters"],
+        "steps": results["steps"],
+        "batch": args.batch,
+        "context": args.context,
+        "precision": cfg.trainer.precision,
+        **results["throughput"],
+        "train_seconds": results["train_seconds"],
+        "val_loss": results["figures"].get("val_loss"),
+    }
+
+
+def compile_check(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """The byte model's training step with and without model.compile, and ALiBi + flex under model.compile."""
+    bench = argparse.Namespace(
+        encoding="rope",
+        steps=args.compile_steps,
+        warmup=3,
+        batch=args.batch,
+        context=args.context,
+        overrides=args.model,
+    )
+    results: dict[str, Any] = compile_bench.compare(bench, device)
+    results["compiled/eager"] = results["compiled"]["tokens_per_s"] / results["eager"]["tokens_per_s"]
+    # both speed options together: ALiBi through flex inside the compiled model (forward only on CPU)
+    torch.manual_seed(0)
+    model = compile_bench.byte_model("alibi", ["model.attention=flex", *args.model]).to(device)
+    model.compile()
+    tokens = torch.randint(0, compile_bench.BYTES, (args.batch, args.context + 1), device=device)
+    start = time.perf_counter()
+    with torch.set_grad_enabled(device.type == "cuda"), compile_bench.autocast(device):
+        logits = model(tokens[:, :-1]).logits
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
+    if device.type == "cuda":
+        loss.backward()
+        torch.cuda.synchronize()
+    results["alibi_flex_compiled_first_step_seconds"] = time.perf_counter() - start
+    results["alibi_flex_compiled_loss"] = loss.item()
+    return results
+
+
+def flex_check(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """Bias mask against flex (tokens/s, bf16 on CUDA), and the two paths' logits compared in fp32."""
+    bench = argparse.Namespace(
+        lengths=args.flex_lengths, batch=args.flex_batch, steps=args.flex_steps, warmup=3, overrides=args.model
+    )
+    results: dict[str, Any] = alibi_flex.compare(bench, device)
+    parity = {}
+    for length in args.flex_lengths:
+        models = {}
+        for attention in ("sdpa", "flex"):
+            torch.manual_seed(0)
+            models[attention] = compile_bench.byte_model("alibi", [f"model.attention={attention}", *args.model])
+            models[attention].to(device)
+        tokens = torch.randint(0, compile_bench.BYTES, (2, length), device=device)
+        with torch.no_grad():
+            for score_scale in (1.0, 1.5):
+                a = models["sdpa"](tokens, score_scale=score_scale).logits
+                b = models["flex"](tokens, score_scale=score_scale).logits
+                parity[f"T={length} score_scale={score_scale}"] = (a - b).abs().max().item()
+    results["fp32_max_logit_difference"] = parity
+    return results
+
+
+def write_summary(out: Path, summary: dict[str, Any]) -> None:
+    (out / "gpu_check.json").write_text(json.dumps(summary, indent=2, default=str))
+    lines = [f"# GPU check ({summary['device']})", "", f"torch {summary['torch']}; {summary['settings']}", ""]
+    train = summary["sections"].get("train", {})
+    if isinstance(train, dict) and "results" in train:
+        lines += ["| experiment | tokens/s | MFU | step ms | parameters |", "|---|---|---|---|---|"]
+        for name, r in train["results"].items():
+            if "error" in r:
+                lines.append(f"| {name} | failed: {r['error'].splitlines()[-1]} | | | |")
+                continue
+            mfu = f"{r['mfu']:.1%}" if r.get("mfu") is not None else "n/a"
+            lines.append(
+                f"| {name} | {r['tokens_per_s']:,.0f} | {mfu} | {r['step_seconds'] * 1e3:.1f} | {r['parameters']:,} |"
+            )
+        lines.append("")
+    compiled = summary["sections"].get("compile", {})
+    if isinstance(compiled, dict) and "results" in compiled:
+        r = compiled["results"]
+        lines += [
+            f"compile (rope, training step): eager {r['eager']['tokens_per_s']:,.0f} tokens/s, compiled "
+            f"{r['compiled']['tokens_per_s']:,.0f} tokens/s, compiled/eager {r['compiled/eager']:.3f} (first "
+            f"compiled step {r['compiled']['first_step_seconds']:.1f} s); ALiBi + flex + compile: first step "
+            f"{r['alibi_flex_compiled_first_step_seconds']:.1f} s, loss {r['alibi_flex_compiled_loss']:.3f}",
+            "",
+        ]
+    flex = summary["sections"].get("alibi_flex", {})
+    if isinstance(flex, dict) and "results" in flex:
+        lines += ["| ALiBi | bias mask tokens/s | flex tokens/s | flex / bias mask |", "|---|---|---|---|"]
+        for name, r in flex["results"].items():
+            if name != "fp32_max_logit_difference":
+                lines.append(f"| {name} | {r['bias_mask']:,.0f} | {r['flex']:,.0f} | {r['flex/bias_mask']:.3f} |")
+        parity = flex["results"]["fp32_max_logit_difference"]
+        lines += [
+            "",
+            "fp32 max |logit difference| flex vs bias mask: " + ", ".join(f"{k}: {v:.1e}" for k, v in parity.items()),
+            "",
+        ]
+    for name, section in summary["sections"].items():
+        if isinstance(section, dict) and "error" in section:
+            lines.append(f"section {name} failed: {section['error'].strip().splitlines()[-1]}")
+        elif section == "skipped":
+            lines.append(f"section {name} skipped (time budget)")
+    (out / "gpu_check.md").write_text("\n".join(lines) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path, help="directory for gpu_check.json and gpu_check.md (e.g. $OUT)")
+    parser.add_argument("--dry-run", action="store_true", help="CPU, tiny model and sizes, a few steps")
+    parser.add_argument("--steps", type=int, default=80, help="timed training steps per experiment")
+    parser.add_argument("--budget-s", type=float, default=420.0, help="skip the sections left after this long")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    start = time.perf_counter()
+    if args.dry_run:
+        device = torch.device("cpu")
+        args.steps, args.warmup, args.batch, args.context, args.model = 3, 1, 2, 64, DRY_MODEL
+        args.compile_steps, args.flex_lengths, args.flex_batch, args.flex_steps = 2, [64, 100], 2, 2
+        torch.set_num_threads(2)
+    else:
+        if not torch.cuda.is_available():
+            sys.exit("gpu_check: no CUDA device; use --dry-run to check the script on a CPU")
+        device = torch.device("cuda")
+        args.warmup, args.batch, args.context, args.model = 10, 32, 512, []
+        args.compile_steps, args.flex_lengths, args.flex_batch, args.flex_steps = 30, [512, 2048], 8, 20
+        torch.backends.cuda.matmul.allow_tf32 = True
+    args.out.mkdir(parents=True, exist_ok=True)
+    summary: dict[str, Any] = {
+        "device": compile_bench.describe_device(device, torch.get_num_threads()),
+        "torch": torch.__version__,
+        "settings": f"byte model, batch {args.batch} x {args.context}, {args.steps} timed steps after {args.warmup}"
+        + (" (dry run: tiny model on CPU)" if args.dry_run else ""),
+        "sections": {},
+    }
+    data = Path(tempfile.mkdtemp())
+    make_corpus(data, 300_000 if args.dry_run else 3_000_000)
+
+    def train_all() -> dict[str, Any]:
+        results = {}
+        for experiment in ("increments_rope", "increments_layer"):
+            try:
+                results[experiment] = train_throughput(experiment, args, data, Path(tempfile.mkdtemp()))
+            except Exception:
+                results[experiment] = {"error": traceback.format_exc()}
+            print(experiment, json.dumps(results[experiment], default=str), flush=True)
+        return results
+
+    sections = {
+        "train": train_all,
+        "compile": lambda: compile_check(args, device),
+        "alibi_flex": lambda: flex_check(args, device),
+    }
+    for name, section in sections.items():
+        elapsed = time.perf_counter() - start
+        if elapsed > args.budget_s:
+            summary["sections"][name] = "skipped"
+        else:
+            print(f"== {name} (at {elapsed:.0f} s)", flush=True)
+            try:
+                summary["sections"][name] = {"results": section(), "seconds": time.perf_counter() - start - elapsed}
+            except Exception:
+                summary["sections"][name] = {"error": traceback.format_exc()}
+                print(summary["sections"][name]["error"], flush=True)
+        summary["seconds"] = time.perf_counter() - start
+        write_summary(args.out, summary)
+    print((args.out / "gpu_check.md").read_text())
+
+
+if __name__ == "__main__":
+    main()

