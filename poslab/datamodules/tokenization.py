@@ -116,9 +116,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def load_tokenizer(
-    corpus: dict[str, Any], cache_dir: Path, fingerprint: list[Any], training_texts: Any
-) -> Tokenizer:
+def load_tokenizer(corpus: dict[str, Any], cache_dir: Path, fingerprint: list[Any], training_texts: Any) -> Tokenizer:
     """The corpus's tokenizer; a ``bpe`` one is trained on ``training_texts()`` (an iterable factory) once."""
     kind, vocab_size = check_tokenizer(corpus)
     if kind == "bytes":
