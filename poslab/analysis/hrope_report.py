@@ -156,6 +156,7 @@ def plot_wells(analyses: list[RunAnalysis], path: Path, shuffled: bool = False) 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     from poslab.plotting import save_figure
 
@@ -176,6 +177,7 @@ def plot_wells(analyses: list[RunAnalysis], path: Path, shuffled: bool = False) 
             ax.plot(range(1, len(mean) + 1), mean, color=color, marker="o", markersize=3, label=model)
         ax.axhline(0.0, color="grey", linewidth=0.6)
         ax.set_title(corpus + (" (paragraphs shuffled)" if shuffled else ""))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("paragraph displacement (boundaries between key and query)")
         ax.set_ylabel("mean residual log attention")
         ax.legend(fontsize=8)
