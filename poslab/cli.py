@@ -1,6 +1,8 @@
 """The ``poslab`` command: everything that is not training.
 
 poslab report grid DIR [--reference where_am_i] [--plot FILE]
+poslab analyze hrope RUN_DIR... [--documents 200] [--out DIR]
+poslab analyze corpus CORPUS... [--documents 200] [--split all]
 poslab wavelengths --head-dim 128 --bases 10000,500000 --context 8192,131072
 poslab encodings
 """
@@ -50,6 +52,17 @@ def build_parser() -> argparse.ArgumentParser:
     corpus.add_argument("--out", default=None, help="where to write (default: paths.log_dir/corpus_statistics)")
     corpus.add_argument("--no-embeddings", action="store_true", help="skip embedding coherence (no model load)")
 
+    hrope = analyses.add_parser("hrope", help="hRoPE: U* table, well curves, shuffle test, interventions")
+    hrope.add_argument("runs", nargs="+", help="run directories, or multirun directories holding them")
+    hrope.add_argument("--out", default="hrope_analysis", help="output directory (default: ./hrope_analysis)")
+    hrope.add_argument("--documents", type=int, default=200, help="held-out documents per run (default 200)")
+    hrope.add_argument("--batch-size", type=int, default=8, help="documents per forward pass")
+    hrope.add_argument("--trend", choices=["linear", "log"], default="linear", help="distance trend (see docs)")
+    hrope.add_argument("--max-displacement", type=int, default=16, help="largest paragraph displacement shown")
+    hrope.add_argument("--min-pairs", type=int, default=200, help="pairs a displacement needs to count for U*")
+    hrope.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples of documents")
+    hrope.add_argument("--seed", type=int, default=0, help="seed of the shuffles and the bootstrap")
+
     waves = commands.add_parser("wavelengths", help="RoPE wavelength table")
     waves.add_argument("--head-dim", type=int, default=128)
     waves.add_argument("--bases", type=_floats, default=[10_000.0, 500_000.0])
@@ -83,6 +96,22 @@ def main(argv: list[str] | None = None) -> int:
 
             ustar = parse_ustar(args.ustar)
             print(analyze_corpora(args.corpora, args.documents, args.split, ustar, args.out, not args.no_embeddings))
+        elif args.command == "analyze" and args.analysis == "hrope":
+            from poslab.analysis.hrope_report import analyze_hrope
+
+            print(
+                analyze_hrope(
+                    args.runs,
+                    args.out,
+                    documents=args.documents,
+                    batch_size=args.batch_size,
+                    trend=args.trend,
+                    max_displacement=args.max_displacement,
+                    min_pairs=args.min_pairs,
+                    replicates=args.bootstrap,
+                    seed=args.seed,
+                )
+            )
         elif args.command == "wavelengths":
             from poslab.analysis.wavelengths import wavelength_table
 

@@ -35,9 +35,10 @@ import numpy as np
 from filelock import FileLock
 
 from poslab.datamodules.segmentation import STYLES, segment
+from poslab.datamodules.tokenization import BYTE_SEPARATOR, Tokenizer, load_tokenizer
 from poslab.encodings.base import ConfigError
 
-CACHE_VERSION = 2  # 2: paragraph and sentence coordinates
+CACHE_VERSION = 3  # 2: paragraph and sentence coordinates; 3: tokenizers (bytes, bpe), bytes per split
 SPLITS = ("train", "validation")
 FORMATS = ("jsonl", "text", "wikitext", "parquet", "python")
 DEFAULT_SEGMENTATION = {
@@ -47,8 +48,7 @@ DEFAULT_SEGMENTATION = {
     "parquet": "blank_lines",
     "python": "code",
 }
-SEPARATOR = 256  # the document separator symbol of the byte tokenizer
-BYTE_VOCAB = 257
+SEPARATOR = BYTE_SEPARATOR  # the document separator symbol of the byte tokenizer
 
 
 @dataclass
@@ -285,12 +285,15 @@ class _SplitWriter:
     and a window spanning two documents still sees increasing coordinates; a document's own indices are
     the stored ones minus those of its first token."""
 
-    def __init__(self, directory: Path, split: str) -> None:
+    def __init__(self, directory: Path, split: str, separator: int) -> None:
+        self.separator, self.n_bytes = separator, 0
         self.tokens = open(directory / f"{split}.tokens.u16", "wb")  # noqa: SIM115 (closed in close())
         self.arrays = {name: open(directory / f"{split}.{name}.i32", "wb") for name in COORDINATES}  # noqa: SIM115
         self.count, self.n_documents, self.n_paragraphs, self.n_sentences = 0, 0, 0, 0
 
-    def add(self, ordinal: int, tokens: np.ndarray, paragraphs: np.ndarray, sentences: np.ndarray) -> None:
+    def add(
+        self, ordinal: int, tokens: np.ndarray, paragraphs: np.ndarray, sentences: np.ndarray, n_bytes: int
+    ) -> None:
         n = len(tokens) + 1  # each document ends with the separator, which belongs to its last paragraph
         last = (int(paragraphs[-1]), int(sentences[-1])) if len(tokens) else (0, 0)
         values = {
@@ -298,10 +301,11 @@ class _SplitWriter:
             "paragraphs": np.append(paragraphs, last[0]) + self.n_paragraphs,
             "sentences": np.append(sentences, last[1]) + self.n_sentences,
         }
-        self.tokens.write(np.append(tokens, SEPARATOR).astype("<u2").tobytes())
+        self.tokens.write(np.append(tokens, self.separator).astype("<u2").tobytes())
         for name, f in self.arrays.items():
             f.write(values[name].astype("<i4").tobytes())
         self.count += n
+        self.n_bytes += n_bytes + 1  # the separator counts as one byte, as with the byte tokenizer
         self.n_documents += 1
         self.n_paragraphs += last[0] + 1
         self.n_sentences += last[1] + 1
@@ -315,6 +319,7 @@ class _SplitWriter:
     def stats(self) -> dict[str, int]:
         return {
             "tokens": self.count,
+            "bytes": self.n_bytes,
             "documents": self.n_documents,
             "paragraphs": self.n_paragraphs,
             "sentences": self.n_sentences,
@@ -322,17 +327,21 @@ class _SplitWriter:
 
 
 def prepare_group(
-    corpus: str, resolved: ResolvedGroup, cache_dir: Path, validation_fraction: float, tokenizer: str = "bytes"
+    corpus: str,
+    resolved: ResolvedGroup,
+    cache_dir: Path,
+    validation_fraction: float,
+    tokenizer: Tokenizer | None = None,
 ) -> PreparedGroup:
     """Tokenise a group into the cache (once), and map it."""
-    if tokenizer != "bytes":
-        raise ConfigError(f"tokenizer={tokenizer!r} is not available yet; allowed: bytes.")
+    tokenizer = tokenizer or Tokenizer()
     group = resolved.group
     settings = {
         "version": CACHE_VERSION,
         "corpus": corpus,
         "group": group.name,
-        "tokenizer": tokenizer,
+        "tokenizer": tokenizer.name,
+        "tokenizer_fingerprint": tokenizer.fingerprint(),
         "validation_fraction": validation_fraction,
         "max_bytes": group.max_bytes,
         "sources": resolved.fingerprint(),
@@ -342,24 +351,39 @@ def prepare_group(
     cache_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(final) + ".lock"):
         if not (final / "meta.json").is_file():
-            _write_group(resolved, final, settings, validation_fraction)
+            _write_group(resolved, final, settings, validation_fraction, tokenizer)
     return load_prepared(final, group.weight)
 
 
-def _write_group(resolved: ResolvedGroup, final: Path, settings: dict[str, Any], fraction: float) -> None:
+def training_documents(resolved: ResolvedGroup, fraction: float) -> Iterator[str]:
+    """The texts of the group's training documents, in cache order (what a bpe tokenizer is trained on)."""
+    total, cap = 0, resolved.group.max_bytes
+    for ordinal, (pin, _, text) in enumerate(resolved.documents()):
+        held_out = is_validation(resolved.group.name, ordinal, fraction)
+        if (pin if pin != "both" else ("validation" if held_out else "train")) == "train":
+            yield text
+        total += len(text.encode("utf-8", errors="surrogateescape"))
+        if cap is not None and total >= cap:
+            return
+
+
+def _write_group(
+    resolved: ResolvedGroup, final: Path, settings: dict[str, Any], fraction: float, tokenizer: Tokenizer
+) -> None:
     tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    writers = {split: _SplitWriter(tmp, split) for split in SPLITS}
+    writers = {split: _SplitWriter(tmp, split, tokenizer.separator) for split in SPLITS}
     total, cap = 0, resolved.group.max_bytes
     try:
         for ordinal, (pin, style, text) in enumerate(resolved.documents()):
-            tokens = encode_bytes(text)
-            paragraphs, sentences = segment(text, style)
+            tokens, first_bytes = tokenizer.encode(text)
+            paragraphs, sentences = segment(text, style)  # per byte; a token is where its first byte is
+            n_bytes = len(paragraphs)
             held_out = is_validation(resolved.group.name, ordinal, fraction)
             split = pin if pin != "both" else ("validation" if held_out else "train")
-            writers[split].add(ordinal, tokens, paragraphs, sentences)
-            total += len(tokens)
+            writers[split].add(ordinal, tokens, paragraphs[first_bytes], sentences[first_bytes], n_bytes)
+            total += n_bytes
             if cap is not None and total >= cap:
                 break
     finally:
@@ -369,7 +393,8 @@ def _write_group(resolved: ResolvedGroup, final: Path, settings: dict[str, Any],
         **settings,
         "splits": {s: w.stats() for s, w in writers.items()},
         "coordinates": list(COORDINATES),
-        "vocab_size": BYTE_VOCAB,
+        "vocab_size": tokenizer.vocab_size,
+        "separator": tokenizer.separator,
     }
     empty = [split for split, writer in writers.items() if writer.count == 0]
     if empty:
@@ -406,12 +431,30 @@ def prepare_corpus(corpus: dict[str, Any], data_dir: str | Path, cache_dir: str 
     fraction = float(corpus.get("validation_fraction", 0.02))
     if not 0.0 < fraction < 1.0:
         raise ConfigError(f"corpus.validation_fraction={fraction} must be between 0 and 1 (exclusive).")
-    prepared = []
-    for group_name, settings in groups.items():
-        group = SourceGroup.from_config(group_name, settings)
-        resolved = resolve_group(name, group, Path(data_dir))
-        prepared.append(prepare_group(name, resolved, Path(cache_dir), fraction, corpus.get("tokenizer", "bytes")))
-    return prepared
+    resolved = [resolve_group(name, SourceGroup.from_config(g, s), Path(data_dir)) for g, s in groups.items()]
+
+    def all_training_documents() -> Iterator[str]:  # one tokenizer for all groups: a shared vocabulary
+        for group in resolved:
+            yield from training_documents(group, fraction)
+
+    fingerprint = [[group.group.name, group.group.max_bytes, group.fingerprint(), fraction] for group in resolved]
+    tokenizer = load_tokenizer(corpus, Path(cache_dir), fingerprint, all_training_documents)
+    return [prepare_group(name, group, Path(cache_dir), fraction, tokenizer) for group in resolved]
+
+
+def corpus_tokenizer(prepared: list[PreparedGroup], cache_dir: str | Path) -> Tokenizer:
+    """The tokenizer a prepared corpus was written with (to decode its tokens)."""
+    meta = prepared[0].meta
+    if meta.get("tokenizer", "bytes") == "bytes":
+        return Tokenizer()
+    from poslab.datamodules.tokenization import BpeTokenizer
+
+    fingerprint = meta["tokenizer_fingerprint"]
+    for path in sorted((Path(cache_dir) / "tokenizers").glob("*.json")):
+        tokenizer = BpeTokenizer(path)
+        if tokenizer.fingerprint() == fingerprint:
+            return tokenizer
+    raise ConfigError(f"the bpe tokenizer {fingerprint} of {prepared[0].directory} is no longer in {cache_dir}.")
 
 
 def describe(prepared: list[PreparedGroup]) -> str:

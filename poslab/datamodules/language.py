@@ -20,8 +20,9 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from poslab.datamodules.corpora import BYTE_VOCAB, PreparedGroup, PreparedSplit, describe, prepare_corpus
+from poslab.datamodules.corpora import PreparedGroup, PreparedSplit, describe, prepare_corpus
 from poslab.datamodules.synthetic import assign_rank, batch_generator
+from poslab.datamodules.tokenization import BYTE_VOCAB, check_tokenizer
 from poslab.encodings.base import ConfigError
 
 log = logging.getLogger("poslab")
@@ -112,7 +113,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         self.context_length, self.batch_size = int(context_length), int(batch_size)
         self.val_windows, self.eval_batch_size, self.seed = int(val_windows), int(eval_batch_size), seed
         self.val_every_n_steps = int(val_every_n_steps)
-        self.vocab_size = self.num_classes = BYTE_VOCAB
+        check_tokenizer(self.corpus)  # a bad tokenizer setting stops here, before any data is read
         self.groups: list[PreparedGroup] = []
         self.train_windows: TrainingWindows | None = None
         self.validation: ValidationWindows | None = None
@@ -128,8 +129,29 @@ class LanguageModelDataModule(L.LightningDataModule):
             "groups": {g.name: g.meta["splits"] for g in self.groups},
         }
 
+    @property
+    def vocab_size(self) -> int:
+        """257 for bytes; a bpe vocabulary is known once the tokenizer is trained (so this prepares the corpus)."""
+        if self.corpus.get("tokenizer", "bytes") == "bytes":
+            return BYTE_VOCAB
+        self.setup()
+        return int(self.groups[0].meta["vocab_size"])
+
+    @property
+    def num_classes(self) -> int:
+        return self.vocab_size
+
+    @property
+    def bytes_per_token(self) -> float:
+        """UTF-8 bytes per token over the validation splits (1 for bytes): converts loss per token to bits per byte."""
+        if self.corpus.get("tokenizer", "bytes") == "bytes":
+            return 1.0
+        self.setup()
+        tokens = sum(g.meta["splits"]["validation"]["tokens"] for g in self.groups)
+        return sum(g.meta["splits"]["validation"]["bytes"] for g in self.groups) / max(1, tokens)
+
     def module_arguments(self) -> dict[str, Any]:
-        return {}
+        return {"bytes_per_token": self.bytes_per_token}
 
     @property
     def paragraph_density(self) -> float:

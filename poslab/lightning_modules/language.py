@@ -15,10 +15,14 @@ from poslab.model import ModelConfig
 
 class LanguageModelModule(TransformerModule):
     """With the byte tokenizer every symbol is one byte (the document separator counts as one), so bits per
-    byte is the validation loss in nats divided by ln 2."""
+    byte is the validation loss in nats divided by ln 2; with bpe it is further divided by the validation
+    split's bytes per token (the datamodule's ``bytes_per_token``)."""
 
-    def __init__(self, model: ModelConfig, optimizer: dict[str, Any], max_length: int) -> None:
+    def __init__(
+        self, model: ModelConfig, optimizer: dict[str, Any], max_length: int, bytes_per_token: float = 1.0
+    ) -> None:
         super().__init__(model, optimizer, max_length)
+        self.bytes_per_token = float(bytes_per_token)
         self.val_loss = MeanMetric()
         self.figures: dict[str, float] = {}
 
@@ -36,9 +40,10 @@ class LanguageModelModule(TransformerModule):
     def on_validation_epoch_end(self) -> None:
         loss = float(self.val_loss.compute())
         self.val_loss.reset()
-        self.figures = {"val_loss": loss, "val_bpb": loss / math.log(2), "step": int(self.global_step)}
+        bpb = loss / math.log(2) / self.bytes_per_token
+        self.figures = {"val_loss": loss, "val_bpb": bpb, "step": int(self.global_step)}
         self.log("val/loss", loss, prog_bar=True, sync_dist=False)
-        self.log("val/bpb", loss / math.log(2), sync_dist=False)
+        self.log("val/bpb", bpb, sync_dist=False)
 
     test_step = validation_step
     on_test_epoch_end = on_validation_epoch_end

@@ -1,0 +1,246 @@
+"""``poslab analyze hrope RUN_DIR...``: the hRoPE write-up's table, well curves, shuffle test and interventions.
+
+Each run is analysed on its own held-out documents (``poslab.analysis.hrope``); runs are then grouped by
+(encoding, corpus) and their seeds summarised: mean, standard deviation over seeds, and each seed's bootstrap
+interval over documents. Written to ``--out``: ``hrope_table.md`` (printed too), ``hrope_runs.json``,
+``hrope_runs.csv``, ``hrope_well.png``, ``hrope_shuffle.png``; each run's own figures also go to its loggers.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import math
+import warnings
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from poslab.analysis.hrope import RunAnalysis, analyze_run
+from poslab.checkpoint import MODEL_FILE
+from poslab.io import write_atomic, write_json_atomic
+
+log = logging.getLogger("poslab")
+
+#: how the write-up names the corpora (wikitext2_offline: trained on enwiki, evaluated on WikiText-2 test)
+CORPUS_LABELS = {
+    "python_code": "Code",
+    "wikitext2": "WikiText-2",
+    "wikitext2_offline": "WikiText-2",
+    "openwebtext": "OpenWebText",
+}
+#: the write-up's U* table (three seeds, 8 layers x 512)
+REFERENCE_DEPTHS = {
+    "hrope_axial": {"Code": -0.77, "WikiText-2": -0.48, "OpenWebText": -0.31},
+    "rand_axial": {"Code": -0.24, "WikiText-2": -0.22, "OpenWebText": -0.33},
+}
+MODEL_ORDER = ("hrope_axial", "rand_axial", "period_axial", "rope")
+
+
+def find_runs(paths: list[str]) -> list[Path]:
+    """Run directories (holding ``model.pt``) given directly or anywhere below a multirun directory."""
+    runs: list[Path] = []
+    for path in map(Path, paths):
+        if (path / MODEL_FILE).is_file():
+            runs.append(path)
+        elif path.is_dir():
+            runs += sorted(p.parent for p in path.rglob(MODEL_FILE))
+        else:
+            raise FileNotFoundError(f"{path} is neither a run directory (with {MODEL_FILE}) nor a directory of runs.")
+    if not runs:
+        raise FileNotFoundError(f"no {MODEL_FILE} under {', '.join(paths)}: give finished train.py run directories.")
+    return runs
+
+
+def corpus_label(name: str) -> str:
+    return CORPUS_LABELS.get(name, name)
+
+
+def fmt(value: float, digits: int = 2) -> str:
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:+.{digits}f}".replace("-", "−")
+
+
+def seed_summary(values: list[float]) -> str:
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return "n/a"
+    spread = f" ± {np.std(finite, ddof=1):.2f}" if len(finite) > 1 else ""
+    return f"{fmt(float(np.mean(finite)))}{spread} ({len(finite)})"
+
+
+def grouped(analyses: list[RunAnalysis]) -> dict[tuple[str, str], list[RunAnalysis]]:
+    groups: dict[tuple[str, str], list[RunAnalysis]] = defaultdict(list)
+    for a in analyses:
+        groups[(a.encoding, corpus_label(a.corpus))].append(a)
+    return groups
+
+
+def ordered_models(names: set[str]) -> list[str]:
+    return [m for m in MODEL_ORDER if m in names] + sorted(names - set(MODEL_ORDER))
+
+
+def depth_table(analyses: list[RunAnalysis]) -> str:
+    """The write-up's layout: models x corpora, U* (seed mean ± sd (seeds)), the write-up's value beside."""
+    groups = grouped(analyses)
+    corpora = sorted(
+        {c for _, c in groups},
+        key=lambda c: list(CORPUS_LABELS.values()).index(c) if c in CORPUS_LABELS.values() else 99,
+    )
+    lines = ["| U* | " + " | ".join(corpora) + " |", "|---|" + "---|" * len(corpora)]
+    for model in ordered_models({m for m, _ in groups}):
+        cells = []
+        for corpus in corpora:
+            runs = groups.get((model, corpus), [])
+            ours = seed_summary([r.well.depth for r in runs]) if runs else "—"
+            reference = REFERENCE_DEPTHS.get(model, {}).get(corpus)
+            cells.append(ours + (f" [write-up {fmt(reference)}]" if reference is not None else ""))
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def per_run_table(analyses: list[RunAnalysis]) -> str:
+    lines = [
+        "| model | corpus | seed | docs | U* [95% CI] | at k | ΔU* shuffle [95% CI] "
+        "| fake-merge Δ [CI] | fake-split Δ [CI] |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for a in sorted(
+        analyses,
+        key=lambda a: (
+            corpus_label(a.corpus),
+            MODEL_ORDER.index(a.encoding) if a.encoding in MODEL_ORDER else 9,
+            a.seed,
+        ),
+    ):
+        lines.append(
+            f"| {a.encoding} | {corpus_label(a.corpus)} | {a.seed} | {a.documents} | {fmt(a.well.depth)} "
+            f"[{fmt(a.depth_interval[0])}, {fmt(a.depth_interval[1])}] | {a.well.location} | "
+            f"{fmt(a.shuffle_change)} [{fmt(a.shuffle_interval[0])}, {fmt(a.shuffle_interval[1])}] | "
+            f"{fmt(a.merge_change, 3)} [{fmt(a.merge_interval[0], 3)}, {fmt(a.merge_interval[1], 3)}] | "
+            f"{fmt(a.split_change, 3)} [{fmt(a.split_interval[0], 3)}, {fmt(a.split_interval[1], 3)}] |"
+        )
+    return "\n".join(lines)
+
+
+def excludes_zero(ci: tuple[float, float]) -> bool:
+    return math.isfinite(ci[0]) and (ci[0] > 0 or ci[1] < 0)
+
+
+def summary_table(analyses: list[RunAnalysis]) -> str:
+    """Per model and corpus: seed means of the shuffle change and the interventions, and how many seeds'
+    intervals exclude zero."""
+    lines = [
+        "| model | corpus | ΔU* shuffle: mean ± sd (CI excl. 0) "
+        "| fake-merge Δ (CI excl. 0) | fake-split Δ (CI excl. 0) |",
+        "|---|---|---|---|---|",
+    ]
+    for (model, corpus), runs in sorted(grouped(analyses).items(), key=lambda kv: (kv[0][1], kv[0][0])):
+
+        def cell(values: list[float], cis: list[tuple[float, float]]) -> str:
+            return f"{seed_summary(values)} ({sum(excludes_zero(c) for c in cis)}/{len(cis)})"
+
+        lines.append(
+            f"| {model} | {corpus} | {cell([r.shuffle_change for r in runs], [r.shuffle_interval for r in runs])} | "
+            f"{cell([r.merge_change for r in runs], [r.merge_interval for r in runs])} | "
+            f"{cell([r.split_change for r in runs], [r.split_interval for r in runs])} |"
+        )
+    return "\n".join(lines)
+
+
+def plot_wells(analyses: list[RunAnalysis], path: Path, shuffled: bool = False) -> Path:
+    """One panel per corpus, one line per model (seed mean; thin lines: single seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    from poslab.plotting import save_figure
+
+    groups = grouped(analyses)
+    corpora = sorted({c for _, c in groups})
+    fig, axes = plt.subplots(1, len(corpora), figsize=(5 * len(corpora), 4), squeeze=False)
+    for ax, corpus in zip(axes[0], corpora):
+        for index, model in enumerate(ordered_models({m for m, c in groups if c == corpus})):
+            color = f"C{index}"
+            curves = []
+            for run in groups[(model, corpus)]:
+                curve = (run.shuffled_well if shuffled else run.well).residual[1:]
+                curves.append(curve)
+                ax.plot(range(1, len(curve) + 1), curve, color=color, alpha=0.3, linewidth=0.8)
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # displacements no seed has: nan, not drawn
+                mean = np.nanmean(np.vstack(curves), axis=0)
+            ax.plot(range(1, len(mean) + 1), mean, color=color, marker="o", markersize=3, label=model)
+        ax.axhline(0.0, color="grey", linewidth=0.6)
+        ax.set_title(corpus + (" (paragraphs shuffled)" if shuffled else ""))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("paragraph displacement (boundaries between key and query)")
+        ax.set_ylabel("mean residual log attention")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def runs_csv(analyses: list[RunAnalysis]) -> str:
+    buffer = io.StringIO()
+    fields = [
+        "encoding",
+        "corpus",
+        "seed",
+        "documents",
+        "U*",
+        "U*_at",
+        "shuffled_U*",
+        "shuffle_change",
+        "merge_change",
+        "split_change",
+        "run_dir",
+    ]
+    writer = csv.DictWriter(buffer, fieldnames=fields, extrasaction="ignore")
+    writer.writeheader()
+    for a in analyses:
+        writer.writerow(a.summary())
+    return buffer.getvalue()
+
+
+def analyze_hrope(
+    paths: list[str], output_dir: str | Path = "hrope_analysis", documents: int = 200, **settings: Any
+) -> str:
+    """Analyse every run under ``paths`` and write the tables and plots; returns the printed report."""
+    from poslab.analysis.logging import log_analysis
+
+    runs = find_runs(paths)
+    out = Path(output_dir)
+    analyses = []
+    for number, run in enumerate(runs, 1):
+        log.info("analyze hrope: run %d/%d %s", number, len(runs), run)
+        analyses.append(analyze_run(run, documents=documents, **settings))
+    wells = plot_wells(analyses, out / "hrope_well.png")
+    shuffled = plot_wells(analyses, out / "hrope_shuffle.png", shuffled=True)
+    report = "\n\n".join(
+        [
+            "## U* (seed mean ± sd (seeds); the write-up's value in brackets)",
+            depth_table(analyses),
+            "## Shuffle test and interventions (seed means; seeds whose 95% bootstrap interval excludes 0)",
+            summary_table(analyses),
+            "## Per run",
+            per_run_table(analyses),
+            f"Documents per run: up to {documents}; trend {settings.get('trend', 'linear')}; "
+            f"plots: {wells}, {shuffled}.",
+        ]
+    )
+    write_atomic(out / "hrope_table.md", (report + "\n").encode())
+    write_atomic(out / "hrope_runs.csv", runs_csv(analyses).encode())
+    write_json_atomic(out / "hrope_runs.json", [a.summary() for a in analyses])
+    for analysis in analyses:
+        scalars = {
+            f"hrope/{k}": float(v)
+            for k, v in analysis.summary().items()
+            if k in ("U*", "shuffle_change", "merge_change", "split_change") and v is not None and math.isfinite(v)
+        }
+        log_analysis(analysis.config, analysis.run_dir, scalars, {"hrope/well": wells})
+    return report

@@ -1,0 +1,131 @@
+"""Tokenizers of the prepared cache: ``bytes`` (the default) and ``bpe`` (a byte-level BPE trained on the corpus).
+
+Both map a document to token ids and, per token, the offset of its first UTF-8 byte: a token's paragraph and
+sentence are those of its first byte (``segmentation.segment`` works per byte), so the coordinates of the
+hierarchical encodings exist for either tokenizer.
+
+``bpe`` trains a byte-level BPE (the ``tokenizers`` library, GPT-2's pre-tokenizer, ``vocab_size`` symbols
+including the document separator ``<|sep|>``, id 0) on the *training* documents of every source group of the
+corpus, once: the tokenizer file is cached under ``cache_dir/tokenizers/`` keyed by the corpus's sources and
+settings, written atomically under a file lock like the token cache. Vocabularies stay below 65,536 so the
+token array keeps its ``uint16`` format.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from filelock import FileLock
+
+from poslab.datamodules.segmentation import utf8_lengths
+from poslab.encodings.base import ConfigError
+
+TOKENIZERS = ("bytes", "bpe")
+BYTE_VOCAB = 257  # 256 bytes + the separator
+BYTE_SEPARATOR = 256
+BPE_SEPARATOR = "<|sep|>"
+MAX_VOCAB = 65536  # the token array is uint16
+
+
+class Tokenizer:
+    """Encodes text to ``uint16`` ids with per-token first-byte offsets."""
+
+    name: str = "bytes"
+    vocab_size: int = BYTE_VOCAB
+    separator: int = BYTE_SEPARATOR
+
+    def encode(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids uint16 [N], first_byte int64 [N])``: every byte is a token."""
+        data = text.encode("utf-8", errors="surrogateescape")
+        ids = np.frombuffer(data, dtype=np.uint8).astype(np.uint16)
+        return ids, np.arange(len(ids), dtype=np.int64)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        values = np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids)
+        return values[values < 256].astype(np.uint8).tobytes().decode("utf-8", errors="replace")
+
+    def fingerprint(self) -> str:
+        return "bytes"
+
+
+class BpeTokenizer(Tokenizer):
+    name = "bpe"
+    separator = 0
+
+    def __init__(self, path: Path) -> None:
+        from tokenizers import Tokenizer as HFTokenizer
+
+        self.path = path
+        self.hf = HFTokenizer.from_file(str(path))
+        self.vocab_size = self.hf.get_vocab_size()
+        self.separator = self.hf.token_to_id(BPE_SEPARATOR)
+
+    def encode(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        encoding = self.hf.encode(text, add_special_tokens=False)
+        ids = np.asarray(encoding.ids, dtype=np.uint16)
+        # offsets are in characters; a byte-level token inside a multi-byte character starts at that character
+        char_starts = np.asarray([start for start, _ in encoding.offsets], dtype=np.int64)
+        byte_of_char = np.concatenate(([0], np.cumsum(utf8_lengths(text))))
+        return ids, byte_of_char[np.minimum(char_starts, len(text))]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.hf.decode([int(i) for i in ids if int(i) != self.separator])
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()[:16]
+
+
+def check_tokenizer(corpus: dict[str, Any]) -> tuple[str, int | None]:
+    kind = corpus.get("tokenizer", "bytes")
+    if kind not in TOKENIZERS:
+        raise ConfigError(f"corpus.tokenizer={kind!r} is not available; allowed: {', '.join(TOKENIZERS)}.")
+    if kind == "bytes":
+        return kind, None
+    size = corpus.get("vocab_size")
+    if isinstance(size, bool) or not isinstance(size, int) or not 300 <= size <= MAX_VOCAB:
+        raise ConfigError(
+            f"corpus.vocab_size={size!r}: the bpe tokenizer needs a vocabulary size between 300 (the 256 bytes, the "
+            f"separator and some merges) and {MAX_VOCAB} (token ids are stored as uint16)."
+        )
+    return kind, size
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int, path: Path) -> None:
+    """Train a byte-level BPE on ``texts`` and write it to ``path`` (atomically)."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    tokenizer = HFTokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[BPE_SEPARATOR],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tokenizer.save(str(tmp))
+    os.replace(tmp, path)
+
+
+def load_tokenizer(corpus: dict[str, Any], cache_dir: Path, fingerprint: list[Any], training_texts: Any) -> Tokenizer:
+    """The corpus's tokenizer; a ``bpe`` one is trained on ``training_texts()`` (an iterable factory) once."""
+    kind, vocab_size = check_tokenizer(corpus)
+    if kind == "bytes":
+        return Tokenizer()
+    settings = {"corpus": corpus["name"], "vocab_size": vocab_size, "sources": fingerprint, "version": 1}
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    path = cache_dir / "tokenizers" / f"{corpus['name']}-bpe{vocab_size}-{key}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if not path.is_file():
+            train_bpe(training_texts(), vocab_size, path)
+    return BpeTokenizer(path)
