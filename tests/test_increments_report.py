@@ -39,6 +39,7 @@ def trained_runs(tmp_path_factory):
             "task.val_every_n_steps=5",
             "task.val_windows=2",
             "trainer.max_steps=6",
+            "trainer.log_every_n_steps=2",
             "~callbacks",
             "corpus.groups.en.local=[{pattern: 'en/*.jsonl'}]",
             "corpus.groups.zh.local=[{pattern: 'zh/*.txt', format: text, document_start: '^第.{1,8}回'}]",
@@ -71,7 +72,9 @@ def test_analyze_increments_writes_the_table_picture_and_aucs(trained_runs, tmp_
         logged = (run_dir / "csv" / "analysis" / "metrics.csv").read_text()
         assert "analysis/boundary_auc/L0" in logged and "analysis/delta/L1/en_lower" in logged
         assert "logged to: csv" in out
-        assert "val/loss" in (run_dir / "csv" / "metrics.csv").read_text()  # the training log is untouched
+        training_log = (run_dir / "csv" / "metrics.csv").read_text()
+        assert "val/loss" in training_log  # the training log is untouched
+        assert "train/lr" in training_log.splitlines()[0]  # the learning rate is logged beside the loss
 
 
 def test_report_losses_puts_the_runs_side_by_side(trained_runs, capsys):

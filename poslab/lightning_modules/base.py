@@ -55,6 +55,8 @@ class TransformerModule(L.LightningModule):
         clip = self.optimizer_config.get("grad_clip")
         if clip:
             self.clip_gradients(optimizer, gradient_clip_val=clip, gradient_clip_algorithm="norm")
+        if self.is_log_step():  # the learning rate this step used, beside its loss
+            self.log("train/lr", float(schedule.get_last_lr()[0]))
         optimizer.step()
         schedule.step()
         self.log_every_n_steps("train/loss", loss)
@@ -83,9 +85,12 @@ class TransformerModule(L.LightningModule):
     def log_every_n_steps(self, name: str, value: Tensor) -> None:
         """``self.log`` on the steps the loggers write, only: each call costs about a millisecond of
         bookkeeping in Lightning, as much as a tenth of a step of the tiny model."""
-        interval = self.trainer.log_every_n_steps if self._trainer is not None else 1
-        if self.global_step % max(1, interval) == 0:
+        if self.is_log_step():
             self.log(name, value.detach(), prog_bar=True)
+
+    def is_log_step(self) -> bool:
+        interval = self.trainer.log_every_n_steps if self._trainer is not None else 1
+        return self.global_step % max(1, interval) == 0
 
     def configure_optimizers(self) -> dict[str, Any]:
         cfg = self.optimizer_config
