@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import warnings
 from pathlib import Path
 
 import torch
@@ -23,7 +22,14 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from compile import BYTES, autocast, byte_model, describe_device, median_seconds  # noqa: E402
+from compile import (  # noqa: E402
+    BYTES,
+    autocast,
+    byte_model,
+    describe_device,
+    median_seconds,
+    parse_measurement_arguments,
+)
 
 
 def attention_op(path: str, batch: int, length: int, device: torch.device, backward: bool):
@@ -111,18 +117,10 @@ def compare(args: argparse.Namespace, device: torch.device) -> dict[str, dict[st
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512])
-    parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("overrides", nargs="*", help="more config overrides, e.g. model.n_layers=2")
-    args = parser.parse_args()
-    warnings.filterwarnings("ignore")
-    torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512])
+
+    args, device = parse_measurement_arguments(__doc__, steps=5, warmup=2, batch=2, extra=options)
     compare(args, device)
     what = "forward + backward" if device.type == "cuda" else "forward only (no FlexAttention backward on CPU)"
     print(

@@ -46,17 +46,16 @@ def make_corpus(directory: Path, n_bytes: int = 3_000_000) -> None:
     (directory / "bench.jsonl").write_text("\n".join(docs) + "\n")
 
 
-def compose(encoding: str, args: argparse.Namespace, data: Path, out: Path):
+def measurement_config(overrides: list[str], args: argparse.Namespace, data: Path, out: Path):
+    """A training config for timing steps: ``overrides`` plus the shared measurement settings (the generated
+    corpus, ``args.batch`` x ``args.context``, ``args.steps + args.warmup`` steps, no validation, no logger)."""
     from omegaconf import open_dict
 
     from poslab.config import compose_config
 
     cfg = compose_config(
         [
-            "experiment=increments_rope",
-            f"encoding={encoding}",
-            "trainer=cpu",
-            f"threads={args.threads}",
+            *overrides,
             f"task.batch_size={args.batch}",
             f"task.context_length={args.context}",
             f"trainer.max_steps={args.steps + args.warmup}",
@@ -73,6 +72,11 @@ def compose(encoding: str, args: argparse.Namespace, data: Path, out: Path):
         cfg.corpus = BENCH_CORPUS
         cfg.callbacks.throughput.warmup = args.warmup
     return cfg
+
+
+def compose(encoding: str, args: argparse.Namespace, data: Path, out: Path):
+    overrides = ["experiment=increments_rope", f"encoding={encoding}", "trainer=cpu", f"threads={args.threads}"]
+    return measurement_config(overrides, args, data, out)
 
 
 def plain_loop(cfg, steps: int, warmup: int) -> float:

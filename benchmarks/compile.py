@@ -106,20 +106,31 @@ def describe_device(device: torch.device, threads: int) -> str:
     return f"cpu, {threads} threads, fp32, torch {torch.__version__}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--encoding", default="rope")
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--context", type=int, default=256)
+def parse_measurement_arguments(
+    doc: str | None, steps: int, warmup: int, batch: int, extra: Callable[[argparse.ArgumentParser], None]
+) -> tuple[argparse.Namespace, torch.device]:
+    """The options every speed benchmark takes (steps, warm-up, batch, threads, device, config overrides),
+    plus its own (``extra``); sets the thread count and quiets warnings."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    extra(parser)
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--warmup", type=int, default=warmup)
+    parser.add_argument("--batch", type=int, default=batch)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("overrides", nargs="*", help="more config overrides, e.g. model.n_layers=2")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
+    return args, torch.device(args.device)
+
+
+def main() -> None:
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--encoding", default="rope")
+        parser.add_argument("--context", type=int, default=256)
+
+    args, device = parse_measurement_arguments(__doc__, steps=10, warmup=3, batch=4, extra=options)
     results = compare(args, device)
     print(
         f"device: {describe_device(device, args.threads)}; byte model, encoding {args.encoding}, batch {args.batch} x "

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import alibi_flex  # noqa: E402
 import compile as compile_bench  # noqa: E402
-from byte_model import BENCH_CORPUS, make_corpus  # noqa: E402
+from byte_model import make_corpus, measurement_config  # noqa: E402
 
 # --dry-run: a model small enough to compile and train in seconds on a CPU
 DRY_MODEL = ["model.n_layers=2", "model.d_model=64", "model.n_heads=4", "model.mlp_hidden=128"]
@@ -46,27 +46,11 @@ def train_throughput(experiment: str, args: argparse.Namespace, data: Path, out:
     """tokens/s and MFU of ``experiment`` through poslab's training loop (``poslab.training.run``)."""
     from omegaconf import open_dict
 
-    from poslab.config import compose_config
     from poslab.training import run
 
-    overrides = [
-        f"experiment={experiment}",
-        f"trainer={'cpu' if args.dry_run else 'gpu'}",
-        f"task.batch_size={args.batch}",
-        f"task.context_length={args.context}",
-        f"trainer.max_steps={args.steps + args.warmup}",
-        "task.val_every_n_steps=100000",
-        "task.val_windows=1",
-        "~logger",
-        f"paths.data_dir={data}",
-        f"paths.cache_dir={data / 'cache'}",
-        "save_model=false",
-        *args.model,
-    ]
-    cfg = compose_config(overrides, out)
+    trainer = f"trainer={'cpu' if args.dry_run else 'gpu'}"
+    cfg = measurement_config([f"experiment={experiment}", trainer, *args.model], args, data, out)
     with open_dict(cfg):
-        cfg.corpus = BENCH_CORPUS
-        cfg.callbacks.throughput.warmup = args.warmup
         cfg.callbacks.pop("checkpoint", None)  # no checkpoint writes in a throughput check
         cfg.callbacks.pop("progress_bar", None)
     results = run(cfg)
