@@ -2,6 +2,8 @@
 
     python benchmarks/kill_resume.py [--steps 300] [--every 100] [--kill-at 150] [--encoding rand_axial]
     python benchmarks/kill_resume.py --kill-while-writing     # SIGKILL as soon as a checkpoint write starts
+    POSLAB_DATA_DIR=../shared/corpora python benchmarks/kill_resume.py --byte-model --encoding rope \
+        --steps 60 --every 20 --kill-at 30                     # the byte model (6.4M) on wiki_en_zh
 
 Runs ``train.py`` three times on a tiny synthetic config, each a fresh process: uninterrupted for
 ``--steps`` steps; the same run killed with SIGKILL once its progress bar passes ``--kill-at`` (or, with
@@ -33,11 +35,22 @@ PROGRESS = re.compile(r"\|\s*(\d+)/\d+ \[")
 
 def overrides(args: argparse.Namespace) -> list[str]:
     density = ["encoding.paragraph_density=0.05"] if args.encoding in ("rand_axial", "period_axial") else []
+    if args.byte_model:  # the increments write-up's byte model on its corpus (POSLAB_DATA_DIR), CPU-sized batches
+        task = [
+            "experiment=increments_rope",
+            "trainer=cpu",
+            "task.batch_size=4",
+            "task.context_length=128",
+            f"task.val_every_n_steps={args.steps}",
+            "task.val_windows=8",
+            "threads=2",
+        ]
+    else:
+        task = ["task=lag", "debug=fast", "threads=1"]
     return [
-        "task=lag",
+        *task,
         f"encoding={args.encoding}",
         *density,
-        "debug=fast",
         "optimizer.schedule=cosine",
         "optimizer.warmup_steps=10",
         f"optimizer.total_steps={args.steps}",
@@ -45,7 +58,6 @@ def overrides(args: argparse.Namespace) -> list[str]:
         f"callbacks.checkpoint.every_n_train_steps={args.every}",
         "callbacks.progress_bar.refresh_rate=1",
         "trainer.log_every_n_steps=1",
-        "threads=1",
     ]
 
 
@@ -118,6 +130,7 @@ def main() -> None:
     parser.add_argument("--kill-at", type=int, default=150, help="SIGKILL once the progress bar passes this step")
     parser.add_argument("--kill-while-writing", action="store_true", help="SIGKILL during a checkpoint write")
     parser.add_argument("--encoding", default="rand_axial")
+    parser.add_argument("--byte-model", action="store_true", help="the byte model on wiki_en_zh (POSLAB_DATA_DIR)")
     parser.add_argument("--dir", type=Path, default=None, help="where the runs go (default: a temporary dir)")
     args = parser.parse_args()
     root = args.dir or Path(tempfile.mkdtemp(prefix="kill_resume_"))

@@ -16,6 +16,7 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
     payload = data.encode() if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes the file private (0600); results are for sharing
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             f.flush()
@@ -25,6 +26,12 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:

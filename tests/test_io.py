@@ -1,0 +1,39 @@
+"""Atomic writes: the old file or the new one, never half of one; readable like any file the user writes."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from poslab.io import read_json, write_atomic, write_json_atomic
+
+
+def test_write_atomic_replaces_whole_and_leaves_no_temporary_file(tmp_path):
+    path = tmp_path / "sub" / "results.json"
+    write_json_atomic(path, {"a": 1})
+    write_json_atomic(path, {"a": 2})
+    assert read_json(path) == {"a": 2}
+    assert [p.name for p in path.parent.iterdir()] == ["results.json"]
+
+
+def test_a_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
+    path = write_atomic(tmp_path / "table.md", "old")
+
+    def disk_full(fd: int) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(OSError, match="disk full"):
+        write_atomic(path, "new")
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["table.md"]
+
+
+def test_written_files_follow_the_umask_not_mkstemps_private_mode(tmp_path):
+    old = os.umask(0o022)
+    try:
+        mode = stat.S_IMODE(write_atomic(tmp_path / "plot.png", b"png").stat().st_mode)
+    finally:
+        os.umask(old)
+    assert mode == 0o644
