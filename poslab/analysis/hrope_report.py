@@ -242,5 +242,7 @@ def analyze_hrope(
             for k, v in analysis.summary().items()
             if k in ("U*", "shuffle_change", "merge_change", "split_change") and v is not None and math.isfinite(v)
         }
-        log_analysis(analysis.config, analysis.run_dir, scalars, {"hrope/well": wells})
+        curve = [[k, r, int(n)] for k, (r, n) in enumerate(zip(analysis.summary()["residual"], analysis.well.pairs))]
+        tables = {"hrope/well_curve": (["displacement", "mean_residual", "pairs"], curve)}
+        log_analysis(analysis.config, analysis.run_dir, scalars, {"hrope/well": wells}, tables)
     return report

@@ -144,7 +144,10 @@ def analyze_increments(
     write_json_atomic(out / "increments_analysis.json", json.loads(json.dumps(summary, default=float)))
     scalars = {f"analysis/boundary_auc/{name}": auc for name, auc in zip(names, aucs)}
     scalars |= {f"analysis/delta/{row.layer}/{row.category}": row.mean for row in rows}
-    used = log_analysis(cfg, out, scalars, {p.stem: p for p in sorted(out.glob("increments_positions_*.png"))})
+    images = {p.stem: p for p in sorted(out.glob("increments_positions_*.png"))}
+    categories = [asdict(row) for row in rows]
+    table = (list(categories[0]), [list(row.values()) for row in categories]) if categories else None
+    used = log_analysis(cfg, out, scalars, images, {"analysis/categories": table} if table else None)
     if used:
         lines.append(f"logged to: {', '.join(used)}")
     return "\n".join(lines)

@@ -18,8 +18,18 @@ from omegaconf import DictConfig, OmegaConf
 log = logging.getLogger("poslab")
 
 
-def log_analysis(cfg: DictConfig, run_dir: str | Path, scalars: dict[str, float], images: dict[str, Path]) -> list[str]:
-    """Log ``scalars`` (and ``images``) to every logger of the run's config; returns the loggers' names."""
+Table = tuple[list[str], list[list[Any]]]  # columns, rows
+
+
+def log_analysis(
+    cfg: DictConfig,
+    run_dir: str | Path,
+    scalars: dict[str, float],
+    images: dict[str, Path],
+    tables: dict[str, Table] | None = None,
+) -> list[str]:
+    """Log ``scalars`` (and ``images``, and ``tables`` where the logger takes them: W&B) to every logger of the
+    run's config; returns the loggers' names."""
     loggers = cfg.get("logger") or {}
     used = []
     for name, settings in loggers.items():
@@ -36,6 +46,9 @@ def log_analysis(cfg: DictConfig, run_dir: str | Path, scalars: dict[str, float]
             if images and hasattr(logger, "log_image"):
                 for key, path in images.items():
                     logger.log_image(key=key, images=[str(path)])
+            if tables and hasattr(logger, "log_table"):
+                for key, (columns, rows) in tables.items():
+                    logger.log_table(key=key, columns=columns, data=rows)
             logger.finalize("success")
             used.append(name)
         except Exception as error:  # an analysis must not fail because a logger cannot be reached
