@@ -16,6 +16,8 @@ resumed run's final weights and figures equal the uninterrupted run's. Figures a
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import os
 import re
@@ -123,6 +125,10 @@ def run_and_kill(run_dir: Path, args: argparse.Namespace) -> tuple[int, dict[str
     return progress[0], before, killed_at
 
 
+def rows(text: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(text)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=300)
@@ -150,9 +156,13 @@ def main() -> None:
 
     finish(train(["ckpt_path=last"], killed, args))
     # the metrics logged before the kill are still the start of the resumed run's log
-    log_before = before.get("csv/metrics.csv", b"").decode().splitlines()
-    log_after = (killed / "csv" / "metrics.csv").read_text().splitlines()
-    log_kept = log_after[1 : len(log_before)] == log_before[1:] and len(log_after) > len(log_before)
+    # (compared as records: the resumed run may add columns, e.g. validation figures, to the header)
+    log_before = rows(before.get("csv/metrics.csv", b"").decode())
+    log_after = rows((killed / "csv" / "metrics.csv").read_text())
+    log_kept = len(log_after) > len(log_before) and all(
+        {k: v for k, v in after_row.items() if v} == {k: v for k, v in row.items() if v}
+        for row, after_row in zip(log_before, log_after)
+    )
     full_weights = torch.load(full / "model.pt", weights_only=True)["state_dict"]
     resumed_weights = torch.load(killed / "model.pt", weights_only=True)["state_dict"]
     same_weights = all(torch.equal(full_weights[k], resumed_weights[k]) for k in full_weights)
