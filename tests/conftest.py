@@ -37,6 +37,20 @@ def run_train(args: list[str], cwd: Path, timeout: int = 300):
     )
 
 
+def fit_quietly(module, datamodule, steps: int) -> None:
+    """Train ``module`` for ``steps`` steps on the CPU with a bare Lightning Trainer (no logs, no checkpoints)."""
+    import lightning as L
+
+    L.Trainer(
+        max_steps=steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    ).fit(module, datamodule=datamodule)
+
+
 @pytest.fixture
 def compose_cfg(tmp_path):
     def make(*overrides: str) -> DictConfig:

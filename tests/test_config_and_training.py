@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from poslab.encodings import ConfigError
 from poslab.training import build_datamodule, build_module, run
 
-from .conftest import CONF, compose_config, run_train
+from .conftest import CONF, compose_config, fit_quietly, run_train
 
 ENCODINGS = sorted(p.stem for p in (CONF / "encoding").glob("*.yaml"))
 # the hierarchical controls take the corpus's paragraph density; synthetic data has none, so it is given
@@ -122,20 +122,12 @@ def test_log_scaling_changes_scores_only_past_the_training_length(tmp_path):
 
 
 def test_learned_rows_past_the_training_length_are_unchanged_by_training(tmp_path):
-    import lightning as L
 
     cfg = compose_config(["encoding=learned", *FAST, "trainer.max_steps=20"], tmp_path)
     datamodule = build_datamodule(cfg)
     module = build_module(cfg, datamodule)
     before = module.model.encoding.table.weight.detach().clone()
-    L.Trainer(
-        max_steps=20,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
-    ).fit(module, datamodule=datamodule)
+    fit_quietly(module, datamodule, steps=20)
     after = module.model.encoding.table.weight.detach()
     assert torch.equal(after[32:], before[32:])
     assert not torch.allclose(after[:32], before[:32])

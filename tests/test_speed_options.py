@@ -14,7 +14,7 @@ from poslab.encodings.alibi import AlibiEncoding
 from poslab.model import ModelConfig, Transformer
 from poslab.training import build_datamodule, build_module
 
-from .conftest import compose_config
+from .conftest import compose_config, fit_quietly
 
 FLEX_SETTINGS = {"alibi": {"slopes": None}, "rope": {"base": 10_000}}
 
@@ -33,20 +33,12 @@ def tiny(encoding: str, attention: str, **settings) -> Transformer:
 
 
 def test_compiled_model_trains_and_its_weights_load_into_an_uncompiled_model(tmp_path):
-    import lightning as L
 
     cfg = compose_config(["encoding=alibi", "model.compile=true", "task.batch_size=8", "trainer.max_steps=3"], tmp_path)
     datamodule = build_datamodule(cfg)
     module = build_module(cfg, datamodule)
     before = {k: v.clone() for k, v in module.model.state_dict().items()}
-    L.Trainer(
-        max_steps=3,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
-    ).fit(module, datamodule=datamodule)
+    fit_quietly(module, datamodule, steps=3)
     assert module.trainer.global_step == 3
     assert module.model._compiled_call_impl is not None  # trained through the compiled forward
     assert not any(torch.equal(before[k], v) for k, v in module.model.state_dict().items() if v.ndim == 2)
