@@ -52,6 +52,13 @@ def save_model(path: str | Path, model: torch.nn.Module, config: dict[str, Any])
 
 def load_run(run_dir: str | Path, map_location: str = "cpu") -> tuple[DictConfig, Any]:
     """(config, LightningModule with the trained weights, in eval mode) of a finished run directory."""
+    cfg, module, _ = load_run_and_data(run_dir, map_location)
+    return cfg, module
+
+
+def load_run_and_data(run_dir: str | Path, map_location: str = "cpu") -> tuple[DictConfig, Any, Any]:
+    """``load_run`` plus the run's datamodule, the one the model was built with (analyses read its held-out
+    data; building a second one would prepare or map the corpus again)."""
     from poslab.training import build_datamodule, build_module
 
     path = Path(run_dir) / MODEL_FILE
@@ -63,7 +70,7 @@ def load_run(run_dir: str | Path, map_location: str = "cpu") -> tuple[DictConfig
     module = build_module(cfg, datamodule)
     module.model.load_state_dict(uncompiled_state_dict(saved["state_dict"]))
     module.eval()
-    return cfg, module
+    return cfg, module, datamodule
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

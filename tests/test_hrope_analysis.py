@@ -248,3 +248,5 @@ def test_analyze_hrope_cli_on_trained_runs(tmp_path):
     assert "[write-up −0.31]" in table  # openwebtext: the write-up's value beside ours
     assert (out / "hrope_well.png").stat().st_size > 1000 and (out / "hrope_shuffle.png").is_file()
     assert main(["analyze", "hrope", str(tmp_path / "nothing")]) == 2
+    # the increments analyses read δ per byte: a BPE run is refused with a message, not analysed as bytes
+    assert main(["analyze", "increments", str(tmp_path / "hrope_axial")]) == 2

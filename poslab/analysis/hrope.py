@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -361,7 +361,6 @@ class RunAnalysis:
     merge_interval: tuple[float, float]
     split_change: float
     split_interval: tuple[float, float]
-    extra: dict[str, Any] = field(default_factory=dict)
     config: Any = None  # the run's config (not in the summary)
 
     def summary(self) -> dict[str, Any]:
@@ -385,7 +384,6 @@ class RunAnalysis:
             "shuffled_residual": [None if math.isnan(v) else float(v) for v in self.shuffled_well.residual],
             "pairs": self.well.pairs.tolist(),
             "trend_coefficients": self.well.coefficients.tolist(),
-            **self.extra,
         }
 
 
@@ -480,16 +478,14 @@ def analyze_documents(
 
 def analyze_run(run_dir: str | Path, documents: int = 200, **settings: Any) -> RunAnalysis:
     """Load a finished run and analyse ``documents`` of its held-out split."""
-    from poslab.checkpoint import load_run
-    from poslab.training import build_datamodule
+    from poslab.checkpoint import load_run_and_data
 
-    cfg, module = load_run(run_dir)
+    cfg, module, datamodule = load_run_and_data(run_dir)
     if cfg.task.name != "lm":
         raise ConfigError(f"{run_dir} is a {cfg.task.name!r} run; the hRoPE analyses need a language-model run.")
-    datamodule = build_datamodule(cfg)
-    datamodule.setup()
+    datamodule.setup()  # idempotent: maps the prepared corpus once
     context = int(cfg.task.context_length)
-    streams = (held_out_documents(g.splits["validation"], context, limit=documents) for g in datamodule.groups)
+    streams = (held_out_documents(g.splits["validation"], context) for g in datamodule.groups)
     chained = (d for stream in streams for d in stream)
     limited = (d for _, d in zip(range(documents), chained))
     result = analyze_documents(module.model, limited, **settings)

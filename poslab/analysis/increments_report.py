@@ -24,8 +24,9 @@ import torch
 
 from poslab.analysis import increments as inc
 from poslab.analysis.logging import log_analysis
-from poslab.checkpoint import load_run
+from poslab.checkpoint import load_run_and_data
 from poslab.datamodules.corpora import decode_bytes
+from poslab.encodings.base import ConfigError
 from poslab.encodings.increments import increments_from_positions
 from poslab.io import write_json_atomic
 
@@ -55,11 +56,8 @@ def token_increments(model: torch.nn.Module, tokens: np.ndarray, context: int, b
     return np.concatenate(rows, axis=1)
 
 
-def held_out_text(cfg: Any, max_bytes: int) -> dict[str, bytes]:
+def held_out_text(datamodule: Any, max_bytes: int) -> dict[str, bytes]:
     """Validation bytes of each source group of the run's corpus (documents never trained on)."""
-    from poslab.training import build_datamodule
-
-    datamodule = build_datamodule(cfg)
     datamodule.setup()
     return {g.name: decode_bytes(np.asarray(g.splits["validation"].tokens[:max_bytes])) for g in datamodule.groups}
 
@@ -77,13 +75,19 @@ def analyze_increments(
     max_bytes: int = 200_000,
     output_dir: str | Path | None = None,
 ) -> str:
-    cfg, module = load_run(run_dir)
+    cfg, module, datamodule = load_run_and_data(run_dir)
+    tokenizer = cfg.get("corpus", {}).get("tokenizer", "bytes") if cfg.task.name == "lm" else "bytes"
+    if tokenizer != "bytes":
+        raise ConfigError(
+            f"{run_dir} was trained with corpus.tokenizer={tokenizer!r}; the increments analyses read δ per byte "
+            f"(byte categories, a character's lead byte), so they need a run with corpus.tokenizer=bytes."
+        )
     model, context = module.model, int(cfg.task.get("context_length", 512))
     out = Path(output_dir or run_dir)
     lines = [f"run {run_dir}: encoding {cfg.encoding.name}, corpus {cfg.corpus.name}"]
 
     # 1. categories on held-out text
-    held = {} if text_file else held_out_text(cfg, max_bytes)
+    held = {} if text_file else held_out_text(datamodule, max_bytes)
     streams = {"text": Path(text_file).read_bytes()[:max_bytes]} if text_file else held
     all_tokens = np.concatenate([np.frombuffer(b, dtype=np.uint8).astype(np.int64) for b in streams.values()])
     deltas = token_increments(model, all_tokens, context)
