@@ -81,7 +81,7 @@ def compose(encoding: str, args: argparse.Namespace, data: Path, out: Path):
 
 def plain_loop(cfg, steps: int, warmup: int) -> float:
     """Median seconds per step of a minimal loop over the same model, optimizer and batches."""
-    from poslab.training import build_datamodule, build_module
+    from poslab.builders import build_datamodule, build_module
 
     datamodule = build_datamodule(cfg)
     datamodule.setup()

@@ -23,7 +23,7 @@ from poslab.analysis.hrope import Document, analyze_documents
 torch.set_num_threads(1)
 n, run = int(sys.argv[1]), sys.argv[2]
 if run:
-    from poslab.checkpoint import load_run
+    from poslab.builders import load_run
     cfg, module = load_run(run)
     model, vocab, context = module.model, module.model.cfg.vocab_size, int(cfg.task.context_length)
 else:

@@ -1,8 +1,9 @@
-"""What a run writes to be reloaded: the trained model, and training checkpoints to resume from.
+"""The formats of what a run writes to be reloaded: the trained model, and training checkpoints to resume from.
 
 ``model.pt`` holds the model's weights and the run's resolved config, so an
 analysis rebuilds exactly that model (any encoding) with the same builders
-training used. It is written atomically and loaded with ``weights_only=True``.
+training used (``poslab.builders.load_run``). It is written atomically and
+loaded with ``weights_only=True``.
 
 Training checkpoints (``<run dir>/checkpoints/*.ckpt``, Lightning's format) hold
 the model, optimizer, schedule, loop counters (hence the step, and with it the
@@ -23,14 +24,11 @@ from typing import Any
 import numpy as np
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from omegaconf import DictConfig, OmegaConf
 
-from poslab.encodings.base import ConfigError
+from poslab.errors import ConfigError
 from poslab.io import write_atomic
+from poslab.run_files import CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE
 
-MODEL_FILE = "model.pt"
-CHECKPOINT_DIR = "checkpoints"
-LAST_CHECKPOINT = "last.ckpt"
 # what a Lightning training checkpoint has and model.pt (or any other file) has not
 TRAINING_STATE_KEYS = ("state_dict", "optimizer_states", "lr_schedulers", "loops", "global_step")
 
@@ -48,29 +46,6 @@ def save_model(path: str | Path, model: torch.nn.Module, config: dict[str, Any])
     buffer = io.BytesIO()
     torch.save({"state_dict": state, "config": config}, buffer)
     return write_atomic(path, buffer.getvalue())
-
-
-def load_run(run_dir: str | Path, map_location: str = "cpu") -> tuple[DictConfig, Any]:
-    """(config, LightningModule with the trained weights, in eval mode) of a finished run directory."""
-    cfg, module, _ = load_run_and_data(run_dir, map_location)
-    return cfg, module
-
-
-def load_run_and_data(run_dir: str | Path, map_location: str = "cpu") -> tuple[DictConfig, Any, Any]:
-    """``load_run`` plus the run's datamodule, the one the model was built with (analyses read its held-out
-    data; building a second one would prepare or map the corpus again)."""
-    from poslab.training import build_datamodule, build_module
-
-    path = Path(run_dir) / MODEL_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: is {run_dir} the directory of a finished train.py run?")
-    saved = torch.load(path, map_location=map_location, weights_only=True)
-    cfg = OmegaConf.create(saved["config"])
-    datamodule = build_datamodule(cfg)
-    module = build_module(cfg, datamodule)
-    module.model.load_state_dict(uncompiled_state_dict(saved["state_dict"]))
-    module.eval()
-    return cfg, module, datamodule
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -12,7 +12,8 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, open_dict
 
-from poslab.encodings.base import ConfigError
+from poslab.checkpoint import resolve_checkpoint
+from poslab.errors import ConfigError
 
 SYNTHETIC_TASKS = ("lag", "seen")
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -58,8 +59,6 @@ def check_config(cfg: DictConfig) -> None:
     check_devices(cfg.trainer)
     check_global_batches(cfg)
     if cfg.get("ckpt_path") is not None:
-        from poslab.checkpoint import resolve_checkpoint
-
         resolve_checkpoint(cfg.ckpt_path, cfg.paths.output_dir)
 
 

@@ -35,8 +35,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from poslab.encodings import ModelShape, PositionEncoding, PositionInputs, build_encoding
-from poslab.encodings.base import ConfigError
 from poslab.encodings.rotary import Rotation
+from poslab.errors import ConfigError
 
 NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "swiglu")

@@ -15,19 +15,16 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
+from poslab.builders import build_datamodule, build_module, instantiate_all
 from poslab.callbacks import Throughput
-from poslab.checkpoint import MODEL_FILE, AtomicCheckpointIO, resolve_checkpoint, save_model
+from poslab.checkpoint import AtomicCheckpointIO, resolve_checkpoint, save_model
 from poslab.config import check_config
-from poslab.encodings.base import ConfigError, encoding_class
+from poslab.errors import ConfigError
 from poslab.io import write_json_atomic
-from poslab.model import ModelConfig
+from poslab.run_files import FAILURE_FILE, MODEL_FILE, RESULTS_FILE
 from poslab.runtime import keep_freed_memory, wandb_offline_unless_key
 
 log = logging.getLogger("poslab")
-
-RESULTS_FILE = "results.json"
-FAILURE_FILE = "failed.json"
-
 
 def quiet_third_party_noise() -> None:
     """Drop messages every run would print that say nothing about the run: Lightning's tip advertising
@@ -42,48 +39,6 @@ def quiet_third_party_noise() -> None:
     # the evaluation figures are torchmetrics metrics, reduced across DDP ranks by compute(); self.log's
     # sync_dist would reduce them a second time
     warnings.filterwarnings("ignore", message="It is recommended to use `self.log")
-
-
-def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
-    task = OmegaConf.to_container(cfg.task, resolve=True)
-    task.pop("module")
-    return hydra.utils.instantiate(task, seed=cfg.seed)
-
-
-def build_model_config(
-    cfg: DictConfig, vocab_size: int, n_outputs: int, datamodule: L.LightningDataModule | None = None
-) -> ModelConfig:
-    settings = OmegaConf.to_container(cfg.model, resolve=True)
-    encoding = OmegaConf.to_container(cfg.encoding, resolve=True)
-    # settings an encoding takes from the data when left null (e.g. rand_axial's paragraph density)
-    for key in encoding_class(str(encoding.get("name"))).corpus_settings:
-        if encoding.get(key) is None and datamodule is not None and hasattr(datamodule, key):
-            encoding[key] = getattr(datamodule, key)
-    try:
-        return ModelConfig(vocab_size=vocab_size, n_outputs=n_outputs, encoding=encoding, **settings)
-    except TypeError as error:
-        allowed = sorted(ModelConfig.__dataclass_fields__)
-        raise ConfigError(
-            f"the model config has a key ModelConfig does not know ({error}); allowed: {allowed}."
-        ) from error
-
-
-def build_module(cfg: DictConfig, datamodule: L.LightningDataModule) -> L.LightningModule:
-    model = build_model_config(cfg, datamodule.vocab_size, datamodule.num_classes, datamodule)
-    module_class = hydra.utils.get_class(cfg.task.module)
-    return module_class(
-        model=model,
-        optimizer=OmegaConf.to_container(cfg.optimizer, resolve=True),
-        max_length=datamodule.max_length,
-        **datamodule.module_arguments(),
-    )
-
-
-def instantiate_all(section: DictConfig | None) -> list[Any]:
-    """Instantiate every entry of a group like ``logger`` or ``callbacks`` that has a ``_target_``."""
-    if not section:
-        return []
-    return [hydra.utils.instantiate(entry) for entry in section.values() if entry and "_target_" in entry]
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:

@@ -8,8 +8,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from poslab.encodings import ConfigError
-from poslab.training import build_datamodule, build_module, run
+from poslab.builders import build_datamodule, build_module
+from poslab.errors import ConfigError
+from poslab.training import run
 
 from .conftest import CONF, compose_config, fit_quietly, run_train
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from poslab.builders import build_datamodule, build_module
 from poslab.datamodules.corpora import (
     SEPARATOR,
     LocalSource,
@@ -20,8 +21,7 @@ from poslab.datamodules.corpora import (
     prepare_corpus,
 )
 from poslab.datamodules.language import LanguageModelDataModule
-from poslab.encodings import ConfigError
-from poslab.training import build_datamodule, build_module
+from poslab.errors import ConfigError
 
 from .conftest import CONF, compose_config, run_train
 
@@ -244,7 +244,7 @@ def test_tiny_language_model_run_trains_validates_and_saves(tmp_path):
     assert results["figures"]["val_bpb"] == pytest.approx(results["figures"]["val_loss"] / np.log(2))
     assert 0 < results["figures"]["val_loss"] < np.log(257) + 1
     assert (tmp_path / "model.pt").is_file() and (tmp_path / "results.json").is_file()
-    from poslab.checkpoint import load_run
+    from poslab.builders import load_run
 
     loaded_cfg, module = load_run(tmp_path)
     assert loaded_cfg.corpus.name == "wikitext2" and module.model.encoding.name == "rope"
@@ -282,7 +282,7 @@ def test_hierarchical_encodings_train_on_a_corpus_with_its_paragraph_density(tmp
     results = run(cfg)
     assert np.isfinite(results["figures"]["val_loss"])
     density = results["config"]["encoding"].get("paragraph_density")
-    from poslab.checkpoint import load_run
+    from poslab.builders import load_run
 
     _, module = load_run(tmp_path)
     if encoding != "hrope_axial":  # filled from the corpus: about one boundary per paragraph's bytes

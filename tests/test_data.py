@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from poslab.datamodules.synthetic import IGNORE, EvaluationSet, SyntheticDataModule, SyntheticTask, TrainingBatches
-from poslab.encodings import ConfigError
+from poslab.errors import ConfigError
 
 
 def test_lag_targets_are_the_token_k_back_and_first_k_unscored():

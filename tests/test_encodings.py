@@ -7,9 +7,10 @@ import math
 import pytest
 import torch
 
-from poslab.encodings import ENCODINGS, ConfigError, ModelShape, build_encoding
+from poslab.encodings import ENCODINGS, ModelShape, build_encoding
 from poslab.encodings.alibi import geometric_slopes
 from poslab.encodings.rotary import apply_rotary, inverse_frequencies, rotation_angles
+from poslab.errors import ConfigError
 from poslab.model import Attention, ModelConfig, Transformer, causal_mask
 
 ENCODING_SETTINGS = {

@@ -9,8 +9,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from poslab.encodings import ConfigError, ModelShape, PositionInputs, build_encoding
+from poslab.encodings import ModelShape, PositionInputs, build_encoding
 from poslab.encodings.rotary import inverse_frequencies
+from poslab.errors import ConfigError
 from poslab.model import ModelConfig, Transformer
 
 torch.set_num_threads(1)

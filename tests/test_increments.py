@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from poslab.encodings import ConfigError, ModelShape, build_encoding
+from poslab.encodings import ModelShape, build_encoding
 from poslab.encodings.increments import DeltaMLP, increments_from_positions
+from poslab.errors import ConfigError
 from poslab.model import ModelConfig, Transformer
 
 torch.set_num_threads(1)

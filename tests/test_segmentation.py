@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from poslab.datamodules.segmentation import STYLES, boundary_density, segment
-from poslab.encodings.base import ConfigError
+from poslab.errors import ConfigError
 
 
 def at(text: str, needle: str, occurrence: int = 0) -> int:

@@ -8,11 +8,12 @@ import math
 import pytest
 import torch
 
-from poslab.checkpoint import MODEL_FILE, load_run, save_model, uncompiled_state_dict
-from poslab.encodings import ConfigError
+from poslab.builders import build_datamodule, build_module, load_run
+from poslab.checkpoint import save_model, uncompiled_state_dict
 from poslab.encodings.alibi import AlibiEncoding
+from poslab.errors import ConfigError
 from poslab.model import ModelConfig, Transformer
-from poslab.training import build_datamodule, build_module
+from poslab.run_files import MODEL_FILE
 
 from .conftest import compose_config, fit_quietly
 

@@ -8,7 +8,7 @@ import pytest
 from poslab.datamodules.corpora import corpus_tokenizer, prepare_corpus
 from poslab.datamodules.segmentation import segment
 from poslab.datamodules.tokenization import BpeTokenizer, Tokenizer, check_tokenizer
-from poslab.encodings import ConfigError
+from poslab.errors import ConfigError
 
 from .test_corpora import write_jsonl
 

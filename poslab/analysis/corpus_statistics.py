@@ -61,10 +61,12 @@ from typing import Any
 
 import numpy as np
 
+from poslab.config import CONF_DIR, compose_config
 from poslab.datamodules.corpora import SourceGroup, is_validation, resolve_group
 from poslab.datamodules.segmentation import segment
-from poslab.encodings.base import ConfigError
+from poslab.errors import ConfigError
 from poslab.io import write_atomic, write_json_atomic
+from poslab.plotting import plt, save_figure
 
 log = logging.getLogger("poslab")
 
@@ -386,7 +388,6 @@ def csv_table(rows: list[dict[str, Any]], corpora: list[str]) -> str:
 def plot_statistics(
     stats: dict[str, dict[str, float]], rows: list[dict[str, Any]], ustar: dict[str, float], path: Path
 ) -> Path:
-    from poslab.plotting import plt, save_figure
 
     corpora = sorted(stats, key=lambda c: (ustar.get(c, math.inf), c))  # deepest well first
     fig, axes = plt.subplots(2, 4, figsize=(16, 7))
@@ -418,7 +419,6 @@ def analyze_corpora(
     """``poslab analyze corpus``: statistics per corpus, their agreement with U*, files in ``out``; the report."""
     from omegaconf import OmegaConf
 
-    from poslab.config import CONF_DIR, compose_config
 
     allowed = sorted(p.stem for p in (CONF_DIR / "corpus").glob("*.yaml") if p.stem != "synthetic")
     unknown = [c for c in corpora if c not in allowed]

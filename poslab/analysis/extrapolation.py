@@ -15,7 +15,8 @@ from pathlib import Path
 from statistics import mean
 
 from poslab.io import read_json
-from poslab.training import FAILURE_FILE, RESULTS_FILE
+from poslab.plotting import plt, save_figure
+from poslab.run_files import FAILURE_FILE, RESULTS_FILE
 
 
 @dataclass
@@ -153,7 +154,6 @@ def markdown_table(runs: list[GridRun], reference: list[GridRun] | None = None) 
 
 def plot_grid(runs: list[GridRun], path: str | Path) -> Path:
     """Accuracy against test length, one line per scheme (seed mean), one panel per task."""
-    from poslab.plotting import plt, save_figure
 
     means = seed_means(runs)
     tasks = list(dict.fromkeys(task for task, _ in means))

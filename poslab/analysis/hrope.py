@@ -47,8 +47,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from poslab.builders import load_run_and_data
 from poslab.datamodules.corpora import PreparedSplit
-from poslab.encodings.base import ConfigError
+from poslab.errors import ConfigError
 
 log = logging.getLogger("poslab")
 
@@ -478,8 +479,6 @@ def analyze_documents(
 
 def analyze_run(run_dir: str | Path, documents: int = 200, **settings: Any) -> RunAnalysis:
     """Load a finished run and analyse ``documents`` of its held-out split."""
-    from poslab.checkpoint import load_run_and_data
-
     cfg, module, datamodule = load_run_and_data(run_dir)
     if cfg.task.name != "lm":
         raise ConfigError(f"{run_dir} is a {cfg.task.name!r} run; the hRoPE analyses need a language-model run.")

@@ -20,8 +20,10 @@ from typing import Any
 import numpy as np
 
 from poslab.analysis.hrope import RunAnalysis, analyze_run
-from poslab.checkpoint import MODEL_FILE
+from poslab.analysis.logging import log_analysis
 from poslab.io import write_atomic, write_json_atomic
+from poslab.plotting import save_figure
+from poslab.run_files import find_runs
 
 log = logging.getLogger("poslab")
 
@@ -38,21 +40,6 @@ REFERENCE_DEPTHS = {
     "rand_axial": {"Code": -0.24, "WikiText-2": -0.22, "OpenWebText": -0.33},
 }
 MODEL_ORDER = ("hrope_axial", "rand_axial", "period_axial", "rope")
-
-
-def find_runs(paths: list[str]) -> list[Path]:
-    """Run directories (holding ``model.pt``) given directly or anywhere below a multirun directory."""
-    runs: list[Path] = []
-    for path in map(Path, paths):
-        if (path / MODEL_FILE).is_file():
-            runs.append(path)
-        elif path.is_dir():
-            runs += sorted(p.parent for p in path.rglob(MODEL_FILE))
-        else:
-            raise FileNotFoundError(f"{path} is neither a run directory (with {MODEL_FILE}) nor a directory of runs.")
-    if not runs:
-        raise FileNotFoundError(f"no {MODEL_FILE} under {', '.join(paths)}: give finished train.py run directories.")
-    return runs
 
 
 def corpus_label(name: str) -> str:
@@ -158,7 +145,6 @@ def plot_wells(analyses: list[RunAnalysis], path: Path, shuffled: bool = False) 
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    from poslab.plotting import save_figure
 
     groups = grouped(analyses)
     corpora = sorted({c for _, c in groups})
@@ -211,7 +197,6 @@ def analyze_hrope(
     paths: list[str], output_dir: str | Path = "hrope_analysis", documents: int = 200, **settings: Any
 ) -> str:
     """Analyse every run under ``paths`` and write the tables and plots; returns the printed report."""
-    from poslab.analysis.logging import log_analysis
 
     runs = find_runs(paths)
     out = Path(output_dir)

@@ -24,10 +24,10 @@ import torch
 
 from poslab.analysis import increments as inc
 from poslab.analysis.logging import log_analysis
-from poslab.checkpoint import load_run_and_data
+from poslab.builders import load_run_and_data
 from poslab.datamodules.corpora import decode_bytes
-from poslab.encodings.base import ConfigError
 from poslab.encodings.increments import increments_from_positions
+from poslab.errors import ConfigError
 from poslab.io import write_json_atomic
 
 DEFAULT_SENTENCES = (

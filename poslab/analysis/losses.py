@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from poslab.io import read_json
-from poslab.training import RESULTS_FILE
+from poslab.run_files import RESULTS_FILE
 
 
 def report_losses(directories: list[str | Path]) -> str:

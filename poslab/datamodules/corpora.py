@@ -35,8 +35,8 @@ import numpy as np
 from filelock import FileLock
 
 from poslab.datamodules.segmentation import STYLES, segment
-from poslab.datamodules.tokenization import BYTE_SEPARATOR, Tokenizer, load_tokenizer
-from poslab.encodings.base import ConfigError
+from poslab.datamodules.tokenization import BYTE_SEPARATOR, BpeTokenizer, Tokenizer, load_tokenizer
+from poslab.errors import ConfigError
 
 CACHE_VERSION = 3  # 2: paragraph and sentence coordinates; 3: tokenizers (bytes, bpe), bytes per split
 SPLITS = ("train", "validation")
@@ -447,7 +447,6 @@ def corpus_tokenizer(prepared: list[PreparedGroup], cache_dir: str | Path) -> To
     meta = prepared[0].meta
     if meta.get("tokenizer", "bytes") == "bytes":
         return Tokenizer()
-    from poslab.datamodules.tokenization import BpeTokenizer
 
     fingerprint = meta["tokenizer_fingerprint"]
     for path in sorted((Path(cache_dir) / "tokenizers").glob("*.json")):

@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from poslab.datamodules.corpora import PreparedGroup, PreparedSplit, describe, prepare_corpus
 from poslab.datamodules.synthetic import assign_rank, batch_generator
 from poslab.datamodules.tokenization import BYTE_VOCAB, check_tokenizer
-from poslab.encodings.base import ConfigError
+from poslab.errors import ConfigError
 
 log = logging.getLogger("poslab")
 

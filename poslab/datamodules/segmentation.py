@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from poslab.encodings.base import ConfigError
+from poslab.errors import ConfigError
 
 #: a sentence ends at . ! ? followed by whitespace, or at 。！？; closing quotes/brackets stay with it, and the
 #: whitespace after it is its separator. The match ends where the next sentence starts (at non-whitespace).

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from poslab.encodings.base import ConfigError
+from poslab.errors import ConfigError
 
 IGNORE = -100  # target value of unscored positions (cross_entropy's ignore_index)
 

@@ -24,7 +24,7 @@ import numpy as np
 from filelock import FileLock
 
 from poslab.datamodules.segmentation import utf8_lengths
-from poslab.encodings.base import ConfigError
+from poslab.errors import ConfigError
 
 TOKENIZERS = ("bytes", "bpe")
 BYTE_VOCAB = 257  # 256 bytes + the separator

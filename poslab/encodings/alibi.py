@@ -8,7 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from poslab.encodings.base import ConfigError, ModelShape, PositionEncoding, register
+from poslab.encodings.base import ModelShape, PositionEncoding, register
+from poslab.errors import ConfigError
 
 
 def geometric_slopes(n_heads: int) -> list[float]:

@@ -30,9 +30,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-
-class ConfigError(ValueError):
-    """A configuration value is not allowed; the message says which and why."""
+from poslab.errors import ConfigError
 
 
 @dataclass

@@ -44,8 +44,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from poslab.encodings.base import ConfigError, ModelShape, PositionInputs, register
+from poslab.encodings.base import ModelShape, PositionInputs, register
 from poslab.encodings.rotary import RotaryEncoding, inverse_frequencies
+from poslab.errors import ConfigError
 
 FREQUENCIES = ("split", "full")
 EVAL_PARAGRAPHS = ("real", "random")

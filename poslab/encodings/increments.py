@@ -28,8 +28,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from poslab.encodings.base import ConfigError, ModelShape, PositionInputs, register
+from poslab.encodings.base import ModelShape, PositionInputs, register
 from poslab.encodings.rotary import RotaryEncoding
+from poslab.errors import ConfigError
 
 #: floor added to softplus: softplus underflows to exactly 0 in fp32 for very negative inputs, and an increment
 #: below half the fp32 spacing of the position (about 2.4e-4 at position 4096) does not move the cumulative sum,

@@ -11,7 +11,8 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from poslab.encodings.base import ConfigError, ModelShape, PositionEncoding, PositionInputs, register
+from poslab.encodings.base import ModelShape, PositionEncoding, PositionInputs, register
+from poslab.errors import ConfigError
 
 
 @register("learned")

@@ -13,7 +13,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from poslab.encodings.base import ConfigError, ModelShape, PositionEncoding, PositionInputs
+from poslab.encodings.base import ModelShape, PositionEncoding, PositionInputs
+from poslab.errors import ConfigError
 
 PAIRINGS = ("interleaved", "half")
 

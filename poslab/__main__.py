@@ -1,0 +1,7 @@
+"""``python -m poslab``: the ``poslab`` command."""
+
+import sys
+
+from poslab.cli import main
+
+sys.exit(main())

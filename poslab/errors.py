@@ -1,0 +1,30 @@
+"""poslab's own error types. A leaf module: it imports nothing from poslab, so raising an error never loads
+torch or the encodings.
+
+The ``poslab`` command and ``train.py`` turn these into one message and exit status 2; any other exception
+is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class PoslabError(Exception):
+    """Base of the errors poslab raises on purpose: the message says what was wrong and what is allowed."""
+
+
+class ConfigError(PoslabError, ValueError):
+    """A configuration value is not allowed; the message says which and why."""
+
+
+class UsageError(PoslabError, ValueError):
+    """A command-line argument of ``poslab`` is not allowed (not a config value); the message says which."""
+
+
+class MissingRunError(PoslabError, FileNotFoundError):
+    """A path given as a run, a multirun or a reference does not hold what it should (``model.pt``,
+    ``results.json``, ...); the message names the path and what was looked for."""
+
+
+class OutputNotWritableError(PoslabError, OSError):
+    """An analysis or report could not write its files; the message names the directory and the setting
+    (``--output-dir``) that points elsewhere."""

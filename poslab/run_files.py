@@ -1,0 +1,60 @@
+"""The files a run directory holds, by name, and how to find runs on disk. Knows names and paths only:
+nothing here reads a model or a config.
+
+A run directory (``logs/runs/<time>_<name>/`` or ``logs/multirun/<time>/<job>/``) holds Hydra's ``.hydra/``
+config, the loggers' files, ``results.json`` (the figures and the resolved config), ``model.pt`` (the trained
+weights and the config, for the analyses), ``checkpoints/`` (training checkpoints to resume from), and, for a
+multirun job that failed, ``failed.json``. Analyses write into ``analysis/<name>/`` beside what they read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from poslab.errors import MissingRunError
+
+RESULTS_FILE = "results.json"
+FAILURE_FILE = "failed.json"
+MODEL_FILE = "model.pt"
+CHECKPOINT_DIR = "checkpoints"
+LAST_CHECKPOINT = "last.ckpt"
+ANALYSIS_DIR = "analysis"
+#: Hydra writes this file into the directory of a multirun (the sweep directory)
+MULTIRUN_FILE = "multirun.yaml"
+
+
+def find_runs(paths: list[str | Path], marker: str = MODEL_FILE) -> list[Path]:
+    """Run directories holding ``marker`` (``model.pt``: finished runs), given directly or anywhere below
+    the directories given (multirun directories); raises ``MissingRunError`` naming what was not found."""
+    runs: list[Path] = []
+    for path in map(Path, paths):
+        if (path / marker).is_file():
+            runs.append(path)
+        elif path.is_dir():
+            runs += sorted(p.parent for p in path.rglob(marker) if ANALYSIS_DIR not in p.relative_to(path).parts)
+        else:
+            raise MissingRunError(f"{path} is neither a run directory (with {marker}) nor a directory of runs.")
+    if not runs:
+        shown = ", ".join(map(str, paths))
+        raise MissingRunError(f"no {marker} under {shown}: give finished train.py run directories.")
+    return runs
+
+
+def multirun_directory(run: Path) -> Path | None:
+    """The multirun directory a run directory belongs to (the nearest one above it with ``multirun.yaml``)."""
+    for parent in Path(run).resolve().parents:
+        if (parent / MULTIRUN_FILE).is_file():
+            return parent
+    return None
+
+
+def default_analysis_dir(name: str, paths: list[str | Path], runs: list[Path]) -> Path:
+    """Where analysis ``name`` writes when no ``--output-dir`` is given: ``RUN_DIR/analysis/<name>/`` for one
+    run; for several, ``analysis/<name>/`` of the first multirun directory (the first path given when it is
+    a directory of runs, else the multirun holding the first run, else the directory above the first run)."""
+    if len(runs) == 1 and Path(paths[0]).resolve() == Path(runs[0]).resolve():
+        return Path(runs[0]) / ANALYSIS_DIR / name
+    first = Path(paths[0])
+    if first.resolve() != Path(runs[0]).resolve() and first.is_dir():
+        return first / ANALYSIS_DIR / name
+    return (multirun_directory(runs[0]) or Path(runs[0]).parent) / ANALYSIS_DIR / name
