@@ -184,10 +184,27 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
+    """Pre-norm residual block: x + Attention(norm1(x)), then + MLP(norm2(.))."""
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.norm1, self.attn = make_norm(cfg.norm, cfg.d_model), Attention(cfg)
         self.norm2, self.mlp = make_norm(cfg.norm, cfg.d_model), MLP(cfg)
+
+    def forward(
+        self,
+        x: Tensor,
+        rotation: Rotation | None,
+        mask: Tensor | None,
+        score_scale: float,
+        return_weights: bool,
+        flex: tuple[ScoreMod | None, Any] | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """The residual stream after this block, and the attention weights when asked for."""
+        y, weights = self.attn(self.norm1(x), rotation, mask, score_scale, return_weights, flex)
+        x = x + y
+        x = x + self.mlp(self.norm2(x))
+        return x, weights
 
 
 def causal_mask(length: int, device: torch.device, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -270,9 +287,7 @@ class Transformer(nn.Module):
                 rotation = Rotation(self.encoding.angles(layer_positions), self.encoding.pairing)
             last_positions = layer_positions
             positions.append(layer_positions)
-            y, weights = block.attn(block.norm1(x), rotation, mask, score_scale, return_attention, flex)
-            x = x + y
-            x = x + block.mlp(block.norm2(x))
+            x, weights = block(x, rotation, mask, score_scale, return_attention, flex)
             if weights is not None:
                 attention.append(weights)
         logits = self.head(self.final_norm(x))
