@@ -45,7 +45,7 @@ def documents():
 
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.perf_counter()
-result = analyze_documents(model, documents(), progress=False, replicates=1000)
+result = analyze_documents(model, documents(), progress=False, bootstrap=1000)
 seconds = time.perf_counter() - start
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"documents": result["documents"], "seconds": seconds, "peak_kb": after, "added_kb": after - before,

@@ -50,11 +50,12 @@ def multirun_directory(run: Path) -> Path | None:
 
 def default_analysis_dir(name: str, paths: list[str | Path], runs: list[Path]) -> Path:
     """Where analysis ``name`` writes when no ``--output-dir`` is given: ``RUN_DIR/analysis/<name>/`` for one
-    run; for several, ``analysis/<name>/`` of the first multirun directory (the first path given when it is
-    a directory of runs, else the multirun holding the first run, else the directory above the first run)."""
-    if len(runs) == 1 and Path(paths[0]).resolve() == Path(runs[0]).resolve():
-        return Path(runs[0]) / ANALYSIS_DIR / name
+    run; for several, ``analysis/<name>/`` of the first multirun directory: the first path given when it is a
+    directory of runs, else the multirun holding the first run given (else the directory above it)."""
     first = Path(paths[0])
-    if first.resolve() != Path(runs[0]).resolve() and first.is_dir():
+    is_run = first.resolve() in {Path(r).resolve() for r in runs}
+    if not is_run:
         return first / ANALYSIS_DIR / name
-    return (multirun_directory(runs[0]) or Path(runs[0]).parent) / ANALYSIS_DIR / name
+    if len(runs) == 1:
+        return first / ANALYSIS_DIR / name
+    return (multirun_directory(first) or first.parent) / ANALYSIS_DIR / name

@@ -51,6 +51,18 @@ def fit_quietly(module, datamodule, steps: int) -> None:
     ).fit(module, datamodule=datamodule)
 
 
+def make_unwritable(run_dir: Path) -> None:
+    """A run directory nobody may write into: read-only, and a file where ``analysis/`` would go (root, who
+    runs CI here, ignores file modes). The caller gives the mode back (``chmod(0o755)``) when done."""
+    import shutil
+
+    blocker = run_dir / "analysis"
+    if blocker.is_dir():
+        shutil.rmtree(blocker)
+    blocker.write_text("not a directory")
+    run_dir.chmod(0o555)
+
+
 @pytest.fixture
 def compose_cfg(tmp_path):
     def make(*overrides: str) -> DictConfig:

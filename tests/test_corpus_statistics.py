@@ -196,7 +196,18 @@ def test_cli_writes_tables_and_plot_with_the_writeups_ustar(tmp_path, monkeypatc
     monkeypatch.setattr(cs, "load_embedder", lambda: first_word_embedder())  # no model in tests
     out = tmp_path / "out"
     code = main(
-        ["analyze", "corpus", "openwebtext", "wikitext2", "--documents", "5", "--split", "all", "--out", str(out)]
+        [
+            "analyze",
+            "corpus",
+            "openwebtext",
+            "wikitext2",
+            "--documents",
+            "5",
+            "--split",
+            "all",
+            "--output-dir",
+            str(out),
+        ]
     )
     printed = capsys.readouterr().out
     assert code == 0
@@ -223,7 +234,7 @@ def test_cli_without_embeddings_with_given_ustar_and_the_default_output_dir(tmp_
     printed = capsys.readouterr().out
     assert "U* from --ustar: openwebtext +0.50, wikitext2 -1.00" in printed and "not computed" in printed
     assert "openwebtext 12 documents" in printed
-    rows = json.loads((tmp_path / "logs" / "corpus_statistics" / "corpus_statistics.json").read_text())["rows"]
+    rows = json.loads((tmp_path / "logs" / "analysis" / "corpus" / "corpus_statistics.json").read_text())["rows"]
     assert all(r["agree"] is None for r in rows if r["construct"] == "embedding coherence")
 
 
@@ -237,7 +248,7 @@ def test_cli_without_embeddings_with_given_ustar_and_the_default_output_dir(tmp_
 )
 def test_cli_bad_arguments_exit_2_with_one_message(tmp_path, monkeypatch, capsys, argv, message):
     cli_corpora(tmp_path, monkeypatch)
-    assert main(["analyze", "corpus", *argv, "--no-embeddings", "--out", str(tmp_path / "out")]) == 2
+    assert main(["analyze", "corpus", *argv, "--no-embeddings", "--output-dir", str(tmp_path / "out")]) == 2
     error = capsys.readouterr().err
     assert error.startswith("poslab: ") and message in error and len(error.strip().splitlines()) == 1
     if argv == ["nosuchcorpus"]:

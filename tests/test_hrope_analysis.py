@@ -26,7 +26,7 @@ from poslab.analysis.hrope import (
 from poslab.datamodules.corpora import PreparedSplit
 from poslab.model import ModelConfig, Transformer
 
-from .conftest import compose_config
+from .conftest import compose_config, make_unwritable
 from .test_corpora import write_jsonl
 
 
@@ -79,7 +79,7 @@ def test_interventions_in_the_analysis_leave_tokens_and_sentences_alone():
 
         model.forward = recording_forward
         seen.clear()
-        result = analyze_documents(model, iter(docs), batch_size=3, min_pairs=1, replicates=50, progress=False)
+        result = analyze_documents(model, iter(docs), batch_size=3, min_pairs=1, bootstrap=50, progress=False)
         base, _shuffled, merged, split = seen  # one batch: original, shuffled, fake-merge, fake-split
         for variant in (merged, split):
             assert torch.equal(variant["tokens"], base["tokens"])
@@ -193,7 +193,7 @@ def test_a_corpus_without_paragraphs_gives_a_clear_message():
         analyze_documents(model, held_out_documents(split, context=16), progress=False)
 
 
-def test_analyze_hrope_cli_on_trained_runs(tmp_path):
+def test_analyze_hrope_cli_on_trained_runs(tmp_path, capsys):
     """Two tiny runs (hrope_axial and rand_axial) on a corpus with paragraphs, then the whole report."""
     from poslab.cli import main
     from poslab.training import run
@@ -232,7 +232,7 @@ def test_analyze_hrope_cli_on_trained_runs(tmp_path):
             "hrope",
             str(tmp_path / "hrope_axial"),
             str(tmp_path / "rand_axial"),
-            "--out",
+            "--output-dir",
             str(out),
             "--documents",
             "6",
@@ -247,6 +247,22 @@ def test_analyze_hrope_cli_on_trained_runs(tmp_path):
     assert "| hrope_axial |" in table and "| rand_axial |" in table and "write-up −0.48" not in table
     assert "[write-up −0.31]" in table  # openwebtext: the write-up's value beside ours
     assert (out / "hrope_well.png").stat().st_size > 1000 and (out / "hrope_shuffle.png").is_file()
+    small = ["--documents", "4", "--min-pairs", "5", "--bootstrap", "20"]
+    # no --output-dir: one run's analysis goes beside it, RUN_DIR/analysis/hrope/
+    assert main(["analyze", "hrope", str(tmp_path / "hrope_axial"), *small]) == 0
+    assert (tmp_path / "hrope_axial" / "analysis" / "hrope" / "hrope_table.md").read_text().count("| hrope_axial |")
+    capsys.readouterr()
+    # a run directory nobody can write to: the table, then one message naming the directory and --output-dir
+    read_only = tmp_path / "rand_axial"
+    make_unwritable(read_only)
+    try:
+        assert main(["analyze", "hrope", str(read_only), *small]) == 1
+    finally:
+        read_only.chmod(0o755)
+    captured = capsys.readouterr()
+    assert "## U*" in captured.out and "| rand_axial |" in captured.out
+    message = captured.err.strip().splitlines()
+    assert len(message) == 1 and str(read_only / "analysis" / "hrope") in message[0] and "--output-dir" in message[0]
     assert main(["analyze", "hrope", str(tmp_path / "nothing")]) == 2
     # the increments analyses read δ per byte: a BPE run is refused with a message, not analysed as bytes
     assert main(["analyze", "increments", str(tmp_path / "hrope_axial")]) == 2

@@ -8,7 +8,7 @@ import pytest
 
 from poslab.cli import main as poslab_main
 
-from .conftest import compose_config
+from .conftest import compose_config, make_unwritable
 from .test_corpora import make_corpus
 
 ZH = "人工智能是计算机科学的一个分支。它研究如何让机器像人一样思考和学习。自然语言处理是人工智能的重要方向。"
@@ -62,12 +62,14 @@ def test_analyze_increments_writes_the_table_picture_and_aucs(trained_runs, tmp_
     assert "English (lowercase)" in out and "Chinese (lead byte)" in out and "(mean " in out
     layers = ["shared"] if encoding == "increments_shared" else ["L0", "L1"]
     assert all(f"  {name}: " in out for name in layers)
-    summary = json.loads((run_dir / "increments_analysis.json").read_text())
+    written = run_dir / "analysis" / "increments"  # with no --output-dir: beside the run
+    assert out.strip().splitlines()[-1].startswith(f"increments: 4 files written to {written}: ")
+    summary = json.loads((written / "increments_analysis.json").read_text())
     assert list(summary["boundary_auc"]) == layers
     assert all(0.0 <= auc <= 1.0 for auc in summary["boundary_auc"].values())
-    assert (run_dir / "increments_categories.csv").stat().st_size > 100
-    assert (run_dir / "increments_positions_0.png").stat().st_size > 1000
-    assert (run_dir / "increments_positions_1.png").stat().st_size > 1000
+    assert (written / "increments_categories.csv").stat().st_size > 100
+    assert (written / "increments_positions_0.png").stat().st_size > 1000
+    assert (written / "increments_positions_1.png").stat().st_size > 1000
     if encoding == "increments_layer":  # its run has a CSV logger: the analysis is logged there as well
         logged = (run_dir / "csv" / "analysis" / "metrics.csv").read_text()
         assert "analysis/boundary_auc/L0" in logged and "analysis/delta/L1/en_lower" in logged
@@ -77,11 +79,26 @@ def test_analyze_increments_writes_the_table_picture_and_aucs(trained_runs, tmp_
         assert "train/lr" in training_log.splitlines()[0]  # the learning rate is logged beside the loss
 
 
-def test_report_losses_puts_the_runs_side_by_side(trained_runs, capsys):
-    assert poslab_main(["report", "losses", *map(str, trained_runs.values())]) == 0
+def test_report_losses_puts_the_runs_side_by_side(trained_runs, tmp_path, capsys):
+    assert poslab_main(["report", "losses", *map(str, trained_runs.values()), "--output-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert out.count("| wiki_en_zh |") == 3
     assert "| increments_layer |" in out and "| rope |" in out
+    assert (tmp_path / "losses.md").read_text().count("| wiki_en_zh |") == 3
+
+
+def test_an_analysis_of_a_read_only_run_prints_its_table_then_one_message(trained_runs, tmp_path, capsys):
+    run_dir = trained_runs["increments_shared"]
+    make_unwritable(run_dir)
+    try:
+        assert poslab_main(["analyze", "increments", str(run_dir), "--max-bytes", "2000"]) == 1
+    finally:
+        run_dir.chmod(0o755)
+    captured = capsys.readouterr()
+    assert "English (lowercase)" in captured.out  # the report came out first
+    message = captured.err.strip().splitlines()
+    assert len(message) == 1 and message[0].startswith("poslab: the report above is complete")
+    assert str(run_dir / "analysis" / "increments") in message[0] and "--output-dir" in message[0]
 
 
 def test_analyze_a_directory_without_a_model_fails_clearly(tmp_path, capsys):

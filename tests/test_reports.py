@@ -41,7 +41,7 @@ def test_report_grid_on_a_small_multirun_prints_the_writeup_format(tmp_path, cap
         tmp_path,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    text = report_grid(sweep, reference="where_am_i")
+    text = report_grid(sweep, reference="where_am_i").report
     lines = text.splitlines()
     run_lines = lines[:12]
     assert all(WRITEUP_LINE.match(line) for line in run_lines), run_lines
@@ -56,10 +56,15 @@ def test_report_grid_on_a_small_multirun_prints_the_writeup_format(tmp_path, cap
     assert table[0].startswith("| task | scheme | seeds | length 32 | length 64 | length 128")
     assert len(table) == 1 + 6  # header + 2 tasks x 3 schemes
     assert "| seen | none | 2 | " in text and "(0.997)" in text  # the write-up's seen/none mean at 32
-    assert (sweep / "extrapolation_grid.png").stat().st_size > 1000
-    # the same through the command line
+    # the same through the command line, which writes the table and the plot into the multirun's analysis/grid/
     assert poslab_main(["report", "grid", str(sweep)]) == 0
-    assert "lag  none         seed 0: length 32 / 64 / 128:" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "lag  none         seed 0: length 32 / 64 / 128:" in printed
+    assert (sweep / "analysis" / "grid" / "extrapolation_grid.png").stat().st_size > 1000
+    assert (sweep / "analysis" / "grid" / "extrapolation_grid.md").read_text().startswith("lag  none")
+    assert printed.strip().splitlines()[-1].endswith(
+        f"written to {sweep / 'analysis' / 'grid'}: extrapolation_grid.md, extrapolation_grid.png"
+    )
 
 
 def test_report_grid_on_a_directory_without_runs_fails_clearly(tmp_path, capsys):

@@ -61,12 +61,13 @@ from typing import Any
 
 import numpy as np
 
+from poslab.analysis.output import AnalysisResult
 from poslab.config import CONF_DIR, compose_config
 from poslab.datamodules.corpora import SourceGroup, is_validation, resolve_group
 from poslab.datamodules.segmentation import segment
 from poslab.errors import ConfigError
-from poslab.io import write_atomic, write_json_atomic
-from poslab.plotting import plt, save_figure
+from poslab.plotting import plt
+from poslab.run_files import ANALYSIS_DIR
 
 log = logging.getLogger("poslab")
 
@@ -386,8 +387,8 @@ def csv_table(rows: list[dict[str, Any]], corpora: list[str]) -> str:
 
 
 def plot_statistics(
-    stats: dict[str, dict[str, float]], rows: list[dict[str, Any]], ustar: dict[str, float], path: Path
-) -> Path:
+    stats: dict[str, dict[str, float]], rows: list[dict[str, Any]], ustar: dict[str, float]
+) -> Any:
 
     corpora = sorted(stats, key=lambda c: (ustar.get(c, math.inf), c))  # deepest well first
     fig, axes = plt.subplots(2, 4, figsize=(16, 7))
@@ -403,7 +404,7 @@ def plot_statistics(
         ax.set_title(f"{row['quantity']}{agree}", fontsize=9)
     fig.suptitle("Corpus-only statistics, corpora ordered by U* (deepest first)")
     fig.tight_layout()
-    return save_figure(fig, path)
+    return fig
 
 
 def analyze_corpora(
@@ -411,12 +412,12 @@ def analyze_corpora(
     documents: int = 200,
     split: str = "validation",
     ustar: dict[str, float] | None = None,
-    out: str | Path | None = None,
     embeddings: bool = True,
     embedder: Embedder | None = None,
     data_dir: str | Path | None = None,
-) -> str:
-    """``poslab analyze corpus``: statistics per corpus, their agreement with U*, files in ``out``; the report."""
+) -> AnalysisResult:
+    """``poslab analyze corpus``: statistics per corpus and their agreement with U*; the report, and its files
+    for ``paths.log_dir/analysis/corpus/`` (or ``--output-dir``)."""
     from omegaconf import OmegaConf
 
 
@@ -453,7 +454,7 @@ def analyze_corpora(
         cfg = compose_config([f"corpus={name}"])
         corpus = OmegaConf.to_container(cfg.corpus, resolve=True)
         root = Path(data_dir) if data_dir is not None else Path(cfg.paths.data_dir)
-        directory = directory or Path(out if out is not None else Path(cfg.paths.log_dir) / "corpus_statistics")
+        directory = directory or Path(cfg.paths.log_dir) / ANALYSIS_DIR / "corpus"
         stream = corpus_documents(corpus, root, split=split, max_documents=documents)
         stats[name], counts[name] = corpus_statistics(_progress(stream, name, documents), embedder)
         if counts[name]["documents"] == 0:
@@ -486,13 +487,13 @@ def analyze_corpora(
     )
     report = "\n".join([*lines, "", table])
 
-    directory.mkdir(parents=True, exist_ok=True)
-    write_atomic(directory / "corpus_statistics.md", report + "\n")
-    write_atomic(directory / "corpus_statistics.csv", csv_table(rows, corpora))
+    result = AnalysisResult("corpus", report, directory)
+    result.add_text("corpus_statistics.md", report)
+    result.add_text("corpus_statistics.csv", csv_table(rows, corpora))
     summary = {"split": split, "documents": documents, "counts": counts, "ustar": ustar, "statistics": stats}
-    write_json_atomic(directory / "corpus_statistics.json", _no_nan({**summary, "rows": rows}))
-    plot_statistics(stats, rows, ustar, directory / "corpus_statistics.png")
-    return report + f"\n\nWritten to {directory}/corpus_statistics.{{md,csv,json,png}}."
+    result.add_json("corpus_statistics.json", _no_nan({**summary, "rows": rows}))
+    result.add_figure("corpus_statistics.png", plot_statistics(stats, rows, ustar))
+    return result
 
 
 def _no_nan(obj: Any) -> Any:

@@ -13,10 +13,13 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from statistics import mean
+from typing import Any
 
+from poslab.analysis.output import AnalysisResult
+from poslab.errors import MissingRunError
 from poslab.io import read_json
-from poslab.plotting import plt, save_figure
-from poslab.run_files import FAILURE_FILE, RESULTS_FILE
+from poslab.plotting import plt
+from poslab.run_files import ANALYSIS_DIR, FAILURE_FILE, RESULTS_FILE
 
 
 @dataclass
@@ -79,7 +82,7 @@ def reference_runs(name: str) -> list[GridRun]:
         return parse_lines(path.read_text())
     shipped = resources.files("poslab.resources") / f"{name}_grid.txt"
     if not shipped.is_file():
-        raise FileNotFoundError(f"no reference {name!r}: give a file of report lines or 'where_am_i'.")
+        raise MissingRunError(f"no reference {name!r}: give a file of report lines or 'where_am_i'.")
     return parse_lines(shipped.read_text())
 
 
@@ -152,7 +155,7 @@ def markdown_table(runs: list[GridRun], reference: list[GridRun] | None = None) 
     return "\n".join(lines)
 
 
-def plot_grid(runs: list[GridRun], path: str | Path) -> Path:
+def plot_grid(runs: list[GridRun]) -> Any:
     """Accuracy against test length, one line per scheme (seed mean), one panel per task."""
 
     means = seed_means(runs)
@@ -172,17 +175,20 @@ def plot_grid(runs: list[GridRun], path: str | Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    return save_figure(fig, path)
+    return fig
 
 
-def report_grid(directory: str | Path, reference: str | None = None, plot: str | Path | None = None) -> str:
+def report_grid(directory: str | Path, reference: str | None = None) -> AnalysisResult:
+    """The grid's report lines and table; files ``extrapolation_grid.{md,png}`` for ``DIR/analysis/grid/``."""
     runs, failed = load_runs(directory)
     if not runs:
-        raise FileNotFoundError(f"no {RESULTS_FILE} below {directory}: is it a multirun directory of train.py?")
+        raise MissingRunError(f"no {RESULTS_FILE} below {directory}: is it a multirun directory of train.py?")
+    table = markdown_table(runs, reference_runs(reference) if reference else None)
     out = [run.line() for run in runs]
-    out += ["", markdown_table(runs, reference_runs(reference) if reference else None)]
+    out += ["", table]
     if failed:
         out += ["", f"{len(failed)} job(s) failed (see their {FAILURE_FILE}): " + ", ".join(map(str, failed))]
-    png = plot_grid(runs, plot or Path(directory) / "extrapolation_grid.png")
-    out += ["", f"plot: {png}"]
-    return "\n".join(out)
+    result = AnalysisResult("grid", "\n".join(out), Path(directory) / ANALYSIS_DIR / "grid")
+    result.add_text("extrapolation_grid.md", result.report)
+    result.add_figure("extrapolation_grid.png", plot_grid(runs))
+    return result

@@ -404,11 +404,12 @@ def analyze_documents(
     trend: str = "linear",
     max_displacement: int = 16,
     min_pairs: int = 200,
-    replicates: int = 1000,
+    bootstrap: int = 1000,
     seed: int = 0,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Stream ``documents`` through ``model`` in batches; the well, shuffle test and interventions."""
+    """Stream ``documents`` through ``model`` in batches; the well, shuffle test and interventions, with
+    ``bootstrap`` resamples of the documents for their intervals (``poslab analyze hrope --bootstrap``)."""
     n_features = features(torch.ones(1), trend).shape[-1]
     original = PairStatistics.empty(n_features, max_displacement)
     shuffled = PairStatistics.empty(n_features, max_displacement)
@@ -451,18 +452,18 @@ def analyze_documents(
     if batch:
         flush(batch)
     if count < 2:
-        raise ValueError(
+        raise ConfigError(
             f"only {count} held-out document(s) with two or more paragraphs in the window: the corpus has no (or too "
             f"few) paragraph boundaries in its validation split; the hRoPE analyses need documents with paragraphs."
         )
     well = well_from(original, min_pairs)
     shuffled_well = well_from(shuffled, min_pairs)
     eligible = (well.pairs >= min_pairs) & (shuffled_well.pairs >= min_pairs)  # the same displacements in both
-    weights = resample_weights(count, replicates, seed + 1)
+    weights = resample_weights(count, bootstrap, seed + 1)
     depths = bootstrap_depths(original, well.pairs >= min_pairs, weights)
     changes = bootstrap_depths(shuffled, eligible, weights) - bootstrap_depths(original, eligible, weights)
-    merge, merge_ci = mean_interval(np.asarray(merges), replicates, seed + 2)
-    split_change, split_ci = mean_interval(np.asarray(splits), replicates, seed + 3)
+    merge, merge_ci = mean_interval(np.asarray(merges), bootstrap, seed + 2)
+    split_change, split_ci = mean_interval(np.asarray(splits), bootstrap, seed + 3)
     return {
         "documents": count,
         "well": well,

@@ -2,7 +2,8 @@
 
 Each run is analysed on its own held-out documents (``poslab.analysis.hrope``); runs are then grouped by
 (encoding, corpus) and their seeds summarised: mean, standard deviation over seeds, and each seed's bootstrap
-interval over documents. Written to ``--out``: ``hrope_table.md`` (printed too), ``hrope_runs.json``,
+interval over documents. Written to ``--output-dir`` (default: the first multirun directory's ``analysis/hrope/``,
+or ``RUN_DIR/analysis/hrope/`` for one run): ``hrope_table.md`` (printed too), ``hrope_runs.json``,
 ``hrope_runs.csv``, ``hrope_well.png``, ``hrope_shuffle.png``; each run's own figures also go to its loggers.
 """
 
@@ -21,9 +22,8 @@ import numpy as np
 
 from poslab.analysis.hrope import RunAnalysis, analyze_run
 from poslab.analysis.logging import log_analysis
-from poslab.io import write_atomic, write_json_atomic
-from poslab.plotting import save_figure
-from poslab.run_files import find_runs
+from poslab.analysis.output import AnalysisResult
+from poslab.run_files import default_analysis_dir, find_runs
 
 log = logging.getLogger("poslab")
 
@@ -137,7 +137,7 @@ def summary_table(analyses: list[RunAnalysis]) -> str:
     return "\n".join(lines)
 
 
-def plot_wells(analyses: list[RunAnalysis], path: Path, shuffled: bool = False) -> Path:
+def plot_wells(analyses: list[RunAnalysis], shuffled: bool = False) -> Any:
     """One panel per corpus, one line per model (seed mean; thin lines: single seeds)."""
     import matplotlib
 
@@ -168,7 +168,7 @@ def plot_wells(analyses: list[RunAnalysis], path: Path, shuffled: bool = False) 
         ax.set_ylabel("mean residual log attention")
         ax.legend(fontsize=8)
     fig.tight_layout()
-    return save_figure(fig, path)
+    return fig
 
 
 def runs_csv(analyses: list[RunAnalysis]) -> str:
@@ -193,20 +193,18 @@ def runs_csv(analyses: list[RunAnalysis]) -> str:
     return buffer.getvalue()
 
 
-def analyze_hrope(
-    paths: list[str], output_dir: str | Path = "hrope_analysis", documents: int = 200, **settings: Any
-) -> str:
-    """Analyse every run under ``paths`` and write the tables and plots; returns the printed report."""
-
+def analyze_hrope(paths: list[str], documents: int = 200, **settings: Any) -> AnalysisResult:
+    """Analyse every run under ``paths``: the printed report, and the tables and plots for the first multirun
+    directory's ``analysis/hrope/`` (or ``RUN_DIR/analysis/hrope/`` for one run, or ``--output-dir``)."""
     runs = find_runs(paths)
-    out = Path(output_dir)
     analyses = []
     for number, run in enumerate(runs, 1):
         log.info("analyze hrope: run %d/%d %s", number, len(runs), run)
         analyses.append(analyze_run(run, documents=documents, **settings))
-    wells = plot_wells(analyses, out / "hrope_well.png")
-    shuffled = plot_wells(analyses, out / "hrope_shuffle.png", shuffled=True)
-    report = "\n\n".join(
+    result = AnalysisResult("hrope", "", default_analysis_dir("hrope", paths, runs))
+    wells = result.add_figure("hrope_well.png", plot_wells(analyses))
+    shuffled = result.add_figure("hrope_shuffle.png", plot_wells(analyses, shuffled=True))
+    result.report = "\n\n".join(
         [
             "## U* (seed mean ± sd (seeds); the write-up's value in brackets)",
             depth_table(analyses),
@@ -218,16 +216,23 @@ def analyze_hrope(
             f"plots: {wells}, {shuffled}.",
         ]
     )
-    write_atomic(out / "hrope_table.md", (report + "\n").encode())
-    write_atomic(out / "hrope_runs.csv", runs_csv(analyses).encode())
-    write_json_atomic(out / "hrope_runs.json", [a.summary() for a in analyses])
-    for analysis in analyses:
-        scalars = {
-            f"hrope/{k}": float(v)
-            for k, v in analysis.summary().items()
-            if k in ("U*", "shuffle_change", "merge_change", "split_change") and v is not None and math.isfinite(v)
-        }
-        curve = [[k, r, int(n)] for k, (r, n) in enumerate(zip(analysis.summary()["residual"], analysis.well.pairs))]
-        tables = {"hrope/well_curve": (["displacement", "mean_residual", "pairs"], curve)}
-        log_analysis(analysis.config, analysis.run_dir, scalars, {"hrope/well": wells}, tables)
-    return report
+    result.add_text("hrope_table.md", result.report)
+    result.add_text("hrope_runs.csv", runs_csv(analyses))
+    result.add_json("hrope_runs.json", [a.summary() for a in analyses])
+
+    def log_to_the_runs_loggers(directory: Path) -> str | None:
+        for analysis in analyses:
+            scalars = {
+                f"hrope/{k}": float(v)
+                for k, v in analysis.summary().items()
+                if k in ("U*", "shuffle_change", "merge_change", "split_change") and v is not None and math.isfinite(v)
+            }
+            curve = [
+                [k, r, int(n)] for k, (r, n) in enumerate(zip(analysis.summary()["residual"], analysis.well.pairs))
+            ]
+            tables = {"hrope/well_curve": (["displacement", "mean_residual", "pairs"], curve)}
+            log_analysis(analysis.config, analysis.run_dir, scalars, {"hrope/well": directory / wells}, tables)
+        return None
+
+    result.after_write.append(log_to_the_runs_loggers)
+    return result

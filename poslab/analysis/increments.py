@@ -207,14 +207,19 @@ def format_category_table(rows: Sequence[CategoryRow], sort_by_mean: bool = True
     return "\n".join(lines)
 
 
-def write_category_csv(rows: Sequence[CategoryRow], path: str | Path) -> Path:
-    """Write the rows as CSV (layer, category, count, mean, range_min, range_max), atomically."""
+def category_csv(rows: Sequence[CategoryRow]) -> str:
+    """The rows as CSV (layer, category, count, mean, range_min, range_max)."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=[f.name for f in fields(CategoryRow)], lineterminator="\n")
     writer.writeheader()
     for r in rows:
         writer.writerow({k: repr(v) if isinstance(v, float) else v for k, v in asdict(r).items()})
-    return write_atomic(path, buffer.getvalue())
+    return buffer.getvalue()
+
+
+def write_category_csv(rows: Sequence[CategoryRow], path: str | Path) -> Path:
+    """``category_csv`` written atomically to ``path``."""
+    return write_atomic(path, category_csv(rows))
 
 
 def read_category_csv(path: str | Path) -> list[CategoryRow]:
@@ -345,7 +350,18 @@ def plot_positions(
     title: str | None = None,
     layer_names: Sequence[str] | None = None,
 ) -> Path:
-    """Draw every character of ``text`` at its learned position, one row per layer, and save a PNG.
+    """``positions_figure`` saved as a PNG at ``path``."""
+    return save_figure(positions_figure(text, tokens, positions, title, layer_names), path)
+
+
+def positions_figure(
+    text: str,
+    tokens: Any,
+    positions: Any,
+    title: str | None = None,
+    layer_names: Sequence[str] | None = None,
+) -> Any:
+    """Draw every character of ``text`` at its learned position, one row per layer (a matplotlib figure).
 
     ``positions [L, N]`` are the running sums of the increments (``positions_from_deltas``), so a
     character spans from the position before its first byte (0 for the first token) to the position of its
@@ -410,7 +426,7 @@ def plot_positions(
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    return save_figure(fig, path)
+    return fig
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -507,6 +523,8 @@ __all__ = [
     "format_category_table",
     "jieba_word_starts",
     "plot_positions",
+    "positions_figure",
+    "category_csv",
     "positions_from_deltas",
     "read_category_csv",
     "roc_auc",

@@ -1,7 +1,8 @@
 """``poslab analyze increments RUN_DIR``: the increments write-up's analyses for a trained checkpoint.
 
 1. δ by byte category and layer on held-out text (the corpus's validation documents, or ``--text``):
-   printed as the write-up prints it and saved as ``increments_categories.csv``;
+   printed as the write-up prints it and saved as ``increments_categories.csv`` (in ``RUN_DIR/analysis/increments/``
+   unless ``--output-dir`` says otherwise);
 2. the picture: sentences with each character at its learned position, one row per layer
    (``increments_positions_*.png``);
 3. Chinese word boundaries: ROC-AUC per layer of the increment at a character's lead byte against
@@ -24,11 +25,12 @@ import torch
 
 from poslab.analysis import increments as inc
 from poslab.analysis.logging import log_analysis
+from poslab.analysis.output import AnalysisResult
 from poslab.builders import load_run_and_data
 from poslab.datamodules.corpora import decode_bytes
 from poslab.encodings.increments import increments_from_positions
 from poslab.errors import ConfigError
-from poslab.io import write_json_atomic
+from poslab.run_files import ANALYSIS_DIR
 
 DEFAULT_SENTENCES = (
     "Artificial intelligence is a branch of computer science.",
@@ -50,7 +52,7 @@ def token_increments(model: torch.nn.Module, tokens: np.ndarray, context: int, b
     for batch in batches:
         layers = [p for p in model(batch, return_positions=True).positions if p is not None]
         if not layers:
-            raise ValueError("the model rotates by no coordinates: it has no position increments to analyse.")
+            raise ConfigError("the model rotates by no coordinates: it has no position increments to analyse.")
         deltas = torch.stack([increments_from_positions(p.float().expand(len(batch), -1)) for p in layers])
         rows.append(deltas.flatten(1).cpu().numpy())  # [L, windows x T], in stream order
     return np.concatenate(rows, axis=1)
@@ -73,8 +75,8 @@ def analyze_increments(
     sentences: list[str] | None = None,
     zh_text_file: str | None = None,
     max_bytes: int = 200_000,
-    output_dir: str | Path | None = None,
-) -> str:
+) -> AnalysisResult:
+    """The three analyses of one run; files for ``RUN_DIR/analysis/increments/`` (or ``--output-dir``)."""
     cfg, module, datamodule = load_run_and_data(run_dir)
     tokenizer = cfg.get("corpus", {}).get("tokenizer", "bytes") if cfg.task.name == "lm" else "bytes"
     if tokenizer != "bytes":
@@ -83,7 +85,7 @@ def analyze_increments(
             f"(byte categories, a character's lead byte), so they need a run with corpus.tokenizer=bytes."
         )
     model, context = module.model, int(cfg.task.get("context_length", 512))
-    out = Path(output_dir or run_dir)
+    result = AnalysisResult("increments", "", Path(run_dir) / ANALYSIS_DIR / "increments")
     lines = [f"run {run_dir}: encoding {cfg.encoding.name}, corpus {cfg.corpus.name}"]
 
     # 1. categories on held-out text
@@ -95,29 +97,28 @@ def analyze_increments(
     if np.allclose(deltas, deltas[:1]):  # the same increments in every layer (shared, or plain RoPE): one row
         deltas, names = deltas[:1], ["shared"]
     rows = inc.category_table(all_tokens, deltas, names)
-    csv_path = inc.write_category_csv(rows, out / "increments_categories.csv")
+    result.add_text("increments_categories.csv", inc.category_csv(rows))
     lines += [
         "",
         f"δ by byte category on {len(all_tokens):,} held-out bytes ({', '.join(streams)}):",
         inc.format_category_table(rows),
-        f"csv: {csv_path}",
     ]
 
     # 2. the picture
+    pictures = []
     for i, sentence in enumerate(sentences or DEFAULT_SENTENCES):
         tokens = np.frombuffer(sentence.encode("utf-8"), dtype=np.uint8).astype(np.int64)
         sentence_deltas = token_increments(model, tokens, context)
         if len(names) == 1:
             sentence_deltas = sentence_deltas[:1]
-        png = inc.plot_positions(
+        figure = inc.positions_figure(
             sentence,
             tokens,
             inc.positions_from_deltas(sentence_deltas),
-            out / f"increments_positions_{i}.png",
             title=f"{cfg.encoding.name}: learned positions",
             layer_names=names,
         )
-        lines.append(f"picture: {png}")
+        pictures.append(result.add_figure(f"increments_positions_{i}.png", figure))
 
     # 3. Chinese word boundaries
     if zh_text_file:
@@ -145,13 +146,17 @@ def analyze_increments(
         "categories": [asdict(row) for row in rows],
         "boundary_auc": dict(zip(names, aucs)),
     }
-    write_json_atomic(out / "increments_analysis.json", json.loads(json.dumps(summary, default=float)))
-    scalars = {f"analysis/boundary_auc/{name}": auc for name, auc in zip(names, aucs)}
-    scalars |= {f"analysis/delta/{row.layer}/{row.category}": row.mean for row in rows}
-    images = {p.stem: p for p in sorted(out.glob("increments_positions_*.png"))}
-    categories = [asdict(row) for row in rows]
-    table = (list(categories[0]), [list(row.values()) for row in categories]) if categories else None
-    used = log_analysis(cfg, out, scalars, images, {"analysis/categories": table} if table else None)
-    if used:
-        lines.append(f"logged to: {', '.join(used)}")
-    return "\n".join(lines)
+    result.add_json("increments_analysis.json", json.loads(json.dumps(summary, default=float)))
+    result.report = "\n".join(lines)
+
+    def log_to_the_runs_loggers(directory: Path) -> str | None:
+        scalars = {f"analysis/boundary_auc/{name}": auc for name, auc in zip(names, aucs)}
+        scalars |= {f"analysis/delta/{row.layer}/{row.category}": row.mean for row in rows}
+        images = {Path(name).stem: directory / name for name in pictures}
+        categories = [asdict(row) for row in rows]
+        table = (list(categories[0]), [list(row.values()) for row in categories]) if categories else None
+        used = log_analysis(cfg, run_dir, scalars, images, {"analysis/categories": table} if table else None)
+        return f"logged to: {', '.join(used)}" if used else None
+
+    result.after_write.append(log_to_the_runs_loggers)
+    return result
