@@ -7,6 +7,10 @@ python train.py -m experiment=extrapolation_grid
 import hydra
 from omegaconf import DictConfig
 
+from poslab.launching import register_resolvers
+
+register_resolvers()  # ${poslab_jobs:...}: how many local multirun jobs at once (conf/hydra/launcher/local_parallel)
+
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> None:

@@ -39,8 +39,8 @@ def make_corpus(directory: Path, n_bytes: int = 3_000_000) -> None:
     rng = np.random.default_rng(0)
     words = ["position", "attention", "model", "the", "of", "人工智能", "计算机", "科学", "and", "RoPE"]
     docs, size = [], 0
-    while size < n_bytes:
-        text = " ".join(rng.choice(words, 400))
+    while size < n_bytes:  # documents of 4 paragraphs (blank lines), so the hRoPE recipes have boundaries
+        text = "\n\n".join(" ".join(rng.choice(words, 100)) + "." for _ in range(4))
         docs.append(json.dumps({"text": text}))
         size += len(text.encode())
     (directory / "bench.jsonl").write_text("\n".join(docs) + "\n")

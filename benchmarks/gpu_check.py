@@ -1,5 +1,5 @@
-"""One prepared check for a lent GPU (an H200): throughput and MFU of the byte model in bf16, torch.compile,
-and ALiBi's FlexAttention path against the bias mask. Under 8 minutes; writes as it goes.
+"""One prepared check for a lent GPU (an H200): does every GPU recipe run, how fast (bf16 tokens/s, MFU, peak
+memory), torch.compile, and ALiBi's FlexAttention path against the bias mask. Under 8 minutes; writes as it goes.
 
     python benchmarks/gpu_check.py OUT_DIR [--steps 80] [--budget-s 420]
     python benchmarks/gpu_check.py OUT_DIR --dry-run        # CPU, tiny sizes, a few steps: checks the script
@@ -7,10 +7,13 @@ and ALiBi's FlexAttention path against the bias mask. Under 8 minutes; writes as
 Sections (each recorded in OUT_DIR/gpu_check.json and OUT_DIR/gpu_check.md after it finishes; one that
 fails records its error and the next one runs; once ``--budget-s`` seconds have passed the rest are skipped):
 
-1. ``train``: ``python train.py experiment=increments_rope`` and ``experiment=increments_layer`` at full
-   size (byte model, context 512, batch 32, trainer=gpu: bf16-mixed) for ``--steps`` steps through poslab's
-   own training loop (Lightning, the Throughput callback): median tokens/s after 10 warm-up steps, and MFU
-   against the H200's dense bf16 peak (989 TFLOP/s). The corpus is generated (benchmarks/byte_model.py).
+1. ``train``: every GPU recipe of ``conf/experiment/`` (those whose trainer is a GPU one: increments_rope,
+   increments_shared, increments_layer, hrope_axial, rand_axial, period_axial, hrope_rope; found by composing
+   each file, so a recipe added later is checked too) at its own size, precision (bf16-mixed), optimizer,
+   clipping, schedule and tokenizer, for its first 50 steps (10 warm-up + ``--steps`` timed) through poslab's
+   own training loop (Lightning, the Throughput callback): whether it runs, median tokens/s, MFU against the
+   H200's dense bf16 peak (989 TFLOP/s), and peak GPU memory. The corpus is generated (paragraphs of words,
+   benchmarks/byte_model.py); the batch is the recipe's own.
 2. ``compile``: the byte model's training step (rope) with and without ``model.compile`` (benchmarks/compile.py),
    compile time apart, and one step of ALiBi with attention=flex under model.compile (both together).
 3. ``alibi_flex``: bias mask against flex, forward + backward in bf16, the attention operation and the whole
@@ -42,26 +45,53 @@ from byte_model import make_corpus, measurement_config  # noqa: E402
 DRY_MODEL = ["model.n_layers=2", "model.d_model=64", "model.n_heads=4", "model.mlp_hidden=128"]
 
 
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "conf" / "experiment"
+
+
+def gpu_recipes() -> list[str]:
+    """The experiments whose own trainer runs on a GPU (composed, not guessed from file names)."""
+    from poslab.config import compose_config
+
+    names = []
+    for path in sorted(EXPERIMENTS.glob("*.yaml")):
+        if compose_config([f"experiment={path.stem}"]).trainer.get("accelerator") == "gpu":
+            names.append(path.stem)
+    return names
+
+
 def train_throughput(experiment: str, args: argparse.Namespace, data: Path, out: Path) -> dict[str, Any]:
-    """tokens/s and MFU of ``experiment`` through poslab's training loop (``poslab.training.run``)."""
+    """tokens/s, MFU and peak memory of ``experiment`` through poslab's training loop (``poslab.training.run``),
+    at the recipe's own batch and context (smaller in a dry run)."""
     from omegaconf import open_dict
 
+    from poslab.config import compose_config
     from poslab.training import run
 
-    trainer = f"trainer={'cpu' if args.dry_run else 'gpu'}"
-    cfg = measurement_config([f"experiment={experiment}", trainer, *args.model], args, data, out)
+    recipe = compose_config([f"experiment={experiment}"])
+    sizes = argparse.Namespace(**vars(args))
+    if not args.dry_run:
+        sizes.batch, sizes.context = int(recipe.task.batch_size), int(recipe.task.context_length)
+    trainer = ["trainer=cpu", "trainer.precision=bf16-mixed"] if args.dry_run else []  # the recipe's own trainer
+    cfg = measurement_config([f"experiment={experiment}", *trainer, *args.model], sizes, data, out)
     with open_dict(cfg):
         cfg.callbacks.pop("checkpoint", None)  # no checkpoint writes in a throughput check
         cfg.callbacks.pop("progress_bar", None)
+        for key in ("tokenizer", "vocab_size"):  # the recipe's tokenizer, on the generated corpus
+            if key in recipe.corpus:
+                cfg.corpus[key] = recipe.corpus[key] if key == "tokenizer" or not args.dry_run else 300
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
     results = run(cfg)
     return {
         "experiment": experiment,
         "parameters": results["parameters"],
         "steps": results["steps"],
-        "batch": args.batch,
-        "context": args.context,
+        "batch": sizes.batch,
+        "context": sizes.context,
         "precision": cfg.trainer.precision,
+        "tokenizer": cfg.corpus.get("tokenizer", "bytes"),
         **results["throughput"],
+        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None,
         "train_seconds": results["train_seconds"],
         "val_loss": results["figures"].get("val_loss"),
     }
@@ -124,14 +154,19 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
     lines = [f"# GPU check ({summary['device']})", "", f"torch {summary['torch']}; {summary['settings']}", ""]
     train = summary["sections"].get("train", {})
     if isinstance(train, dict) and "results" in train:
-        lines += ["| experiment | tokens/s | MFU | step ms | parameters |", "|---|---|---|---|---|"]
+        lines += [
+            "| experiment | runs | batch x context | tokens/s | MFU | step ms | peak memory | parameters |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for name, r in train["results"].items():
             if "error" in r:
-                lines.append(f"| {name} | failed: {r['error'].splitlines()[-1]} | | | |")
+                lines.append(f"| {name} | no: {r['error'].strip().splitlines()[-1]} | | | | | | |")
                 continue
             mfu = f"{r['mfu']:.1%}" if r.get("mfu") is not None else "n/a"
+            memory = f"{r['peak_memory_gib']:.2f} GiB" if r.get("peak_memory_gib") is not None else "n/a"
             lines.append(
-                f"| {name} | {r['tokens_per_s']:,.0f} | {mfu} | {r['step_seconds'] * 1e3:.1f} | {r['parameters']:,} |"
+                f"| {name} | yes ({r['steps']} steps, {r['precision']}) | {r['batch']} x {r['context']} | "
+                f"{r['tokens_per_s']:,.0f} | {mfu} | {r['step_seconds'] * 1e3:.1f} | {memory} | {r['parameters']:,} |"
             )
         lines.append("")
     compiled = summary["sections"].get("compile", {})
@@ -168,7 +203,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path, help="directory for gpu_check.json and gpu_check.md (e.g. $OUT)")
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny model and sizes, a few steps")
-    parser.add_argument("--steps", type=int, default=80, help="timed training steps per experiment")
+    parser.add_argument("--steps", type=int, default=40, help="timed training steps per recipe (after 10 warm-up)")
     parser.add_argument("--budget-s", type=float, default=420.0, help="skip the sections left after this long")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
@@ -190,7 +225,8 @@ def main() -> None:
     summary: dict[str, Any] = {
         "device": compile_bench.describe_device(device, torch.get_num_threads()),
         "torch": torch.__version__,
-        "settings": f"byte model, batch {args.batch} x {args.context}, {args.steps} timed steps after {args.warmup}"
+        "settings": f"recipes at their own batch and context, {args.steps} timed steps after {args.warmup}; "
+        f"compile and flex sections: byte model, batch {args.batch} x {args.context}"
         + (" (dry run: tiny model on CPU)" if args.dry_run else ""),
         "sections": {},
     }
@@ -199,7 +235,7 @@ def main() -> None:
 
     def train_all() -> dict[str, Any]:
         results = {}
-        for experiment in ("increments_rope", "increments_layer"):
+        for experiment in gpu_recipes():
             try:
                 results[experiment] = train_throughput(experiment, args, data, Path(tempfile.mkdtemp()))
             except Exception:

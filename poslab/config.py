@@ -14,6 +14,7 @@ from omegaconf import DictConfig, ListConfig, open_dict
 
 from poslab.checkpoint import resolve_checkpoint
 from poslab.errors import ConfigError
+from poslab.launching import register_resolvers
 
 SYNTHETIC_TASKS = ("lag", "seen")
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -25,6 +26,7 @@ def compose_config(overrides: list[str], output_dir: str | Path | None = None) -
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    register_resolvers()  # the launcher configs use ${poslab_jobs:...}, as train.py registers it
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)

@@ -1,0 +1,93 @@
+"""Local multiruns on a machine with several GPUs (or with DDP jobs): one fresh process per job.
+
+``hydra/launcher=local_parallel`` runs jobs in joblib's worker processes, which are reused from job to job.
+Two things cannot work inside such a worker: choosing a GPU through ``CUDA_VISIBLE_DEVICES`` (CUDA reads it
+once, when a process first uses it, so a reused worker keeps its first job's GPU), and DDP (Lightning starts
+the other ranks by running the process's command line again, which for a worker is the whole multirun).
+
+So a job that needs either runs as its own single run: the worker starts ``python train.py <the job's
+overrides> hydra.run.dir=<the job's directory>`` with ``CUDA_VISIBLE_DEVICES`` set, waits for it and reports
+its outcome. Job ``k`` gets GPU ``k mod N`` (``d`` consecutive GPUs for a job of ``d`` devices), and by default
+``N // d`` jobs run at once (``POSLAB_JOBS`` overrides). ``N`` is the machine's CUDA devices, or what
+``POSLAB_GPUS`` says (a count, or a comma list of device ids: the GPUs to spread jobs over, or a fake count
+in tests). The job's ranks all work in that job's directory. On SLURM use ``hydra/launcher=slurm``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+#: environment variable a job's own process is started with, so it does not start another one
+CHILD_MARK = "POSLAB_JOB_PROCESS"
+
+
+def visible_gpus() -> list[str]:
+    """The GPU ids multirun jobs are spread over: ``POSLAB_GPUS`` (a count or a comma list), else every CUDA
+    device this process sees (counting them does not start CUDA in this process)."""
+    setting = os.environ.get("POSLAB_GPUS", "").strip()
+    if setting:
+        if setting.isdigit():
+            return [str(i) for i in range(int(setting))]
+        return [g.strip() for g in setting.split(",") if g.strip()]
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return [g.strip() for g in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if g.strip()]
+    try:
+        import torch
+
+        return [str(i) for i in range(torch.cuda.device_count())]
+    except Exception:  # no usable torch.cuda: no GPUs
+        return []
+
+
+def devices_per_job(devices: Any) -> int:
+    text = str(devices).strip()
+    return int(text) if text.isdigit() and int(text) > 0 else 1
+
+
+def parallel_jobs(devices: Any = 1) -> int:
+    """How many local multirun jobs run at once: ``POSLAB_JOBS``, else one per ``devices``-sized share of the
+    GPUs, else 2 (two CPU cores here)."""
+    if os.environ.get("POSLAB_JOBS", "").strip():
+        return max(1, int(os.environ["POSLAB_JOBS"]))
+    gpus = visible_gpus()
+    return max(1, len(gpus) // devices_per_job(devices)) if gpus else 2
+
+
+def gpus_for_job(job: int, devices: Any = 1, gpus: list[str] | None = None) -> list[str]:
+    """The GPUs of job ``job``: ``d`` consecutive ones starting at ``(job * d) mod N``."""
+    gpus = visible_gpus() if gpus is None else gpus
+    if not gpus:
+        return []
+    d = min(devices_per_job(devices), len(gpus))
+    return [gpus[(job * d + i) % len(gpus)] for i in range(d)]
+
+
+def needs_own_process(uses_gpu: bool, world_size: int, launcher_target: str) -> bool:
+    """A local multirun job runs in its own process when it trains on a GPU of several, or with DDP; never
+    inside a job's own process (that would start another), and never under SLURM (submitit starts it)."""
+    if os.environ.get(CHILD_MARK) or "submitit" in launcher_target.lower():
+        return False
+    return world_size > 1 or (uses_gpu and len(visible_gpus()) > 0)
+
+
+def run_in_own_process(job: int, overrides: list[str], job_dir: Path, devices: Any) -> int:
+    """Run one multirun job as a single run of ``train.py`` in a fresh process; returns its exit status."""
+    env = {**os.environ, CHILD_MARK: "1"}
+    gpus = gpus_for_job(job, devices)
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    train_py = Path(__file__).resolve().parents[1] / "train.py"
+    command = [sys.executable, str(train_py), *overrides, f"hydra.run.dir={job_dir}"]
+    return subprocess.run(command, env=env).returncode
+
+
+def register_resolvers() -> None:
+    """``${poslab_jobs:${trainer.devices}}`` for the local launcher's ``n_jobs``."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("poslab_jobs"):
+        OmegaConf.register_new_resolver("poslab_jobs", lambda devices=1: parallel_jobs(devices))

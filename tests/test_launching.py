@@ -1,0 +1,77 @@
+"""Local multiruns: one job per GPU through CUDA_VISIBLE_DEVICES (a faked GPU count here), and DDP jobs
+inside a multirun, each in its own process and its own job directory."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from poslab import launching
+
+from .conftest import run_train
+
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def test_job_k_gets_gpu_k_mod_n_and_ddp_jobs_consecutive_gpus(monkeypatch):
+    monkeypatch.delenv("POSLAB_JOBS", raising=False)
+    monkeypatch.setenv("POSLAB_GPUS", "3")
+    assert [launching.gpus_for_job(k) for k in range(5)] == [["0"], ["1"], ["2"], ["0"], ["1"]]
+    assert launching.parallel_jobs(1) == 3  # at most N at once by default
+    monkeypatch.setenv("POSLAB_GPUS", "4,5,6,7")
+    assert [launching.gpus_for_job(k, devices=2) for k in range(3)] == [["4", "5"], ["6", "7"], ["4", "5"]]
+    assert launching.parallel_jobs(2) == 2
+    monkeypatch.setenv("POSLAB_JOBS", "5")
+    assert launching.parallel_jobs(2) == 5  # an explicit POSLAB_JOBS wins
+    monkeypatch.setenv("POSLAB_GPUS", "")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.delenv("POSLAB_JOBS")
+    assert launching.visible_gpus() == [] and launching.gpus_for_job(3) == [] and launching.parallel_jobs() == 2
+
+
+def test_a_local_multirun_on_faked_gpus_runs_each_job_on_its_own_gpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSLAB_GPUS", "2")
+    monkeypatch.delenv("POSLAB_JOBS", raising=False)
+    sweep = tmp_path / "sweep"
+    # accelerator=auto: a GPU job on a GPU machine, the CPU here; the jobs still get their GPU assignment
+    args = [
+        "-m",
+        "hydra/launcher=local_parallel",
+        "seed=0,1,2",
+        "debug=fast",
+        "trainer.max_steps=2",
+        "trainer.accelerator=auto",
+        "threads=1",
+        "~logger",
+        "~callbacks",
+        f"hydra.sweep.dir={sweep}",
+    ]
+    result = run_train(args, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "n_jobs=2" in result.stdout + result.stderr  # one job per (faked) GPU at once
+    for job in range(3):
+        saved = json.loads((sweep / str(job) / "results.json").read_text())
+        assert saved["seed"] == job and saved["environment"]["cuda_visible_devices"] == str(job % 2)
+
+
+@pytest.mark.skipif(CORES < 2, reason="trainer=ddp_cpu runs 2 processes: needs 2 CPU cores")
+def test_ddp_inside_a_multirun_runs_its_ranks_in_the_jobs_directory(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = [
+        "-m",
+        "trainer=ddp_cpu",
+        "seed=3",
+        "debug=fast",
+        "trainer.max_steps=2",
+        "threads=1",
+        "~logger",
+        "~callbacks",
+        f"hydra.sweep.dir={sweep}",
+    ]
+    result = run_train(args, tmp_path, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = json.loads((sweep / "0" / "results.json").read_text())
+    assert saved["seed"] == 3 and saved["config"]["trainer"]["devices"] == 2 and saved["steps"] == 2
+    assert [p.parent for p in tmp_path.rglob("results.json")] == [sweep / "0"]  # no rank wrote elsewhere
