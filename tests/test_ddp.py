@@ -46,3 +46,41 @@ def test_two_process_ddp_cpu_run_matches_one_process_run_and_writes_one_results_
         found = [p for p in tmp_path.rglob(name) if ddp in p.parents]
         assert len(found) == (0 if name == "failed.json" else 1), (name, found)
     assert not list(tmp_path.glob("logs/**/results.json"))  # the other rank did not write a run directory
+
+
+@pytest.mark.skipif(CORES < 2, reason="trainer=ddp_cpu runs 2 processes: needs 2 CPU cores")
+def test_language_model_validation_under_ddp_counts_every_window_once(tmp_path):
+    """3 validation windows on 2 ranks: a DistributedSampler would pad rank 1 with a repeated window and the
+    reduced loss would differ from one process's; with disjoint shards it is the same (weights unchanged:
+    lr 0, so only the evaluation is compared)."""
+    from .test_corpora import write_jsonl
+
+    data = tmp_path / "data"
+    write_jsonl(data / "web" / "docs.jsonl", [f"Document {i} has some words, {i * 7} of them." * 4 for i in range(40)])
+    base = [
+        "corpus=openwebtext",
+        f"paths.data_dir={data}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        "corpus.groups.main.local=[{pattern: 'web/*.jsonl'}]",
+        "corpus.validation_fraction=0.25",
+        "model=tiny",
+        "encoding=rope",
+        "task.context_length=32",
+        "task.batch_size=4",
+        "task.val_windows=3",
+        "task.eval_batch_size=1",
+        "task.val_every_n_steps=2",
+        "trainer.max_steps=2",
+        "optimizer.lr=0.0",
+        "~callbacks.progress_bar",
+        "~logger",
+        "threads=1",
+    ]
+    single, ddp = tmp_path / "single", tmp_path / "ddp"
+    one = run_train([*base, f"hydra.run.dir={single}"], tmp_path)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = run_train([*base, "trainer=ddp_cpu", f"hydra.run.dir={ddp}"], tmp_path, timeout=600)
+    assert two.returncode == 0, two.stderr[-3000:]
+    a = json.loads((single / "results.json").read_text())["figures"]
+    b = json.loads((ddp / "results.json").read_text())["figures"]
+    assert abs(a["val_loss"] - b["val_loss"]) <= 1e-6 and abs(a["val_bpb"] - b["val_bpb"]) <= 1e-6, (a, b)
