@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from poslab.builders import build_datamodule, build_module
 from poslab.datamodules.corpora import (
@@ -164,6 +165,56 @@ def test_stdlib_code_corpus_finds_python_files():
     assert any(p.name == "decoder.py" for p in files)
 
 
+def test_python_code_is_the_standard_library_only_without_tests_unless_asked(tmp_path):
+    import sysconfig
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    cfg = compose_config(["corpus=python_code"], tmp_path)
+    (source,) = OmegaConf.to_container(cfg.corpus, resolve=True)["groups"]["main"]["local"]
+    files = LocalSource(**source).files(Path("/nonexistent"))
+    folders = {part for p in files for part in p.relative_to(stdlib).parts[:-1]}
+    assert not folders & {"site-packages", "dist-packages", "test", "tests", "idle_test"}
+    assert any(p.name == "decoder.py" for p in files) and 300 < len(files) < 3000
+    with_tests = compose_config(["corpus=python_code", "corpus.include_tests=true"], tmp_path)
+    (source,) = OmegaConf.to_container(with_tests.corpus, resolve=True)["groups"]["main"]["local"]
+    test_files = LocalSource(**source).files(Path("/nonexistent"))
+    assert len(test_files) > len(files) and not {
+        part for p in test_files for part in p.relative_to(stdlib).parts[:-1]
+    } & {"site-packages", "dist-packages"}
+
+
+def test_a_fake_site_packages_inside_stdlib_is_left_out_and_meta_records_version_and_files(tmp_path, monkeypatch):
+    import platform
+    import sysconfig
+
+    lib = tmp_path / "lib"
+    for name in ("json/decoder.py", "site-packages/thirdparty/x.py", "dist-packages/y.py", "test/test_z.py"):
+        (lib / name).parent.mkdir(parents=True, exist_ok=True)
+        (lib / name).write_text(f"# {name}\n\ndef f():\n    return 1\n" * 20)
+    (lib / "os.py").write_text("import sys\n\n\ndef g():\n    pass\n" * 20)
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: {"stdlib": str(lib)})
+    source = {"pattern": "{stdlib}/**/*.py", "format": "python", "include_tests": False}
+    corpus = {"name": "code", "validation_fraction": 0.5, "groups": {"main": {"local": [source]}}}
+    (group,) = prepare_corpus(corpus, tmp_path, tmp_path / "cache")
+    expected = {"files": 2, "file_bytes": sum(p.stat().st_size for p in (lib / "json/decoder.py", lib / "os.py"))}
+    assert group.meta["source_files"] == {**expected, "python_version": platform.python_version()}
+    meta = json.loads((group.directory / "meta.json").read_text())
+    assert meta["source_files"] == group.meta["source_files"]
+
+
+def test_a_text_corpus_selects_a_language_model_size_unless_model_or_an_experiment_says_otherwise(tmp_path):
+    for corpus in ("wikitext2", "python_code", "openwebtext", "wiki_en_zh", "wikitext2_offline"):
+        cfg = compose_config([f"corpus={corpus}", "encoding=hrope_axial"], tmp_path)
+        assert (cfg.model.n_layers, cfg.model.n_heads, cfg.model.d_model) == (4, 4, 128)  # model/hrope_cpu
+    assert compose_config([], tmp_path).model.d_model == 64  # the synthetic tasks keep the tiny model
+    assert compose_config(["corpus=wikitext2", "model=byte"], tmp_path).model.d_model == 256
+    assert compose_config(["corpus=wikitext2", "model=tiny"], tmp_path).model.n_layers == 2
+    layer = compose_config(["experiment=increments_layer"], tmp_path)
+    assert (layer.corpus.name, layer.model.n_layers, layer.model.d_model) == ("wiki_en_zh", 6, 256)  # model/byte
+    hrope = compose_config(["experiment=hrope_axial", "corpus=wikitext2"], tmp_path)
+    assert (hrope.model.n_layers, hrope.model.d_model) == (8, 512)  # model/hrope
+
+
 def test_lm_batches_are_windows_of_the_corpus_drawn_by_group_weight(tmp_path):
     corpus = make_corpus(tmp_path / "data")
     corpus["groups"]["en"]["weight"], corpus["groups"]["zh"]["weight"] = 0.9, 0.1
@@ -225,6 +276,7 @@ def test_tiny_language_model_run_trains_validates_and_saves(tmp_path):
             "corpus=wikitext2",
             f"paths.data_dir={data}",
             f"paths.cache_dir={tmp_path / 'cache'}",
+            "model=tiny",  # a corpus selects model/hrope_cpu; the tiny model keeps this test fast
             "model.d_model=32",
             "model.n_heads=2",
             "task.context_length=32",
@@ -267,6 +319,7 @@ def test_hierarchical_encodings_train_on_a_corpus_with_its_paragraph_density(tmp
             f"paths.cache_dir={tmp_path / 'cache'}",
             "corpus.groups.main.local=[{pattern: 'en/*.jsonl'}]",
             "corpus.validation_fraction=0.2",
+            "model=tiny",
             "model.d_model=48",
             "model.n_heads=2",
             "task.context_length=32",

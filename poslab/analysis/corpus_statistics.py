@@ -63,7 +63,8 @@ import numpy as np
 
 from poslab.analysis.output import AnalysisResult
 from poslab.config import CONF_DIR, compose_config
-from poslab.datamodules.corpora import SourceGroup, is_validation, resolve_group
+from poslab.datamodules.codec import byte_length, bytes_text, text_bytes
+from poslab.datamodules.corpora import local_corpus_name, local_overrides, local_path_matches, resolve_corpus
 from poslab.datamodules.segmentation import segment
 from poslab.errors import ConfigError
 from poslab.plotting import plt
@@ -98,12 +99,12 @@ _WORD = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]|[^\W\u3400-\u4dbf
 
 def split_paragraphs(text: str, style: str) -> list[str]:
     """The document's paragraphs as ``segment`` draws them (each with the separator after it)."""
-    data = text.encode("utf-8", errors="surrogateescape")
+    data = text_bytes(text)
     if not data:
         return []
     paragraph, _ = segment(text, style)
     cuts = [0, *(np.flatnonzero(np.diff(paragraph)) + 1).tolist(), len(data)]
-    return [data[a:b].decode("utf-8", errors="surrogateescape") for a, b in zip(cuts[:-1], cuts[1:])]
+    return [bytes_text(data[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
 
 
 def corpus_documents(
@@ -124,22 +125,21 @@ def corpus_documents(
     """
     if split not in SPLIT_CHOICES:
         raise ConfigError(f"split={split!r}; allowed: {', '.join(SPLIT_CHOICES)}.")
-    name = corpus["name"]
-    groups = corpus.get("groups") or {}
-    if not groups:
-        raise ConfigError(f"corpus {name!r} names no source groups (corpus.groups): it has no text documents.")
-    fraction = float(corpus.get("validation_fraction", 0.02))
-    streams = []
-    for group_name, settings in groups.items():
-        group = SourceGroup.from_config(group_name, settings)
-        streams.append((group, _group_documents(resolve_group(name, group, Path(data_dir)), split, fraction)))
+    resolved = resolve_corpus(corpus, data_dir)  # the same groups, files and split rule as the prepared cache
+    streams = [
+        (
+            group.group.weight,
+            (d for d in group.documents(resolved.validation_fraction) if split == "all" or d.split == split),
+        )
+        for group in resolved.groups
+    ]
     taken = [0] * len(streams)
     live = list(range(len(streams)))
     total = 0
     while live and (max_documents is None or total < max_documents):
-        i = min(live, key=lambda k: (taken[k] / max(streams[k][0].weight, 1e-12), k))
-        for style, text in streams[i][1]:
-            paragraphs = split_paragraphs(text, style)
+        i = min(live, key=lambda k: (taken[k] / max(streams[k][0], 1e-12), k))
+        for document in streams[i][1]:
+            paragraphs = split_paragraphs(document.text, document.style)
             if len(paragraphs) >= min_paragraphs:
                 taken[i] += 1
                 total += 1
@@ -147,19 +147,6 @@ def corpus_documents(
                 break
         else:
             live.remove(i)
-
-
-def _group_documents(resolved, split: str, fraction: float) -> Iterator[tuple[str, str]]:
-    """(segmentation style, text) of the group's documents in ``split``; ordinals and the byte cap as in the cache."""
-    total, cap = 0, resolved.group.max_bytes
-    for ordinal, (pin, style, text) in enumerate(resolved.documents()):
-        held_out = is_validation(resolved.group.name, ordinal, fraction)
-        where = pin if pin != "both" else ("validation" if held_out else "train")
-        if split == "all" or where == split:
-            yield style, text
-        total += len(text.encode("utf-8", errors="surrogateescape"))
-        if cap is not None and total >= cap:
-            return
 
 
 # ---- the statistics --------------------------------------------------------------------------------------------
@@ -210,7 +197,7 @@ class CorpusStatistics:
             return
         self.documents += 1
         self.paragraphs += n
-        lengths = np.array([len(p.encode("utf-8", errors="surrogateescape")) for p in paragraphs], dtype=np.float64)
+        lengths = np.array([byte_length(p) for p in paragraphs], dtype=np.float64)
         self.lengths.extend(int(x) for x in lengths)
         self._record("length_cv", float(lengths.std() / lengths.mean()) if lengths.mean() > 0 else float("nan"))
 
@@ -421,18 +408,25 @@ def analyze_corpora(
     from omegaconf import OmegaConf
 
 
-    allowed = sorted(p.stem for p in (CONF_DIR / "corpus").glob("*.yaml") if p.stem != "synthetic")
-    unknown = [c for c in corpora if c not in allowed]
+    allowed = sorted(p.stem for p in (CONF_DIR / "corpus").glob("*.yaml") if p.stem not in ("synthetic", "local"))
+    overrides = {}  # corpus label -> the overrides composing it
+    for entry in corpora:
+        if entry in allowed:
+            overrides[entry] = [f"corpus={entry}"]
+        elif local_path_matches(entry):  # a file, folder or glob of text: corpus=local, as train.py takes it
+            overrides[local_corpus_name(entry)] = local_overrides(entry)
+    unknown = [c for c in corpora if c not in allowed and not local_path_matches(c)]
     if unknown:
         raise ConfigError(
             f"unknown corpus {', '.join(map(repr, unknown))}: `poslab analyze corpus` takes the names of text "
-            f"corpus configs under conf/corpus/, one of {', '.join(allowed)}."
+            f"corpus configs under conf/corpus/, one of {', '.join(allowed)}, or the path of an existing file, "
+            f"folder or glob of text."
         )
     if split not in SPLIT_CHOICES:
         raise ConfigError(f"--split {split!r}; allowed: {', '.join(SPLIT_CHOICES)}.")
     if documents < 1:
         raise ConfigError(f"--documents {documents} must be at least 1.")
-    corpora = list(dict.fromkeys(corpora))
+    corpora = list(overrides)  # labels: a local corpus is named after its folder
     if ustar is None:
         ustar = {c: v for c, v in WRITEUP_USTAR.items() if c in corpora}
         source = "the write-up's hrope_axial seed table" + (
@@ -451,7 +445,7 @@ def analyze_corpora(
 
     stats, counts, directory = {}, {}, None
     for name in corpora:
-        cfg = compose_config([f"corpus={name}"])
+        cfg = compose_config(overrides[name])
         corpus = OmegaConf.to_container(cfg.corpus, resolve=True)
         root = Path(data_dir) if data_dir is not None else Path(cfg.paths.data_dir)
         directory = directory or Path(cfg.paths.log_dir) / ANALYSIS_DIR / "corpus"

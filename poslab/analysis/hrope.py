@@ -80,16 +80,10 @@ def held_out_documents(
     split: PreparedSplit, context: int, limit: int | None = None, min_paragraphs: int = 2, min_tokens: int = 8
 ) -> Iterator[Document]:
     """The first ``context`` tokens of each document of ``split`` with ``min_paragraphs`` paragraphs in them."""
-    documents = split.documents
-    n, found, start, chunk = len(documents), 0, 0, 1 << 20
-    while start < n and (limit is None or found < limit):
-        # the end of the document starting at ``start``: scan forward in chunks (no pass over the whole split)
-        ordinal, end, scan = int(documents[start]), None, start
-        while end is None and scan < n:
-            block = np.asarray(documents[scan : scan + chunk])
-            other = np.flatnonzero(block != ordinal)
-            end, scan = (scan + int(other[0])) if other.size else None, scan + len(block)
-        end = n if end is None else end
+    found = 0
+    for ordinal, start, end in split.document_spans():
+        if limit is not None and found >= limit:
+            return
         stop = min(end - 1, start + context)  # drop the separator closing the document
         if stop - start >= min_tokens:
             paragraph = np.asarray(split.paragraphs[start:stop], dtype=np.int64)
@@ -98,7 +92,6 @@ def held_out_documents(
                 tokens = np.asarray(split.tokens[start:stop], dtype=np.int64)
                 yield Document(ordinal, tokens, paragraph - paragraph[0], sentence - sentence[0])
                 found += 1
-        start = end
 
 
 def boundaries(paragraph: np.ndarray) -> np.ndarray:

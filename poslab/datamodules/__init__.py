@@ -1,6 +1,25 @@
-"""Data: synthetic tasks, and language modelling on real corpora (``corpora.py`` prepares them)."""
+"""Data: synthetic tasks, and language modelling on real corpora (``corpora.py`` prepares them).
 
-from poslab.datamodules.language import LanguageModelDataModule
-from poslab.datamodules.synthetic import SyntheticDataModule, SyntheticTask
+The datamodules load lazily (they import torch and Lightning); the corpora module loads here at once, light
+as it is, because importing it registers the resolvers ``conf/corpus/local.yaml`` uses.
+"""
 
-__all__ = ["LanguageModelDataModule", "SyntheticDataModule", "SyntheticTask"]
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from poslab.datamodules import corpora  # noqa: F401  (registers the corpus config resolvers)
+
+_LAZY = {
+    "LanguageModelDataModule": "poslab.datamodules.language",
+    "SyntheticDataModule": "poslab.datamodules.synthetic",
+    "SyntheticTask": "poslab.datamodules.synthetic",
+}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'poslab.datamodules' has no attribute {name!r}")

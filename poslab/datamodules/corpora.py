@@ -10,7 +10,15 @@ and sentence coordinates: ``coordinates`` in ``meta.json`` names the arrays).
 
 Validation documents are chosen per document (a hash of the group name and the
 document's ordinal), so no document is in both splits; sources may also be
-pinned to one split (``split: train`` / ``split: validation``).
+pinned to one split (``split: train`` / ``split: validation``). That rule and
+the group's byte cap live in one place, ``ResolvedGroup.documents``: the cache,
+the BPE tokenizer and the corpus statistics all read documents through it.
+
+``corpus=local corpus.path=PATH`` (``conf/corpus/local.yaml``) is one group
+``main`` whose one local source is PATH: a file, a directory (every file of
+``corpus.format`` below it) or a glob; ``local_pattern`` and ``local_corpus_name``
+turn PATH into that source's glob and the corpus's name (OmegaConf resolvers, so
+the run directory and the saved config say what was trained on).
 
 Preparation streams document by document (peak memory does not grow with the
 corpus), writes into a temporary directory and renames it into place under a
@@ -19,24 +27,32 @@ file lock, so parallel jobs preparing the same data leave one valid cache.
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import sysconfig
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from dataclasses import field as dataclass_field  # LocalSource has a setting named `field`
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from filelock import FileLock
+from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
 
+from poslab.datamodules.codec import SEPARATOR, byte_length, decode_bytes, encode_bytes
 from poslab.datamodules.segmentation import STYLES, segment
-from poslab.datamodules.tokenization import BYTE_SEPARATOR, BpeTokenizer, Tokenizer, load_tokenizer
+from poslab.datamodules.tokenization import BpeTokenizer, Tokenizer, load_tokenizer
 from poslab.errors import ConfigError
+
+__all__ = ["SEPARATOR", "decode_bytes", "encode_bytes"]  # the byte codec (codec.py), re-exported for its users here
 
 CACHE_VERSION = 3  # 2: paragraph and sentence coordinates; 3: tokenizers (bytes, bpe), bytes per split
 SPLITS = ("train", "validation")
@@ -48,12 +64,22 @@ DEFAULT_SEGMENTATION = {
     "parquet": "blank_lines",
     "python": "code",
 }
-SEPARATOR = BYTE_SEPARATOR  # the document separator symbol of the byte tokenizer
+STDLIB = "{stdlib}"  # in a pattern: the running interpreter's standard library directory
+# inside {stdlib}: third-party packages installed there (they are not the standard library, and change whenever
+# anything is pip-installed), and the standard library's own test packages (kept with include_tests: true)
+NOT_STDLIB = ("site-packages", "dist-packages")
+TEST_PACKAGES = ("test", "tests", "idle_test")
 
 
 @dataclass
 class LocalSource:
-    """Files under the data directory (a glob; ``{stdlib}`` stands for the running interpreter's library)."""
+    """Files under the data directory (a glob, relative to it unless absolute).
+
+    ``{stdlib}`` stands for the running interpreter's standard library directory, and a pattern under it
+    takes the standard library only: never the third-party packages installed inside it (``site-packages``,
+    ``dist-packages``), and its test packages only with ``include_tests``. ``exclude`` drops files below
+    directories whose names match one of its shell patterns (relative to where the glob starts).
+    """
 
     pattern: str
     format: str = "auto"
@@ -61,14 +87,28 @@ class LocalSource:
     split: str = "both"  # both: documents split by hash; train / validation: the whole source
     document_start: str | None = None  # text: a regex; a line matching it starts a new document
     segmentation: str | None = None  # paragraph/sentence style (segmentation.STYLES); None: by format
+    exclude: list[str] = dataclass_field(default_factory=list)  # directory names (shell patterns) to skip
+    include_tests: bool = True  # False: skip test packages (TEST_PACKAGES directories)
 
     def segmentation_style(self, path: Path) -> str:
         return self.segmentation or DEFAULT_SEGMENTATION[self.file_format(path)]
 
+    @property
+    def excluded(self) -> tuple[str, ...]:
+        stdlib = NOT_STDLIB if self.pattern.startswith(STDLIB) else ()
+        return (*stdlib, *self.exclude, *(() if self.include_tests else TEST_PACKAGES))
+
     def files(self, data_dir: Path) -> list[Path]:
-        pattern = self.pattern.replace("{stdlib}", sysconfig.get_paths()["stdlib"])
-        root = Path(pattern) if Path(pattern).is_absolute() else data_dir / pattern
-        return sorted(Path(p) for p in glob.glob(str(root), recursive=True) if Path(p).is_file())
+        pattern = self.pattern.replace(STDLIB, sysconfig.get_paths()["stdlib"])
+        full = Path(pattern) if Path(pattern).is_absolute() else data_dir / pattern
+        root, excluded = glob_root(str(full)), self.excluded
+        files = []
+        for name in glob.glob(str(full), recursive=True):
+            path = Path(name)
+            folders = path.parent.relative_to(root).parts if path.parent.is_relative_to(root) else ()
+            if path.is_file() and not any(fnmatch.fnmatch(part, ex) for part in folders for ex in excluded):
+                files.append(path)
+        return sorted(files)
 
     def file_format(self, path: Path) -> str:
         if self.format != "auto":
@@ -77,6 +117,15 @@ class LocalSource:
         return {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".py": "python", ".raw": "wikitext"}.get(
             suffix, "text"
         )
+
+
+def glob_root(pattern: str) -> Path:
+    """The directory a glob starts from: its longest leading part without wildcards."""
+    parts = Path(pattern).parts
+    for i, part in enumerate(parts):
+        if glob.has_magic(part):
+            return Path(*parts[:i]) if i else Path(".")
+    return Path(pattern).parent  # no wildcard: a file, its folder is the root
 
 
 @dataclass
@@ -186,6 +235,22 @@ def hub_is_offline() -> bool:
     ) not in ("0", "", "false", "False")
 
 
+def is_validation(group: str, ordinal: int, fraction: float) -> bool:
+    """A fixed pseudo-random choice per document: the same document always lands in the same split."""
+    digest = hashlib.sha1(f"{group}:{ordinal}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") / 2**32 < fraction
+
+
+@dataclass(frozen=True)
+class CorpusDocument:
+    """One document of a source group, as every reader of a corpus sees it."""
+
+    split: str  # train or validation
+    ordinal: int  # its place in the group's fixed order: the document index stored in the cache
+    style: str  # its segmentation style (segmentation.STYLES)
+    text: str
+
+
 @dataclass
 class ResolvedGroup:
     """What a group will actually be read from: local files (with their sources) or the hub."""
@@ -203,7 +268,17 @@ class ResolvedGroup:
             for s, p in self.files
         ]
 
-    def documents(self) -> Iterator[tuple[str, str, str]]:
+    def summary(self) -> dict[str, Any]:
+        """What the group was read from, for meta.json and results.json: file count and bytes (and the Python
+        version whose standard library a ``{stdlib}`` source is), or the hub dataset."""
+        if self.use_hub:
+            return {"hub": f"{self.group.hub.path}" + (f" ({self.group.hub.name})" if self.group.hub.name else "")}
+        out: dict[str, Any] = {"files": len(self.files), "file_bytes": sum(p.stat().st_size for _, p in self.files)}
+        if any(source.pattern.startswith(STDLIB) for source, _ in self.files):
+            out["python_version"] = platform.python_version()
+        return out
+
+    def _texts(self) -> Iterator[tuple[str, str, str]]:
         """(split pin, segmentation style, text) for every document, in a fixed order."""
         if self.use_hub:
             hub = self.group.hub
@@ -212,6 +287,18 @@ class ResolvedGroup:
         for source, path in self.files:
             style = source.segmentation_style(path)
             yield from ((source.split, style, text) for text in local_documents(source, path))
+
+    def documents(self, validation_fraction: float) -> Iterator[CorpusDocument]:
+        """Every document of the group with its split, in cache order, up to the group's byte cap (``max_bytes``:
+        the document that reaches it is the last). The one place that says which document is in which split."""
+        total, cap = 0, self.group.max_bytes
+        for ordinal, (pin, style, text) in enumerate(self._texts()):
+            held_out = is_validation(self.group.name, ordinal, validation_fraction)
+            split = pin if pin != "both" else ("validation" if held_out else "train")
+            yield CorpusDocument(split, ordinal, style, text)
+            total += byte_length(text)
+            if cap is not None and total >= cap:
+                return
 
 
 def resolve_group(corpus: str, group: SourceGroup, data_dir: Path) -> ResolvedGroup:
@@ -231,24 +318,124 @@ def resolve_group(corpus: str, group: SourceGroup, data_dir: Path) -> ResolvedGr
     )
 
 
+@dataclass
+class ResolvedCorpus:
+    """A corpus config's source groups, resolved to what they are read from, and its split setting."""
+
+    name: str
+    groups: list[ResolvedGroup]
+    validation_fraction: float
+
+    def training_texts(self) -> Iterator[str]:
+        """The training documents of every group, in cache order (what one shared BPE is trained on)."""
+        for group in self.groups:
+            yield from training_documents(group, self.validation_fraction)
+
+    def fingerprint(self) -> list[Any]:
+        return [[g.group.name, g.group.max_bytes, g.fingerprint(), self.validation_fraction] for g in self.groups]
+
+
+def resolve_corpus(corpus: dict[str, Any], data_dir: str | Path) -> ResolvedCorpus:
+    """Parse and resolve every source group of a corpus config (``conf/corpus/*.yaml``'s ``corpus:``)."""
+    name = corpus["name"]
+    check_local_corpus(corpus)
+    groups = corpus.get("groups") or {}
+    if not groups:
+        raise ConfigError(f"corpus {name!r} names no source groups (corpus.groups); see conf/corpus/ for examples.")
+    fraction = float(corpus.get("validation_fraction", 0.02))
+    if not 0.0 < fraction < 1.0:
+        raise ConfigError(f"corpus.validation_fraction={fraction} must be between 0 and 1 (exclusive).")
+    resolved = [resolve_group(name, SourceGroup.from_config(g, s), Path(data_dir)) for g, s in groups.items()]
+    return ResolvedCorpus(name, resolved, fraction)
+
+
+# ---- a local corpus: corpus=local corpus.path=PATH ----------------------------------------------------------
+
+#: the files a directory given as corpus.path contributes, by corpus.format
+LOCAL_SUFFIX = {"text": "txt", "jsonl": "jsonl", "wikitext": "raw", "python": "py", "parquet": "parquet"}
+
+
+def _absolute(path: str) -> str:
+    # relative to the current directory, as the user typed it; absolute in the saved config, so an analysis run
+    # from elsewhere reads the same files
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def local_pattern(path: str | None, format: str | None) -> str | None:
+    """The glob of ``corpus.path``: a file or a glob as given, a directory as every ``corpus.format`` file below it."""
+    if path is None:
+        return None
+    full = _absolute(str(path))
+    if not glob.has_magic(full) and os.path.isdir(full):
+        return os.path.join(full, "**", f"*.{LOCAL_SUFFIX.get(str(format), '*')}")
+    return full
+
+
+def local_corpus_name(path: str | None) -> str:
+    """The name of a local corpus: its folder's name (a glob: the folder it starts from; a file: its stem)."""
+    if path is None:
+        return "local"
+    full = Path(_absolute(str(path)))
+    base = glob_root(str(full)) if glob.has_magic(str(full)) else full
+    name = base.stem if base.is_file() else base.name
+    return re.sub(r"[^\w.-]+", "_", name).strip("._") or "local"  # a run directory's name: no slashes or spaces
+
+
+def local_path_matches(path: str) -> bool:
+    """Whether ``path`` (a file, a directory or a glob) names anything that exists."""
+    return bool(glob.glob(_absolute(path), recursive=True))
+
+
+def local_overrides(path: str) -> list[str]:
+    """The overrides composing ``corpus=local`` on ``path``, its format read from the file suffix a file or a glob
+    ends with (``docs/*.jsonl``: jsonl; anything else: text). For commands that take a path, not a config."""
+    suffixes = {suffix: kind for kind, suffix in LOCAL_SUFFIX.items()}
+    kind = suffixes.get(Path(path).suffix.lstrip(".").lower(), "text") if not os.path.isdir(path) else "text"
+    quoted = "'" + path.replace("\\", "\\\\").replace("'", "\\'") + "'"  # any character survives Hydra's parser
+    return ["corpus=local", f"corpus.path={quoted}", f"corpus.format={kind}"]
+
+
+def check_local_corpus(corpus: dict[str, Any]) -> None:
+    """``corpus=local``: a path, a known format and segmentation, and at least one file, or one sentence saying
+    which of them is wrong (before anything is read or built)."""
+    if "path" not in corpus:
+        return
+    path, kind, style = corpus.get("path"), corpus.get("format"), corpus.get("segmentation")
+    if path is None:
+        raise ConfigError("corpus=local needs corpus.path=PATH: a text file, a directory of them, or a glob.")
+    if kind not in FORMATS:
+        raise ConfigError(f"corpus.format={kind!r} is not a corpus format; allowed: {', '.join(FORMATS)}.")
+    if style is not None and style not in STYLES:
+        raise ConfigError(f"corpus.segmentation={style!r} is not a segmentation style; allowed: {', '.join(STYLES)}.")
+    pattern = local_pattern(path, kind)
+    if not LocalSource(pattern, format=kind).files(Path(".")):
+        what = f"no .{LOCAL_SUFFIX[kind]} file below it" if pattern != _absolute(str(path)) else "no file"
+        raise ConfigError(
+            f"corpus.path={path} matches nothing ({what}; corpus.format={kind}); give an existing file, directory "
+            f"or glob."
+        )
+
+
+def register_resolvers() -> None:
+    """The resolvers conf/corpus/local.yaml uses (idempotent)."""
+    for name, function in (("poslab.corpus_name", local_corpus_name), ("poslab.local_pattern", local_pattern)):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, function)
+
+
+class CorpusResolvers(Callback):
+    """A Hydra callback (``hydra.callbacks`` in conf/corpus/local.yaml) whose import registers the resolvers
+    before Hydra resolves the run directory's name, which holds the corpus name (train.py imports poslab only
+    once the job starts, to keep bad-name errors fast)."""
+
+    def __init__(self) -> None:
+        register_resolvers()
+
+
+register_resolvers()  # whoever imports the corpora can compose and resolve corpus=local
+
+
 # ---- the prepared cache ----------------------------------------------------------------------------------------
-
-
-def is_validation(group: str, ordinal: int, fraction: float) -> bool:
-    """A fixed pseudo-random choice per document: the same document always lands in the same split."""
-    digest = hashlib.sha1(f"{group}:{ordinal}".encode()).digest()
-    return int.from_bytes(digest[:4], "little") / 2**32 < fraction
-
-
-def encode_bytes(text: str) -> np.ndarray:
-    """The byte tokenizer: the UTF-8 bytes of ``text`` as symbols 0..255 (the separator is 256)."""
-    return np.frombuffer(text.encode("utf-8", errors="surrogateescape"), dtype=np.uint8).astype(np.uint16)
-
-
-def decode_bytes(tokens: np.ndarray | list[int]) -> bytes:
-    """Back to bytes; the separator (and any symbol above 255) is dropped."""
-    values = np.asarray(tokens)
-    return values[values < 256].astype(np.uint8).tobytes()
 
 
 @dataclass
@@ -265,6 +452,20 @@ class PreparedSplit:
     def paragraph_density(self) -> float:
         """Paragraph boundaries per token: what rand_axial and period_axial are matched to."""
         return float(self.paragraphs[-1] - self.paragraphs[0]) / max(1, len(self) - 1) if len(self) else 0.0
+
+    def document_spans(self, chunk: int = 1 << 20) -> Iterator[tuple[int, int, int]]:
+        """``(ordinal, start, stop)`` of each document in the split, in order; ``stop`` is past its separator.
+        Reads the document index forward in chunks: no pass over the whole split before the first document."""
+        documents, n, start = self.documents, len(self), 0
+        while start < n:
+            ordinal, end, scan = int(documents[start]), None, start
+            while end is None and scan < n:
+                block = np.asarray(documents[scan : scan + chunk])
+                other = np.flatnonzero(block != ordinal)
+                end, scan = (scan + int(other[0])) if other.size else None, scan + len(block)
+            end = n if end is None else end
+            yield ordinal, start, end
+            start = end
 
 
 @dataclass
@@ -352,19 +553,14 @@ def prepare_group(
     with FileLock(str(final) + ".lock"):
         if not (final / "meta.json").is_file():
             _write_group(resolved, final, settings, validation_fraction, tokenizer)
-    return load_prepared(final, group.weight)
+    prepared = load_prepared(final, group.weight)
+    prepared.meta.setdefault("source_files", resolved.summary())  # a cache written before it was recorded
+    return prepared
 
 
 def training_documents(resolved: ResolvedGroup, fraction: float) -> Iterator[str]:
     """The texts of the group's training documents, in cache order (what a bpe tokenizer is trained on)."""
-    total, cap = 0, resolved.group.max_bytes
-    for ordinal, (pin, _, text) in enumerate(resolved.documents()):
-        held_out = is_validation(resolved.group.name, ordinal, fraction)
-        if (pin if pin != "both" else ("validation" if held_out else "train")) == "train":
-            yield text
-        total += len(text.encode("utf-8", errors="surrogateescape"))
-        if cap is not None and total >= cap:
-            return
+    return (d.text for d in resolved.documents(fraction) if d.split == "train")
 
 
 def _write_group(
@@ -374,18 +570,12 @@ def _write_group(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     writers = {split: _SplitWriter(tmp, split, tokenizer.separator) for split in SPLITS}
-    total, cap = 0, resolved.group.max_bytes
     try:
-        for ordinal, (pin, style, text) in enumerate(resolved.documents()):
-            tokens, first_bytes = tokenizer.encode(text)
-            paragraphs, sentences = segment(text, style)  # per byte; a token is where its first byte is
-            n_bytes = len(paragraphs)
-            held_out = is_validation(resolved.group.name, ordinal, fraction)
-            split = pin if pin != "both" else ("validation" if held_out else "train")
-            writers[split].add(ordinal, tokens, paragraphs[first_bytes], sentences[first_bytes], n_bytes)
-            total += n_bytes
-            if cap is not None and total >= cap:
-                break
+        for document in resolved.documents(fraction):
+            tokens, first_bytes = tokenizer.encode(document.text)
+            paragraphs, sentences = segment(document.text, document.style)  # per byte; a token: its first byte
+            writer = writers[document.split]
+            writer.add(document.ordinal, tokens, paragraphs[first_bytes], sentences[first_bytes], len(paragraphs))
     finally:
         for writer in writers.values():
             writer.close()
@@ -395,13 +585,15 @@ def _write_group(
         "coordinates": list(COORDINATES),
         "vocab_size": tokenizer.vocab_size,
         "separator": tokenizer.separator,
+        "source_files": resolved.summary(),
     }
     empty = [split for split, writer in writers.items() if writer.count == 0]
     if empty:
         shutil.rmtree(tmp, ignore_errors=True)
         raise ConfigError(
             f"corpus {settings['corpus']!r}, group {settings['group']!r}: the {empty[0]} split is empty "
-            f"({meta['splits']}); give more documents or a larger corpus.validation_fraction."
+            f"({meta['splits']}); give more documents (a text file is one document unless corpus.document_start "
+            f"splits it) or a larger corpus.validation_fraction."
         )
     (tmp / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
     os.replace(tmp, final)  # atomic: readers see no cache or a complete one
@@ -424,22 +616,11 @@ def load_prepared(directory: Path, weight: float = 1.0) -> PreparedGroup:
 
 def prepare_corpus(corpus: dict[str, Any], data_dir: str | Path, cache_dir: str | Path) -> list[PreparedGroup]:
     """Resolve and prepare every source group of a corpus config (``conf/corpus/*.yaml``)."""
-    name = corpus["name"]
-    groups = corpus.get("groups") or {}
-    if not groups:
-        raise ConfigError(f"corpus {name!r} names no source groups (corpus.groups); see conf/corpus/ for examples.")
-    fraction = float(corpus.get("validation_fraction", 0.02))
-    if not 0.0 < fraction < 1.0:
-        raise ConfigError(f"corpus.validation_fraction={fraction} must be between 0 and 1 (exclusive).")
-    resolved = [resolve_group(name, SourceGroup.from_config(g, s), Path(data_dir)) for g, s in groups.items()]
-
-    def all_training_documents() -> Iterator[str]:  # one tokenizer for all groups: a shared vocabulary
-        for group in resolved:
-            yield from training_documents(group, fraction)
-
-    fingerprint = [[group.group.name, group.group.max_bytes, group.fingerprint(), fraction] for group in resolved]
-    tokenizer = load_tokenizer(corpus, Path(cache_dir), fingerprint, all_training_documents)
-    return [prepare_group(name, group, Path(cache_dir), fraction, tokenizer) for group in resolved]
+    resolved = resolve_corpus(corpus, data_dir)
+    # one tokenizer for all groups (a shared vocabulary), trained on their training documents
+    tokenizer = load_tokenizer(corpus, Path(cache_dir), resolved.fingerprint(), resolved.training_texts)
+    fraction = resolved.validation_fraction
+    return [prepare_group(resolved.name, group, Path(cache_dir), fraction, tokenizer) for group in resolved.groups]
 
 
 def corpus_tokenizer(prepared: list[PreparedGroup], cache_dir: str | Path) -> Tokenizer:

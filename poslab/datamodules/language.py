@@ -18,11 +18,12 @@ import lightning as L
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
+from poslab.datamodules.codec import BYTE_VOCAB
 from poslab.datamodules.corpora import PreparedGroup, PreparedSplit, describe, prepare_corpus
 from poslab.datamodules.synthetic import assign_rank, batch_generator
-from poslab.datamodules.tokenization import BYTE_VOCAB, check_tokenizer
+from poslab.datamodules.tokenization import check_tokenizer
 from poslab.errors import ConfigError
 
 log = logging.getLogger("poslab")
@@ -92,6 +93,20 @@ class ValidationWindows(Dataset):
         return window(self.groups[g].splits["validation"], start, self.length)
 
 
+class RankShard(Sampler[int]):
+    """Indices ``rank, rank + world, ...`` of ``n``: the ranks' shares are disjoint and cover every index once
+    (unequal by at most one; no padding)."""
+
+    def __init__(self, n: int, rank: int = 0, world: int = 1) -> None:
+        self.n, self.rank, self.world = n, rank, world
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.rank, self.n, self.world))
+
+    def __len__(self) -> int:
+        return len(range(self.rank, self.n, self.world))
+
+
 class LanguageModelDataModule(L.LightningDataModule):
     def __init__(
         self,
@@ -127,6 +142,8 @@ class LanguageModelDataModule(L.LightningDataModule):
             "corpus": self.corpus["name"],
             "context_length": self.context_length,
             "groups": {g.name: g.meta["splits"] for g in self.groups},
+            # what each group was read from: file count and bytes (python_code: and the Python version)
+            "sources": {g.name: g.meta.get("source_files") for g in self.groups},
         }
 
     @property
@@ -162,7 +179,12 @@ class LanguageModelDataModule(L.LightningDataModule):
 
     def trainer_arguments(self) -> dict[str, Any]:
         # training windows are endless: validate by steps, not by epochs
-        return {"val_check_interval": self.val_every_n_steps, "check_val_every_n_epoch": None}
+        # and each rank's validation windows come from RankShard, not from a DistributedSampler
+        return {
+            "val_check_interval": self.val_every_n_steps,
+            "check_val_every_n_epoch": None,
+            "use_distributed_sampler": False,
+        }
 
     def prepare_data(self) -> None:
         prepare_corpus(self.corpus, self.data_dir, self.cache_dir)  # once per node; ranks then map the cache
@@ -180,7 +202,11 @@ class LanguageModelDataModule(L.LightningDataModule):
         return DataLoader(self.train_windows, batch_size=None)
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.validation, batch_size=self.eval_batch_size)
+        # each DDP rank evaluates its own windows, none twice (Lightning's DistributedSampler would pad the last
+        # rank with repeated windows); the losses are reduced weighted by tokens, as one process computes them
+        rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
+        shard = RankShard(len(self.validation), rank, world)
+        return DataLoader(self.validation, batch_size=self.eval_batch_size, sampler=shard)
 
     def test_dataloader(self) -> DataLoader:
         return self.val_dataloader()

@@ -1,7 +1,7 @@
 """Paragraph and sentence coordinates for every UTF-8 byte of a document (hierarchical RoPE needs them).
 
 ``segment(text, style)`` returns two ``int32`` arrays with one entry per UTF-8 byte of ``text``
-(``text.encode("utf-8", errors="surrogateescape")``, as the byte tokenizer encodes it): the index of the
+(``codec.text_bytes(text)``, as the byte tokenizer encodes it): the index of the
 paragraph and of the sentence the byte belongs to. Both start at 0 at the document's first byte and never
 decrease.
 
@@ -40,20 +40,15 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from poslab.datamodules.codec import utf8_lengths
 from poslab.errors import ConfigError
+
+__all__ = ["STYLES", "boundary_density", "segment", "utf8_lengths"]  # utf8_lengths: kept importable here
 
 #: a sentence ends at . ! ? followed by whitespace, or at 。！？; closing quotes/brackets stay with it, and the
 #: whitespace after it is its separator. The match ends where the next sentence starts (at non-whitespace).
 _CLOSERS = "\"'”’」』）)\\]》"
 _SENTENCE_END = re.compile(rf"(?:[.!?]+[{_CLOSERS}]*(?=\s)|[。！？]+[{_CLOSERS}]*)\s*(?=\S)")
-
-
-def utf8_lengths(text: str) -> np.ndarray:
-    """Bytes per character in UTF-8 with ``surrogateescape`` (a lone escaped surrogate is one byte)."""
-    code = np.frombuffer(text.encode("utf-32-le", errors="surrogatepass"), dtype=np.uint32)
-    lengths = 1 + (code >= 0x80).astype(np.int64) + (code >= 0x800) + (code >= 0x10000)
-    lengths[(code >= 0xDC80) & (code <= 0xDCFF)] = 1  # surrogateescape: the original single byte
-    return lengths
 
 
 def _lines(text: str) -> Iterable[tuple[int, str]]:

@@ -23,12 +23,10 @@ from typing import Any
 import numpy as np
 from filelock import FileLock
 
-from poslab.datamodules.segmentation import utf8_lengths
+from poslab.datamodules.codec import BYTE_VOCAB, SEPARATOR, decode_text, encode_bytes, utf8_lengths
 from poslab.errors import ConfigError
 
 TOKENIZERS = ("bytes", "bpe")
-BYTE_VOCAB = 257  # 256 bytes + the separator
-BYTE_SEPARATOR = 256
 BPE_SEPARATOR = "<|sep|>"
 MAX_VOCAB = 65536  # the token array is uint16
 
@@ -38,17 +36,15 @@ class Tokenizer:
 
     name: str = "bytes"
     vocab_size: int = BYTE_VOCAB
-    separator: int = BYTE_SEPARATOR
+    separator: int = SEPARATOR  # codec.SEPARATOR; a BPE has its own
 
     def encode(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """``(ids uint16 [N], first_byte int64 [N])``: every byte is a token."""
-        data = text.encode("utf-8", errors="surrogateescape")
-        ids = np.frombuffer(data, dtype=np.uint8).astype(np.uint16)
+        ids = encode_bytes(text)
         return ids, np.arange(len(ids), dtype=np.int64)
 
     def decode(self, ids: Iterable[int]) -> str:
-        values = np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids)
-        return values[values < 256].astype(np.uint8).tobytes().decode("utf-8", errors="replace")
+        return decode_text(ids)
 
     def fingerprint(self) -> str:
         return "bytes"
