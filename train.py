@@ -7,9 +7,12 @@ python train.py -m experiment=extrapolation_grid
 import hydra
 from omegaconf import DictConfig
 
-from poslab.launching import register_resolvers
+from poslab.datamodules.corpora import register_resolvers as register_corpus_resolvers
+from poslab.launching import register_resolvers as register_launcher_resolvers
 
-register_resolvers()  # ${poslab_jobs:...}: how many local multirun jobs at once (conf/hydra/launcher/local_parallel)
+# resolvers the configs use, registered before Hydra composes them (light imports: no torch):
+register_launcher_resolvers()  # ${poslab_jobs:...}: local multirun jobs at once (conf/hydra/launcher/local_parallel)
+register_corpus_resolvers()  # corpus=local's name and path, also when a multirun sweeps corpus=
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")

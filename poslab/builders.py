@@ -13,11 +13,12 @@ from typing import Any
 import hydra
 import lightning as L
 import torch
+from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 
 from poslab.checkpoint import uncompiled_state_dict
 from poslab.encodings import encoding_class
-from poslab.errors import ConfigError, MissingRunError
+from poslab.errors import ConfigError, MissingRunError, PoslabError
 from poslab.model import ModelConfig
 from poslab.run_files import MODEL_FILE
 
@@ -25,7 +26,13 @@ from poslab.run_files import MODEL_FILE
 def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
     task = OmegaConf.to_container(cfg.task, resolve=True)
     task.pop("module")
-    return hydra.utils.instantiate(task, seed=cfg.seed)
+    try:
+        return hydra.utils.instantiate(task, seed=cfg.seed)
+    except InstantiationException as error:  # Hydra wraps what the constructor raised: keep poslab's own message
+        cause = error.__cause__
+        if isinstance(cause, PoslabError):
+            raise cause from None
+        raise
 
 
 def build_model_config(

@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from poslab.datamodules.codec import SEPARATOR
 from poslab.io import write_atomic
 from poslab.plotting import plt, save_figure
 
-SEPARATOR = 256
 SEPARATOR_CHAR = "\u241e"  # SYMBOL FOR RECORD SEPARATOR: how decode_characters shows the document separator
 
 # Every byte token falls in exactly one category; this order is the order of the table's rows.

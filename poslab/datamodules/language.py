@@ -21,7 +21,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
 from poslab.datamodules.codec import BYTE_VOCAB
-from poslab.datamodules.corpora import PreparedGroup, PreparedSplit, describe, prepare_corpus
+from poslab.datamodules.corpora import PreparedGroup, PreparedSplit, check_local_corpus, describe, prepare_corpus
 from poslab.datamodules.synthetic import assign_rank, batch_generator
 from poslab.datamodules.tokenization import check_tokenizer
 from poslab.errors import ConfigError
@@ -129,6 +129,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         self.val_windows, self.eval_batch_size, self.seed = int(val_windows), int(eval_batch_size), seed
         self.val_every_n_steps = int(val_every_n_steps)
         check_tokenizer(self.corpus)  # a bad tokenizer setting stops here, before any data is read
+        check_local_corpus(self.corpus)  # corpus=local: a path matching nothing stops here too
         self.groups: list[PreparedGroup] = []
         self.train_windows: TrainingWindows | None = None
         self.validation: ValidationWindows | None = None
