@@ -79,8 +79,9 @@ def compose(encoding: str, args: argparse.Namespace, data: Path, out: Path):
     return measurement_config(overrides, args, data, out)
 
 
-def plain_loop(cfg, steps: int, warmup: int) -> float:
-    """Median seconds per step of a minimal loop over the same model, optimizer and batches."""
+def plain_loop(cfg, steps: int, warmup: int, bf16: bool = False) -> float:
+    """Median seconds per step of a minimal loop over the same model, optimizer and batches (``bf16``: the
+    forward under ``torch.autocast(bfloat16)``, as Lightning's bf16-mixed does; weights and AdamW stay fp32)."""
     from poslab.builders import build_datamodule, build_module
 
     datamodule = build_datamodule(cfg)
@@ -92,8 +93,9 @@ def plain_loop(cfg, steps: int, warmup: int) -> float:
     for step in range(steps + warmup):
         start = time.perf_counter()
         tokens = datamodule.train_windows.batch(step)["tokens"]
-        logits = model(tokens[:, :-1]).logits
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+        with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+            logits = model(tokens[:, :-1]).logits
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

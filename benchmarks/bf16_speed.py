@@ -1,0 +1,138 @@
+"""bf16 on this CPU: the training step in bf16-mixed against fp32, poslab against a plain bf16 loop, and both
+against the bf16 matrix-product rate measured in the same run (the limit).
+
+    python benchmarks/bf16_speed.py [--steps 20] [--warmup 3] [--threads 2] [--compile]
+
+For each model (``byte``: the increments write-up's 6 x 256 byte model, batch 8 x 512; ``hrope_cpu``: 4 x 128,
+batch 16 x 256) and each precision: poslab's tokens/s (``train.py``'s own loop: Lightning, fused AdamW,
+clipping, cosine schedule) and a minimal plain-PyTorch loop's on the same model, optimizer and batches. The
+limit: GEMM GFLOP/s in fp32 and bf16 at the model's own shape (``[batch x context, d] @ [d, 4d]``), 2
+threads. Achieved model FLOP/s = tokens/s x training FLOPs per token (6 per weight + attention,
+``poslab.callbacks.flops_per_token``); its fraction of the bf16 GEMM rate is how close the step is to the
+machine's limit. ``--compile`` adds bf16 + ``model.compile``. Targets (issue 10): bf16 >= 2x fp32 for the
+byte model; poslab >= 1.0x the plain bf16 loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+from omegaconf import open_dict
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from byte_model import make_corpus, measurement_config, plain_loop, poslab_steps  # noqa: E402
+
+MODELS = {  # model config, batch, context
+    "byte": ("byte", 8, 512),
+    "hrope_cpu": ("hrope_cpu", 16, 256),
+}
+
+
+def gemm_gflops(m: int, k: int, n: int, dtype: torch.dtype, repeats: int = 20) -> float:
+    """Median GFLOP/s of ``[m, k] @ [k, n]`` in ``dtype`` on this process's threads."""
+    a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    return 2 * m * k * n / statistics.median(times) / 1e9
+
+
+def step_config(model: str, precision: str, args: argparse.Namespace, data: Path, compile_model: bool = False):
+    overrides = [
+        "experiment=increments_rope",  # the byte-model recipe: AdamW, cosine, clipping 1.0, bf16 on its GPU
+        f"model={model}",
+        "encoding=rope",
+        "trainer=cpu",
+        f"trainer.precision={precision}",
+        f"threads={args.threads}",
+        f"++model.compile={str(compile_model).lower()}",
+    ]
+    cfg = measurement_config(overrides, args, data, Path(tempfile.mkdtemp()))
+    with open_dict(cfg):
+        cfg.callbacks.pop("progress_bar", None)
+        cfg.callbacks.pop("checkpoint", None)
+    return cfg
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--compile", action="store_true", help="also bf16 + model.compile")
+    parser.add_argument("--models", default="byte,hrope_cpu")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    torch.set_num_threads(args.threads)
+    from poslab.callbacks import flops_per_token
+    from poslab.config import compose_config
+    from poslab.runtime import keep_freed_memory
+
+    keep_freed_memory()
+    data = Path(tempfile.mkdtemp())
+    make_corpus(data)
+    print(f"cpu, {args.threads} threads, torch {torch.__version__}; median of {args.steps} steps after {args.warmup}")
+    for name in args.models.split(","):
+        model, args.batch, args.context = MODELS[name]
+        shape = compose_config([f"model={model}"]).model
+        m, d = args.batch * args.context, int(shape.d_model)
+        limit = {dt: gemm_gflops(m, d, 4 * d, dt) for dt in (torch.float32, torch.bfloat16)}
+        square = {dt: gemm_gflops(1024, 1024, 1024, dt, repeats=10) for dt in (torch.float32, torch.bfloat16)}
+        rows = {}
+        for precision in ("32-true", "bf16-mixed"):
+            cfg = step_config(model, precision, args, data)
+            plain = plain_loop(cfg, args.steps, args.warmup, bf16=precision == "bf16-mixed")
+            ours = poslab_steps(cfg)
+            rows[precision] = (plain, ours)
+        if args.compile:
+            rows["bf16-mixed + compile"] = (
+                float("nan"),
+                poslab_steps(step_config(model, "bf16-mixed", args, data, True)),
+            )
+        from poslab.builders import build_datamodule, build_module
+
+        cfg = step_config(model, "32-true", args, data)
+        datamodule = build_datamodule(cfg)
+        net = build_module(cfg, datamodule).model
+        embedding = net.embed.weight.numel() + net.head.weight.numel()
+        fpt = flops_per_token(net.num_parameters(), net.cfg.n_layers, d, args.context, embedding)
+        tokens = args.batch * args.context
+        print(
+            f"\n{name}: {net.num_parameters():,} parameters, batch {args.batch} x {args.context}; GEMM [{m}, {d}] @ "
+            f"[{d}, {4 * d}]: fp32 {limit[torch.float32]:.0f} GFLOP/s, bf16 {limit[torch.bfloat16]:.0f} GFLOP/s "
+            f"(bf16/fp32 {limit[torch.bfloat16] / limit[torch.float32]:.2f}); 1024^3 GEMM: fp32 "
+            f"{square[torch.float32]:.0f}, bf16 {square[torch.bfloat16]:.0f} GFLOP/s"
+        )
+        print("| precision | plain tokens/s | poslab tokens/s | poslab/plain | model GFLOP/s | of bf16 GEMM rate |")
+        print("|---|---|---|---|---|---|")
+        for precision, (plain, ours) in rows.items():
+            plain_rate = f"{tokens / plain:,.0f}" if plain == plain else "n/a"
+            ratio = f"{plain / ours:.2f}" if plain == plain else "n/a"
+            achieved = tokens / ours * fpt / 1e9
+            print(
+                f"| {precision} | {plain_rate} | {tokens / ours:,.0f} | {ratio} | {achieved:.1f} | "
+                f"{achieved / limit[torch.bfloat16]:.1%} |"
+            )
+        print(
+            f"bf16-mixed / fp32 (poslab): {rows['32-true'][1] / rows['bf16-mixed'][1]:.2f}x; "
+            f"(plain): {rows['32-true'][0] / rows['bf16-mixed'][0]:.2f}x",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
