@@ -91,3 +91,58 @@ def register_resolvers() -> None:
 
     if not OmegaConf.has_resolver("poslab_jobs"):
         OmegaConf.register_new_resolver("poslab_jobs", lambda devices=1: parallel_jobs(devices))
+
+
+def job_outcomes(sweep_dir: Path) -> list[tuple[Path, str, str]]:
+    """``(job directory, status, detail)`` of every job below a multirun directory (a directory Hydra wrote a
+    job config into): ``success`` or the ``status`` its results.json records (``diverged``), ``failed`` with
+    the first line of its failed.json, or ``no result`` (killed, or still running)."""
+    import json
+
+    from poslab.run_files import FAILURE_FILE, RESULTS_FILE
+
+    outcomes = []
+    jobs = sorted((p.parent.parent for p in Path(sweep_dir).rglob(".hydra/overrides.yaml")), key=_job_order)
+    for job in jobs:
+        if (job / FAILURE_FILE).is_file():
+            error = json.loads((job / FAILURE_FILE).read_text()).get("error", "")
+            outcomes.append((job, "failed", (error.strip().splitlines() or [""])[0]))
+        elif (job / RESULTS_FILE).is_file():
+            status = json.loads((job / RESULTS_FILE).read_text()).get("status", "success")
+            outcomes.append((job, status, ""))
+        else:
+            outcomes.append((job, "no result", "neither results.json nor failed.json"))
+    return outcomes
+
+
+def _job_order(path: Path) -> tuple[int, str]:
+    return (int(path.name), "") if path.name.isdigit() else (1 << 30, str(path))
+
+
+def summary_lines(sweep_dir: Path) -> tuple[list[str], bool]:
+    """One summary line for a multirun, then one per job that did not succeed; and whether all succeeded."""
+    outcomes = job_outcomes(sweep_dir)
+    bad = [(job, status, detail) for job, status, detail in outcomes if status != "success"]
+    counts = {
+        status: sum(1 for _, s, _ in outcomes if s == status) for status in dict.fromkeys(s for _, s, _ in outcomes)
+    }
+    head = f"multirun {sweep_dir}: {len(outcomes)} jobs, " + ", ".join(f"{n} {status}" for status, n in counts.items())
+    lines = [head + "."] + [f"  {status}: {job}" + (f": {detail}" if detail else "") for job, status, detail in bad]
+    return lines, not bad and bool(outcomes)
+
+
+try:  # Hydra's callback base class (hydra-core >= 1.1)
+    from hydra.experimental.callback import Callback as _HydraCallback
+except ImportError:  # pragma: no cover
+    _HydraCallback = object  # type: ignore[misc,assignment]
+
+
+class MultirunSummary(_HydraCallback):  # type: ignore[misc,valid-type]
+    """At the end of a multirun (any launcher), print one line of outcomes and one per job that did not
+    succeed, and end the command with exit status 1 when any job failed, diverged or left no result."""
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        lines, ok = summary_lines(Path(str(config.hydra.sweep.dir)))
+        print("\n".join(lines), file=sys.stdout if ok else sys.stderr, flush=True)
+        if not ok:
+            raise SystemExit(1)

@@ -75,3 +75,33 @@ def test_ddp_inside_a_multirun_runs_its_ranks_in_the_jobs_directory(tmp_path):
     saved = json.loads((sweep / "0" / "results.json").read_text())
     assert saved["seed"] == 3 and saved["config"]["trainer"]["devices"] == 2 and saved["steps"] == 2
     assert [p.parent for p in tmp_path.rglob("results.json")] == [sweep / "0"]  # no rank wrote elsewhere
+
+
+def test_a_multirun_with_a_failed_job_says_so_and_exits_nonzero(tmp_path):
+    sweep = tmp_path / "sweep"
+    # job 1's slopes do not fit the model: it fails its config check; jobs 0 and 2 train
+    args = [
+        "-m",
+        "encoding=alibi",
+        "encoding.slopes=[0.5],[0.5,0.25],[0.25]",
+        "debug=fast",
+        "trainer.max_steps=2",
+        "~logger",
+        "~callbacks",
+        f"hydra.sweep.dir={sweep}",
+    ]
+    result = run_train(args, tmp_path)
+    assert result.returncode == 1, result.stderr[-3000:]
+    summary = [line for line in result.stderr.splitlines() if line.startswith(f"multirun {sweep}: ")]
+    assert summary == [f"multirun {sweep}: 3 jobs, 2 success, 1 failed."], result.stderr[-3000:]
+    assert f"  failed: {sweep / '1'}: ConfigError: " in result.stderr
+    assert "this job failed:" in (sweep / "1" / "train.log").read_text()  # the reason is in the job's log too
+    assert (sweep / "0" / "results.json").is_file() and (sweep / "2" / "results.json").is_file()
+
+
+def test_a_multirun_whose_jobs_all_succeed_exits_zero_with_its_summary(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = ["-m", "seed=0,1", "debug=fast", "trainer.max_steps=2", "~logger", "~callbacks", f"hydra.sweep.dir={sweep}"]
+    result = run_train(args, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"multirun {sweep}: 2 jobs, 2 success." in result.stdout
