@@ -143,6 +143,26 @@ def causal_block_mask(length: int, device: torch.device, cache: dict[tuple[int, 
     return cache[key]
 
 
+def sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
+    """``F.scaled_dot_product_attention`` with the additive mask (bias + causal) kept in fp32 under CPU autocast.
+
+    Autocast casts every input of SDPA to bf16, the bias too: an ALiBi bias of -100 then moves in steps of 0.5,
+    coarser than the differences it encodes. On the CPU the fused kernel takes bf16 q, k, v with an fp32 mask
+    (same speed), so it is called outside autocast with exactly that. CUDA's kernels that take a mask
+    (memory-efficient, cuDNN) want it in q's dtype, so there autocast's bf16 mask stays: for keys that carry
+    weight (bias within a few units of the row's largest) its rounding is no coarser than that of bf16 scores;
+    ``model.attention=flex`` computes the bias in fp32 inside the kernel.
+    """
+    device = q.device.type
+    if mask is not None and device == "cpu" and torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+        with torch.autocast(device, enabled=False):
+            return F.scaled_dot_product_attention(
+                q.to(dtype), k.to(dtype), v.to(dtype), attn_mask=mask.float(), scale=scale
+            )
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -174,12 +194,12 @@ class Attention(nn.Module):
             q = q if score_scale == 1.0 else q * score_scale
             y = flex_attention(q, k, v, flex[0], flex[1], 1.0 / math.sqrt(self.head_dim))
         elif self.backend != "explicit" and not return_weights:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale)
+            y = sdpa(q, k, v, mask, scale)
         else:
             scores = (q @ k.transpose(-2, -1)) * scale
             scores = scores + (mask if mask is not None else causal_mask(T, x.device, scores.dtype))
-            weights = scores.softmax(dim=-1)
-            y = weights @ v
+            weights = scores.softmax(dim=-1, dtype=torch.float32)  # bf16 scores (autocast): normalise in fp32
+            y = weights.to(v.dtype) @ v
         return self.out(y.transpose(1, 2).reshape(B, T, D)), weights
 
 

@@ -21,6 +21,7 @@ from poslab.checkpoint import AtomicCheckpointIO, resolve_checkpoint, save_model
 from poslab.config import check_config
 from poslab.errors import ConfigError
 from poslab.io import write_json_atomic
+from poslab.lightning_modules.base import check_precision
 from poslab.run_files import FAILURE_FILE, MODEL_FILE, RESULTS_FILE
 from poslab.runtime import keep_freed_memory, wandb_offline_unless_key
 
@@ -61,6 +62,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if "wandb" in str(cfg.get("logger")).lower():
         wandb_offline_unless_key()
     callbacks = instantiate_all(cfg.get("callbacks"))
+    check_precision(cfg.trainer.get("precision", "32-true"))  # a precision the training step cannot honour stops here
     trainer: L.Trainer = hydra.utils.instantiate(
         cfg.trainer,
         logger=instantiate_all(cfg.get("logger")) or False,

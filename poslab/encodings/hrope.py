@@ -45,7 +45,7 @@ import torch
 from torch import Tensor
 
 from poslab.encodings.base import ModelShape, PositionInputs, register
-from poslab.encodings.rotary import RotaryEncoding, inverse_frequencies
+from poslab.encodings.rotary import RotaryEncoding, exact_positions, inverse_frequencies
 from poslab.errors import ConfigError
 
 FREQUENCIES = ("split", "full")
@@ -166,7 +166,7 @@ class HRopeEncoding(RotaryEncoding):
 
     def angles(self, positions: Tensor) -> Tensor:
         # each pair takes its own block's coordinate, times its frequency: [B, T, 3] -> [B, T, P]
-        return positions.float()[..., self.pair_axis] * self.inv_freq
+        return exact_positions(positions)[..., self.pair_axis] * self.inv_freq.float()
 
     def label(self) -> str:
         label = super().label()

@@ -24,9 +24,24 @@ def inverse_frequencies(rotary_dim: int, base: float) -> Tensor:
     return base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim).float()
 
 
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def exact_positions(positions: Tensor) -> Tensor:
+    """``positions`` as fp32, refusing 16-bit floats: converting them would hide that they were already rounded
+    (bf16 keeps 8 significant bits: above 256 neighbouring integer positions collide)."""
+    if positions.dtype in LOW_PRECISION:
+        raise TypeError(
+            f"rotary positions must be integers or fp32, not {positions.dtype}: compute them in fp32 "
+            f"(with autocast disabled where a layer computes them, as the increments' DeltaMLP does)."
+        )
+    return positions.float()
+
+
 def rotation_angles(positions: Tensor, inv_freq: Tensor) -> Tensor:
-    """``[B, T]`` real positions times ``[P]`` frequencies -> ``[B, T, P]`` angles, in fp32."""
-    return positions.float()[..., None] * inv_freq
+    """``[B, T]`` real positions times ``[P]`` frequencies -> ``[B, T, P]`` angles, in fp32 (an elementwise
+    product: autocast leaves it in fp32)."""
+    return exact_positions(positions)[..., None] * inv_freq.float()
 
 
 class Rotation:
@@ -39,9 +54,17 @@ class Rotation:
     """
 
     def __init__(self, angles: Tensor, pairing: str) -> None:
+        if angles.dtype not in (torch.float32, torch.float64):
+            # .float() here would hide the loss: a bf16 angle (or position) near 1000 is a multiple of 4
+            raise TypeError(
+                f"rotation angles must be fp32 (or fp64), not {angles.dtype}: compute positions and angles in fp32 "
+                f"(autocast leaves elementwise products in fp32; a bf16 position above 256 is rounded)."
+            )
         self.pairing = pairing
         self.pairs = angles.shape[-1]
-        angles = angles.float()[:, None]  # [B, 1, T, P]: broadcast over heads
+        # [B, 1, T, P] fp32, broadcast over heads. cis/cos/sin stay fp32 (not cast to q's bf16 as HF Llama does):
+        # the product below is computed in fp32 and rounded to bf16 once, like any bf16 activation.
+        angles = angles.float()[:, None]
         if pairing == "interleaved":
             self.cis = torch.polar(torch.ones_like(angles), angles)
         else:
@@ -101,6 +124,15 @@ class RotaryEncoding(PositionEncoding):
                 f"the rotated dimension {rotary_dim} must be even and between 2 and the head dimension "
                 f"{shape.head_dim} (d_model {shape.d_model} / {shape.n_heads} heads): RoPE rotates pairs of features."
             )
+
+    def _apply(self, fn: Any, recurse: bool = True) -> RotaryEncoding:
+        # a cast of the whole model (.half(), .to(torch.bfloat16)) moves the frequencies but keeps them fp32: a
+        # bf16 θ is off by up to 2^-9 of itself, so the angle at position 4000 would be off by radians
+        exact = self.inv_freq
+        super()._apply(fn, recurse)
+        if self.inv_freq.dtype != exact.dtype:
+            self.inv_freq = exact.to(self.inv_freq.device)
+        return self
 
     def positions(self, token_embeddings: Tensor, inputs: PositionInputs) -> Tensor:
         """Real-valued per-token positions ``[B or 1, T]``, the same in every layer (the token index here)."""

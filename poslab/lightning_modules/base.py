@@ -8,12 +8,51 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.core.optimizer import LightningOptimizer
 from torch import Tensor
 
 from poslab.checkpoint import rng_states, set_rng_states
+from poslab.errors import ConfigError
 from poslab.model import ModelConfig, Transformer
 
 SCHEDULES = ("constant", "cosine")
+
+#: ``trainer.precision`` values poslab trains with, and the spellings Lightning takes for them. Mixed precision
+#: keeps fp32 weights and optimizer moments (autocast computes in bf16/fp16); the "-true" half precisions would
+#: store the weights, AdamW's moments and the RoPE frequencies in 16 bits, which loses the updates and rounds
+#: positions, so they are refused rather than trained unfaithfully.
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
+PRECISION_ALIASES = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed"}
+
+
+def check_precision(precision: Any) -> str:
+    """The canonical name of a ``trainer.precision`` poslab can train with, or a ``ConfigError`` naming it."""
+    name = PRECISION_ALIASES.get(str(precision), str(precision))
+    if name not in PRECISIONS:
+        raise ConfigError(
+            f"trainer.precision={precision!r} is not supported; allowed: {', '.join(PRECISIONS)} "
+            f"(mixed precision keeps fp32 weights; bf16-mixed is the fast path on GPUs and AMX/AVX512-BF16 CPUs)."
+        )
+    return name
+
+
+def clip_gradient_norm(optimizer: torch.optim.Optimizer, max_norm: float, scaler: Any = None) -> Tensor:
+    """Clip the gradients of every parameter ``optimizer`` updates to a total 2-norm of ``max_norm``; return
+    the (true) norm before clipping.
+
+    ``torch.nn.utils.clip_grad_norm_`` on the optimizer's parameters, which is what Lightning does in fp32; done
+    here because Lightning's mixed-precision plugin refuses to clip for fused optimizers (they can unscale fp16
+    gradients inside their step). bf16 has no loss scale: this is clip_grad_norm_ exactly. Under 16-mixed the
+    gradients are still multiplied by the GradScaler's scale S, a power of two that the step removes (the fused
+    step itself, or Lightning's ``unscale_`` just before a plain one); clipping them at ``S * max_norm`` clips the
+    true gradients at ``max_norm`` (exactly, but for clip_grad_norm_'s 1e-6 in the denominator) and leaves the
+    scaler's state alone, so either optimizer works. Overflowed gradients give an infinite norm; the scaler then
+    skips the step as it would anyway.
+    """
+    inner = optimizer.optimizer if isinstance(optimizer, LightningOptimizer) else optimizer
+    parameters = [p for group in inner.param_groups for p in group["params"]]
+    scale = scaler.get_scale() if scaler is not None else 1.0
+    return torch.nn.utils.clip_grad_norm_(parameters, max_norm * scale) / scale
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int, schedule: str, min_ratio: float) -> float:
@@ -38,6 +77,11 @@ class TransformerModule(L.LightningModule):
         """The training loss of one batch; each task's module defines it."""
         raise NotImplementedError
 
+    def setup(self, stage: str) -> None:
+        # any Trainer (train.py checks before building one): a precision the training step cannot honour stops here
+        if self._trainer is not None:
+            check_precision(self.trainer.precision)
+
     def configure_model(self) -> None:
         """``model.compile``: compile the Transformer in place when training starts (``nn.Module.compile``:
         parameter names stay as they are, so checkpoints and model.pt load into uncompiled models)."""
@@ -51,12 +95,17 @@ class TransformerModule(L.LightningModule):
         optimizer, schedule = self.optimizers(), self.lr_schedulers()
         loss = self.loss(batch)
         optimizer.zero_grad(set_to_none=True)
-        self.manual_backward(loss)
+        # the backward pass outside autocast (as PyTorch asks): Lightning runs training_step inside it, and the
+        # backward of an op autocast left in fp32 (the increments' DeltaMLP) would then run its products in bf16
+        with torch.autocast(self.device.type, enabled=False):
+            self.manual_backward(loss)
         clip = self.optimizer_config.get("grad_clip")
-        if clip:
-            self.clip_gradients(optimizer, gradient_clip_val=clip, gradient_clip_algorithm="norm")
+        if clip:  # not self.clip_gradients: Lightning refuses it under mixed precision with fused AdamW
+            norm = clip_gradient_norm(optimizer, float(clip), self.trainer.scaler)
         if self.is_log_step():  # the learning rate this step used, beside its loss
             self.log("train/lr", float(schedule.get_last_lr()[0]))
+            if clip:
+                self.log("train/grad_norm", norm)  # before clipping
         optimizer.step()
         schedule.step()
         self.log_every_n_steps("train/loss", loss)
