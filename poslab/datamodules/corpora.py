@@ -5,8 +5,13 @@ A corpus is one or more *source groups* (e.g. ``en`` and ``zh`` for
 sources: local files under ``paths.data_dir`` (``POSLAB_DATA_DIR``) tried
 first, then the Hugging Face hub through ``datasets`` when online. A group is
 prepared once into a cache directory holding, per split, a ``uint16`` token
-array and an ``int32`` per-token document index (room is left for paragraph
-and sentence coordinates: ``coordinates`` in ``meta.json`` names the arrays).
+array and the token offsets where each document, paragraph and sentence starts
+(``BOUNDARY_ARRAYS``, ``uint32`` below 2**32 tokens: about 2.1 bytes a token in
+all, where version 3 stored an ``int32`` document, paragraph and sentence index
+per token, 14 bytes). A split's per-token coordinates (``PreparedSplit.documents``,
+``paragraphs``, ``sentences``: the same values as version 3's arrays) are
+``Coordinate``s made from those offsets with binary searches when read, and a
+training batch's in a few vectorised calls (``Coordinate.relative_windows``).
 
 Validation documents are chosen per document (a hash of the group name and the
 document's ordinal), so no document is in both splits; sources may also be
@@ -21,8 +26,10 @@ turn PATH into that source's glob and the corpus's name (OmegaConf resolvers, so
 the run directory and the saved config say what was trained on).
 
 Preparation streams document by document (peak memory does not grow with the
-corpus), writes into a temporary directory and renames it into place under a
-file lock, so parallel jobs preparing the same data leave one valid cache.
+corpus), logs a line every few seconds (documents, MB, MB/s), writes into a
+temporary directory and renames it into place under a file lock, so parallel
+jobs preparing the same data leave one valid cache. docs/prepared_data.md: the
+layout and its figures.
 """
 
 from __future__ import annotations
@@ -31,11 +38,13 @@ import fnmatch
 import glob
 import hashlib
 import json
+import logging
 import os
 import platform
 import re
 import shutil
 import sysconfig
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from dataclasses import field as dataclass_field  # LocalSource has a setting named `field`
@@ -54,7 +63,8 @@ from poslab.errors import ConfigError
 
 __all__ = ["SEPARATOR", "decode_bytes", "encode_bytes"]  # the byte codec (codec.py), re-exported for its users here
 
-CACHE_VERSION = 3  # 2: paragraph and sentence coordinates; 3: tokenizers (bytes, bpe), bytes per split
+CACHE_VERSION = 4  # 2: paragraph and sentence coordinates; 3: tokenizers (bytes, bpe), bytes per split;
+# 4: boundary offsets instead of per-token int32 coordinates (14 -> ~2.1 bytes a token)
 SPLITS = ("train", "validation")
 FORMATS = ("jsonl", "text", "wikitext", "parquet", "python")
 DEFAULT_SEGMENTATION = {
@@ -69,6 +79,8 @@ STDLIB = "{stdlib}"  # in a pattern: the running interpreter's standard library 
 # anything is pip-installed), and the standard library's own test packages (kept with include_tests: true)
 NOT_STDLIB = ("site-packages", "dist-packages")
 TEST_PACKAGES = ("test", "tests", "idle_test")
+
+log = logging.getLogger("poslab")
 
 
 @dataclass
@@ -437,13 +449,151 @@ register_resolvers()  # whoever imports the corpora can compose and resolve corp
 
 # ---- the prepared cache ----------------------------------------------------------------------------------------
 
+#: the per-token coordinates a split exposes; since version 4 they are computed from boundary offsets when read
+COORDINATES = ("documents", "paragraphs", "sentences")
+#: what the cache stores per split beside the uint16 tokens: ``{split}.{name}.bin``, dtypes in meta.json's ``arrays``
+BOUNDARY_ARRAYS = ("document_starts", "document_ordinals", "paragraph_starts", "sentence_starts")
+PROGRESS_SECONDS = 5.0  # a long preparation logs a line this often
+
+
+def _as_query(positions: Any, starts: np.ndarray) -> np.ndarray:
+    # searchsorted casts both sides to a common dtype: uint32 boundaries against int64 positions would copy the
+    # whole (memory-mapped) boundary array on every call, so the positions take the boundaries' dtype instead
+    return np.asarray(positions).astype(starts.dtype, copy=False)
+
+
+class Coordinate:
+    """One per-token coordinate of a split (document, paragraph or sentence index), computed from boundary offsets
+    when it is read; it indexes (ints, slices, integer arrays, ``np.asarray``) like the ``int32`` array that caches
+    before version 4 stored per token, with the same values.
+
+    Two kinds. A *count* (paragraphs, sentences): the value at token ``i`` is ``base`` plus the number of entries of
+    ``starts`` at or before ``i`` (sorted token offsets; an offset appears ``k`` times where the index moves up by
+    ``k``, e.g. a BPE token that swallows a one-character sentence). A *lookup* (documents): ``values[j]`` from
+    ``starts[j]`` up to the next start (``starts[0] == 0``).
+    """
+
+    dtype = np.dtype(np.int32)
+    ndim = 1
+
+    def __init__(self, n: int, starts: np.ndarray, values: np.ndarray | None = None, base: int = 0) -> None:
+        self.n, self.starts, self.values, self.base = int(n), starts, values, int(base)
+        if values is not None and self.n and (len(starts) == 0 or int(starts[0]) != 0):
+            raise ValueError("a lookup coordinate needs a start at token 0.")
+
+    @classmethod
+    def from_values(cls, values: np.ndarray, lookup: bool = False) -> Coordinate:
+        """The boundaries of a per-token array (a lookup: any values; a count: non-decreasing values)."""
+        values = np.asarray(values, dtype=np.int64)
+        steps = np.diff(values)
+        if lookup:
+            starts = np.concatenate(([0], np.flatnonzero(steps) + 1)) if len(values) else np.zeros(0, np.int64)
+            return cls(len(values), starts.astype(np.int64), values[starts])
+        if np.any(steps < 0):
+            raise ValueError("a count coordinate (paragraphs, sentences) never decreases along the split.")
+        moved = np.flatnonzero(steps)
+        return cls(len(values), np.repeat(moved + 1, steps[moved]), base=int(values[0]) if len(values) else 0)
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.n,)
+
+    def _rank(self, positions: Any) -> np.ndarray:
+        """How many boundaries lie at or before each position."""
+        return np.searchsorted(self.starts, _as_query(positions, self.starts), side="right")
+
+    def _at_rank(self, rank: np.ndarray) -> np.ndarray:
+        return self.base + rank if self.values is None else np.asarray(self.values)[rank - 1].astype(np.int64)
+
+    def _span_ranks(self, start: int, stop: int) -> np.ndarray:
+        """Ranks of the tokens ``start .. stop - 1`` (``0 <= start < stop <= n``), reading only the boundaries
+        inside the span: two binary searches and a cumulative count, whatever the split's size."""
+        first = int(self._rank(start))
+        inside = np.asarray(self.starts[first : int(self._rank(stop - 1))])
+        return first + np.cumsum(np.bincount(inside - start, minlength=stop - start))
+
+    def span(self, start: int, stop: int) -> np.ndarray:
+        """The values of tokens ``start .. stop - 1`` (``int64``)."""
+        start, stop = max(0, start), min(self.n, stop)
+        return self._at_rank(self._span_ranks(start, stop)) if start < stop else np.zeros(0, np.int64)
+
+    def relative(self, start: int, stop: int) -> np.ndarray:
+        """The values of tokens ``start .. stop - 1`` minus the first's (``int64``): a window's coordinates."""
+        if self.values is not None:
+            values = self.span(start, stop)
+            return values - values[:1]
+        start, stop = max(0, start), min(self.n, stop)
+        if start >= stop:
+            return np.zeros(0, np.int64)
+        inside = np.asarray(self.starts[int(self._rank(start)) : int(self._rank(stop - 1))])
+        return np.cumsum(np.bincount(inside - start, minlength=stop - start))
+
+    def relative_windows(self, starts: np.ndarray, length: int) -> np.ndarray:
+        """``[len(starts), length]`` (``int64``): ``relative(s, s + length)`` for every start ``s`` (each window
+        inside the split), in a few vectorised calls for the whole batch instead of a few per window."""
+        starts = np.asarray(starts, dtype=np.int64)
+        if self.values is not None or not len(starts):
+            return np.stack([self.relative(int(s), int(s) + length) for s in starts]).reshape(len(starts), length)
+        first, last = self._rank(starts), self._rank(starts + length - 1)
+        counts = (last - first).astype(np.int64)
+        row = np.repeat(np.arange(len(starts)), counts)
+        # the boundaries inside each window: ranks first[r] + 0 .. counts[r] - 1, one flat gather for all rows
+        ranks = np.arange(len(row)) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(first, counts)
+        offsets = np.asarray(self.starts[ranks]).astype(np.int64) - starts[row]
+        marks = np.bincount(row * length + offsets, minlength=len(starts) * length)
+        return np.cumsum(marks.reshape(len(starts), length), axis=1)
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, (int, np.integer)):
+            index = int(key) + self.n if key < 0 else int(key)
+            if not 0 <= index < self.n:
+                raise IndexError(f"index {int(key)} is out of bounds for a coordinate of {self.n} tokens.")
+            return self.dtype.type(self._at_rank(self._rank(index)))
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self.n)
+            if step == 1:
+                return self.span(start, stop).astype(self.dtype)
+            key = np.arange(start, stop, step)
+        positions = np.asarray(key)
+        if positions.dtype == bool:
+            positions = np.flatnonzero(positions)
+        positions = np.where(positions < 0, positions + self.n, positions)
+        if positions.size and (positions.min() < 0 or positions.max() >= self.n):
+            raise IndexError(f"an index is out of bounds for a coordinate of {self.n} tokens.")
+        return self._at_rank(self._rank(positions)).astype(self.dtype)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self.span(0, self.n).astype(dtype or self.dtype)
+
+    def __repr__(self) -> str:
+        kind = "count" if self.values is None else "lookup"
+        return f"Coordinate({kind}, {self.n} tokens, {len(self.starts)} boundaries)"
+
 
 @dataclass
 class PreparedSplit:
+    """One split of a prepared group: the tokens and, per token, its document, paragraph and sentence.
+
+    ``paragraphs`` and ``sentences`` are cumulative over the split (see ``_SplitWriter``); all three are
+    ``Coordinate``s computed from the boundary offsets the cache stores. Per-token arrays are accepted too
+    (converted to boundaries), so a split can be built in memory as the cache would store it.
+    """
+
     tokens: np.ndarray  # uint16 [N], memory-mapped
-    documents: np.ndarray  # int32 [N], memory-mapped: the ordinal of each token's document
-    paragraphs: np.ndarray  # int32 [N], memory-mapped, cumulative over the split (see _SplitWriter)
-    sentences: np.ndarray  # int32 [N], likewise
+    documents: Coordinate  # the ordinal of each token's document
+    paragraphs: Coordinate  # cumulative over the split
+    sentences: Coordinate  # likewise
+
+    def __post_init__(self) -> None:
+        for name in COORDINATES:
+            value = getattr(self, name)
+            if not isinstance(value, Coordinate):
+                setattr(self, name, Coordinate.from_values(np.asarray(value), lookup=name == "documents"))
+            if len(getattr(self, name)) != len(self.tokens):
+                raise ValueError(f"{name} has {len(getattr(self, name))} entries for {len(self.tokens)} tokens.")
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -453,19 +603,12 @@ class PreparedSplit:
         """Paragraph boundaries per token: what rand_axial and period_axial are matched to."""
         return float(self.paragraphs[-1] - self.paragraphs[0]) / max(1, len(self) - 1) if len(self) else 0.0
 
-    def document_spans(self, chunk: int = 1 << 20) -> Iterator[tuple[int, int, int]]:
-        """``(ordinal, start, stop)`` of each document in the split, in order; ``stop`` is past its separator.
-        Reads the document index forward in chunks: no pass over the whole split before the first document."""
-        documents, n, start = self.documents, len(self), 0
-        while start < n:
-            ordinal, end, scan = int(documents[start]), None, start
-            while end is None and scan < n:
-                block = np.asarray(documents[scan : scan + chunk])
-                other = np.flatnonzero(block != ordinal)
-                end, scan = (scan + int(other[0])) if other.size else None, scan + len(block)
-            end = n if end is None else end
-            yield ordinal, start, end
-            start = end
+    def document_spans(self) -> Iterator[tuple[int, int, int]]:
+        """``(ordinal, start, stop)`` of each document in the split, in order; ``stop`` is past its separator."""
+        documents = self.documents
+        starts, ordinals = np.asarray(documents.starts), np.asarray(documents.values)
+        stops = np.append(starts[1:], len(self))
+        yield from zip(ordinals.tolist(), starts.tolist(), stops.tolist())
 
 
 @dataclass
@@ -477,45 +620,77 @@ class PreparedGroup:
     splits: dict[str, PreparedSplit]
 
 
-COORDINATES = ("documents", "paragraphs", "sentences")  # the int32 arrays stored beside the tokens
-
-
 class _SplitWriter:
-    """Appends documents to one split's arrays. Paragraph and sentence indices are stored cumulatively over
-    the split (each document starts a new paragraph and sentence), so they never decrease along the array
-    and a window spanning two documents still sees increasing coordinates; a document's own indices are
-    the stored ones minus those of its first token."""
+    """Appends documents to one split's files: the tokens, and the offsets where documents, paragraphs and
+    sentences start. Paragraph and sentence indices are cumulative over the split (each document starts a new
+    paragraph and sentence), so they never decrease along the split and a window spanning two documents still
+    sees increasing coordinates; a document's own indices are the values minus those of its first token.
+
+    Offsets are streamed as int64 (the split's length is not known until the end) and narrowed to uint32 at
+    ``close`` when the split has fewer than 2**32 tokens: 4 bytes a boundary, a few boundaries per hundred tokens.
+    """
 
     def __init__(self, directory: Path, split: str, separator: int) -> None:
-        self.separator, self.n_bytes = separator, 0
+        self.directory, self.split, self.separator, self.n_bytes = directory, split, separator, 0
         self.tokens = open(directory / f"{split}.tokens.u16", "wb")  # noqa: SIM115 (closed in close())
-        self.arrays = {name: open(directory / f"{split}.{name}.i32", "wb") for name in COORDINATES}  # noqa: SIM115
+        self.offsets = {
+            name: open(directory / f"{split}.{name}.i64.part", "wb")  # noqa: SIM115 (closed in close())
+            for name in ("document_starts", "paragraph_starts", "sentence_starts")
+        }
+        self.ordinals = open(directory / f"{split}.document_ordinals.bin", "wb")  # noqa: SIM115
         self.count, self.n_documents, self.n_paragraphs, self.n_sentences = 0, 0, 0, 0
+        self.lengths = dict.fromkeys(BOUNDARY_ARRAYS, 0)
+
+    def _write(self, name: str, offsets: np.ndarray) -> None:
+        self.offsets[name].write(offsets.astype("<i8").tobytes())
+        self.lengths[name] += len(offsets)
 
     def add(
         self, ordinal: int, tokens: np.ndarray, paragraphs: np.ndarray, sentences: np.ndarray, n_bytes: int
     ) -> None:
         n = len(tokens) + 1  # each document ends with the separator, which belongs to its last paragraph
         last = (int(paragraphs[-1]), int(sentences[-1])) if len(tokens) else (0, 0)
-        values = {
-            "documents": np.full(n, ordinal),
-            "paragraphs": np.append(paragraphs, last[0]) + self.n_paragraphs,
-            "sentences": np.append(sentences, last[1]) + self.n_sentences,
-        }
+        start = self.count
+        self._write("document_starts", np.array([start]))
+        self.ordinals.write(np.array([ordinal], dtype="<i4").tobytes())
+        self.lengths["document_ordinals"] += 1
+        for name, local, end in (("paragraph_starts", paragraphs, last[0]), ("sentence_starts", sentences, last[1])):
+            values = np.append(np.asarray(local, dtype=np.int64), end)
+            # the index moves up by one at a document after the split's first (the previous one's last + 1), by
+            # its first token's own index there, and by each step inside it: repeated offsets carry steps above one
+            first = int(values[0]) + (1 if start else 0)
+            steps = np.diff(values)
+            moved = np.flatnonzero(steps)
+            self._write(name, np.concatenate((np.full(first, start), np.repeat(start + 1 + moved, steps[moved]))))
         self.tokens.write(np.append(tokens, self.separator).astype("<u2").tobytes())
-        for name, f in self.arrays.items():
-            f.write(values[name].astype("<i4").tobytes())
         self.count += n
         self.n_bytes += n_bytes + 1  # the separator counts as one byte, as with the byte tokenizer
         self.n_documents += 1
         self.n_paragraphs += last[0] + 1
         self.n_sentences += last[1] + 1
 
-    def close(self) -> None:
-        for f in (self.tokens, *self.arrays.values()):
+    def close(self) -> dict[str, list[Any]]:
+        """Close the files; narrow the offsets. Returns ``{name: [dtype, length]}`` of the boundary arrays."""
+        for f in (self.tokens, self.ordinals, *self.offsets.values()):
             f.flush()
             os.fsync(f.fileno())
             f.close()
+        dtype = "<u4" if self.count < 2**32 else "<i8"
+        for name in self.offsets:
+            part = self.directory / f"{self.split}.{name}.i64.part"
+            target = self.directory / f"{self.split}.{name}.bin"
+            if dtype == "<i8" or self.lengths[name] == 0:
+                os.replace(part, target)
+                continue
+            source = np.memmap(part, dtype="<i8", mode="r", shape=(self.lengths[name],))
+            with open(target, "wb") as f:
+                for i in range(0, len(source), 1 << 22):  # in chunks: memory does not grow with the corpus
+                    f.write(np.asarray(source[i : i + (1 << 22)]).astype(dtype).tobytes())
+                f.flush()
+                os.fsync(f.fileno())
+            del source
+            part.unlink()
+        return {name: ["<i4" if name == "document_ordinals" else dtype, self.lengths[name]] for name in BOUNDARY_ARRAYS}
 
     def stats(self) -> dict[str, int]:
         return {
@@ -525,6 +700,31 @@ class _SplitWriter:
             "paragraphs": self.n_paragraphs,
             "sentences": self.n_sentences,
         }
+
+
+class _Progress:
+    """A log line every ``PROGRESS_SECONDS`` while a group is prepared (documents, bytes, MB/s), and one at the end."""
+
+    def __init__(self, name: str, total_bytes: int | None) -> None:
+        self.name, self.total = name, total_bytes
+        self.start = self.last = time.monotonic()
+        self.documents, self.bytes = 0, 0
+
+    def _line(self, now: float) -> str:
+        rate = self.bytes / 1e6 / max(now - self.start, 1e-9)
+        of = f" (of {self.total / 1e6:,.1f} MB of files)" if self.total else ""
+        elapsed = now - self.start
+        return f"{self.documents:,} documents, {self.bytes / 1e6:,.1f} MB{of} in {elapsed:.0f} s, {rate:.1f} MB/s"
+
+    def update(self, n_bytes: int) -> None:
+        self.documents, self.bytes = self.documents + 1, self.bytes + n_bytes
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_SECONDS:
+            self.last = now
+            log.info("preparing %s: %s", self.name, self._line(now))
+
+    def done(self) -> None:
+        log.info("prepared %s: %s", self.name, self._line(time.monotonic()))
 
 
 def prepare_group(
@@ -570,22 +770,28 @@ def _write_group(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     writers = {split: _SplitWriter(tmp, split, tokenizer.separator) for split in SPLITS}
+    summary = resolved.summary()
+    progress = _Progress(f"{settings['corpus']}/{settings['group']}", summary.get("file_bytes"))
+    arrays: dict[str, dict[str, list[Any]]] = {}
     try:
         for document in resolved.documents(fraction):
             tokens, first_bytes = tokenizer.encode(document.text)
             paragraphs, sentences = segment(document.text, document.style)  # per byte; a token: its first byte
             writer = writers[document.split]
             writer.add(document.ordinal, tokens, paragraphs[first_bytes], sentences[first_bytes], len(paragraphs))
+            progress.update(len(paragraphs))
     finally:
-        for writer in writers.values():
-            writer.close()
+        for split, writer in writers.items():
+            arrays[split] = writer.close()
+    progress.done()
     meta = {
         **settings,
         "splits": {s: w.stats() for s, w in writers.items()},
-        "coordinates": list(COORDINATES),
+        "coordinates": list(COORDINATES),  # per token, computed from the boundary arrays when read
+        "arrays": arrays,  # per split: {name: [dtype, length]} of {split}.{name}.bin
         "vocab_size": tokenizer.vocab_size,
         "separator": tokenizer.separator,
-        "source_files": resolved.summary(),
+        "source_files": summary,
     }
     empty = [split for split, writer in writers.items() if writer.count == 0]
     if empty:
@@ -599,17 +805,28 @@ def _write_group(
     os.replace(tmp, final)  # atomic: readers see no cache or a complete one
 
 
+def _map(path: Path, dtype: str, length: int) -> np.ndarray:
+    # np.memmap cannot map an empty file (a split without paragraph boundaries has an empty array)
+    return np.memmap(path, dtype=dtype, mode="r", shape=(length,)) if length else np.zeros(0, dtype=dtype)
+
+
 def load_prepared(directory: Path, weight: float = 1.0) -> PreparedGroup:
     meta = json.loads((directory / "meta.json").read_text())
+    if meta.get("version") != CACHE_VERSION or "arrays" not in meta:
+        raise ConfigError(
+            f"{directory} holds prepared data of cache version {meta.get('version')}, and this poslab reads version "
+            f"{CACHE_VERSION}: delete it and run again to prepare the data anew."
+        )
     splits = {}
     for split in SPLITS:
         n = meta["splits"][split]["tokens"]
-        arrays = {
-            name: np.memmap(directory / f"{split}.{name}.i32", dtype="<i4", mode="r", shape=(n,))
-            for name in COORDINATES
-        }
+        layout = meta["arrays"][split]
+        arrays = {name: _map(directory / f"{split}.{name}.bin", *layout[name]) for name in BOUNDARY_ARRAYS}
         splits[split] = PreparedSplit(
-            tokens=np.memmap(directory / f"{split}.tokens.u16", dtype="<u2", mode="r", shape=(n,)), **arrays
+            tokens=np.memmap(directory / f"{split}.tokens.u16", dtype="<u2", mode="r", shape=(n,)),
+            documents=Coordinate(n, arrays["document_starts"], arrays["document_ordinals"]),
+            paragraphs=Coordinate(n, arrays["paragraph_starts"]),
+            sentences=Coordinate(n, arrays["sentence_starts"]),
         )
     return PreparedGroup(meta["group"], weight, directory, meta, splits)
 

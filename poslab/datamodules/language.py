@@ -30,13 +30,28 @@ log = logging.getLogger("poslab")
 
 
 def window(split: PreparedSplit, start: int, length: int) -> dict[str, Tensor]:
-    """One window: its tokens and their paragraph and sentence indices (relative to the window's first)."""
+    """One window: its tokens and their paragraph and sentence indices (relative to the window's first).
+
+    The indices are made here from the boundary offsets the cache stores (``Coordinate.relative``: two binary
+    searches and a cumulative count over the boundaries inside the window), not read per token."""
     stop = start + length
-    out = {"tokens": torch.from_numpy(np.asarray(split.tokens[start:stop], dtype=np.int64))}
-    for name, array in (("paragraph", split.paragraphs), ("sentence", split.sentences)):
-        values = np.asarray(array[start:stop], dtype=np.int64)
-        out[name] = torch.from_numpy(values - values[0])
-    return out
+    return {
+        "tokens": torch.from_numpy(np.asarray(split.tokens[start:stop], dtype=np.int64)),
+        "paragraph": torch.from_numpy(split.paragraphs.relative(start, stop)),
+        "sentence": torch.from_numpy(split.sentences.relative(start, stop)),
+    }
+
+
+def windows(split: PreparedSplit, starts: np.ndarray, length: int) -> dict[str, Tensor]:
+    """Many windows of one split at once, ``[len(starts), length]`` each: the same values as ``window`` row by
+    row, cut with one gather of the tokens and one vectorised count of the boundaries for the whole batch."""
+    starts = np.asarray(starts, dtype=np.int64)
+    positions = starts[:, None] + np.arange(length)
+    return {
+        "tokens": torch.from_numpy(np.asarray(split.tokens[positions], dtype=np.int64)),
+        "paragraph": torch.from_numpy(split.paragraphs.relative_windows(starts, length)),
+        "sentence": torch.from_numpy(split.sentences.relative_windows(starts, length)),
+    }
 
 
 def stack(windows: list[dict[str, Tensor]]) -> dict[str, Tensor]:
@@ -54,12 +69,17 @@ class TrainingWindows(IterableDataset):
         """Global batch ``index``: ``tokens`` ``[B, T + 1]`` and their ``paragraph`` / ``sentence`` indices."""
         generator = batch_generator(self.seed, index)
         choice = torch.multinomial(self.probabilities, self.batch_size, replacement=True, generator=generator)
-        rows = []
-        for g in choice.tolist():
+        groups = np.asarray(choice.tolist(), dtype=np.int64)
+        starts = np.empty(self.batch_size, dtype=np.int64)
+        for row, g in enumerate(groups.tolist()):  # the draws, row by row, as before: the same batches
             split = self.groups[g].splits["train"]
-            start = int(torch.randint(0, len(split) - self.length + 1, (1,), generator=generator))
-            rows.append(window(split, start, self.length))
-        return stack(rows)
+            starts[row] = int(torch.randint(0, len(split) - self.length + 1, (1,), generator=generator))
+        batch: dict[str, Tensor] = {}
+        for g in np.unique(groups).tolist():  # then the cut, one group's rows at a time
+            rows = np.flatnonzero(groups == g)
+            for key, values in windows(self.groups[g].splits["train"], starts[rows], self.length).items():
+                batch.setdefault(key, torch.empty((self.batch_size, self.length), dtype=torch.int64))[rows] = values
+        return batch
 
     def __iter__(self) -> Iterator[dict[str, Tensor]]:
         rows = slice(
