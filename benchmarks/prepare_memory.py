@@ -3,7 +3,9 @@
     POSLAB_DATA_DIR=../shared/corpora python benchmarks/prepare_memory.py [--file enwiki/enwiki_sample.jsonl]
 
 Each preparation runs in a fresh process (the peak RSS of a process only grows); prints its peak RSS, the
-part of it the preparation added beyond the imports, the time, and the ratio large/small (target <= 1.5).
+part of it the preparation added beyond the imports, the time and MB/s, the cache's bytes a token on disk, and
+the ratio large/small (target <= 1.5). Preparation MB/s and bytes a token against the old layout, and the batch
+cut: benchmarks/prepared_data.py.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ corpus = {"name": "bench", "validation_fraction": 0.02, "groups": {"main": {"loc
 groups = prepare_corpus(corpus, sys.argv[2], sys.argv[3])
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 tokens = sum(split["tokens"] for g in groups for split in g.meta["splits"].values())
+text = sum(split["bytes"] for g in groups for split in g.meta["splits"].values())
+disk = sum(p.stat().st_size for g in groups for p in g.directory.iterdir() if p.name != "meta.json")
 print(json.dumps({"peak_kb": after, "added_kb": after - before, "seconds": time.perf_counter() - start,
-                  "tokens": tokens}))
+                  "tokens": tokens, "text_bytes": text, "disk_bytes": disk}))
 """
 
 
@@ -63,7 +67,9 @@ def main() -> None:
     for name, r in (("slice", small_result), ("whole", large_result)):
         print(
             f"{name:6s} {r['tokens'] / 1e6:6.1f} M bytes: peak RSS {r['peak_kb'] / 1024:7.1f} MB "
-            f"(+{r['added_kb'] / 1024:6.1f} MB for preparing), {r['seconds']:.1f} s"
+            f"(+{r['added_kb'] / 1024:6.1f} MB for preparing), {r['seconds']:.1f} s, "
+            f"{r['text_bytes'] / 1e6 / r['seconds']:.2f} MB/s, {r['disk_bytes'] / r['tokens']:.3f} bytes a token "
+            "on disk"
         )
     print(
         f"peak RSS ratio whole/slice: {large_result['peak_kb'] / small_result['peak_kb']:.3f} (target <= 1.5); "
