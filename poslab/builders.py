@@ -21,6 +21,7 @@ from poslab.encodings import encoding_class
 from poslab.errors import ConfigError, MissingRunError, PoslabError
 from poslab.model import ModelConfig
 from poslab.run_files import MODEL_FILE
+from poslab.targets import check_loaded_config
 
 
 def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
@@ -77,6 +78,17 @@ def load_run(run_dir: str | Path, map_location: str = "cpu") -> tuple[DictConfig
     return cfg, module
 
 
+def load_saved_config(saved: Any, path: Path) -> DictConfig:
+    """The config stored in a loaded ``model.pt``, checked before anything is built from it: its ``_target_``s
+    must name poslab's own classes (``poslab.targets``), its datamodule a LightningDataModule and its
+    ``task.module`` a LightningModule. A file without a config is not a model poslab wrote."""
+    config = saved.get("config") if isinstance(saved, dict) else None
+    if not isinstance(config, dict) or not isinstance(config.get("task"), dict):
+        raise MissingRunError(f"{path} holds no run config (config.task): is it a model.pt written by train.py?")
+    check_loaded_config(config, str(path))
+    return OmegaConf.create(config)
+
+
 def load_run_and_data(run_dir: str | Path, map_location: str = "cpu") -> tuple[DictConfig, Any, Any]:
     """``load_run`` plus the run's datamodule, the one the model was built with (analyses read its held-out
     data; building a second one would prepare or map the corpus again)."""
@@ -84,7 +96,7 @@ def load_run_and_data(run_dir: str | Path, map_location: str = "cpu") -> tuple[D
     if not path.is_file():
         raise MissingRunError(f"{path} does not exist: is {run_dir} the directory of a finished train.py run?")
     saved = torch.load(path, map_location=map_location, weights_only=True)
-    cfg = OmegaConf.create(saved["config"])
+    cfg = load_saved_config(saved, path)
     datamodule = build_datamodule(cfg)
     module = build_module(cfg, datamodule)
     module.model.load_state_dict(uncompiled_state_dict(saved["state_dict"]))

@@ -1,4 +1,5 @@
-"""Callbacks: throughput (tokens/s) and model FLOPs utilisation, computed explicitly."""
+"""Callbacks: throughput (tokens/s) and model FLOPs utilisation, computed explicitly; the run's config in its
+checkpoints."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 
 import lightning as L
 import torch
+
+from poslab.checkpoint import CONFIG_KEY
 
 # Dense bf16 peak FLOP/s of devices we know (no sparsity). MFU needs one; set ``peak_flops`` otherwise.
 PEAK_FLOPS = {
@@ -90,3 +93,15 @@ class Throughput(L.Callback):
         if self.peak:
             out["mfu"] = tokens_per_s * self.flops_per_token / self.peak
         return out
+
+
+class RecordConfig(L.Callback):
+    """Writes the run's resolved config into every training checkpoint (``poslab.checkpoint.CONFIG_KEY``), so
+    that a resume can check it continues the same model (``poslab.config.check_resume``). Plain values only:
+    the checkpoint still loads with ``weights_only=True``."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+
+    def on_save_checkpoint(self, trainer: L.Trainer, module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        checkpoint[CONFIG_KEY] = self.config

@@ -8,8 +8,9 @@ loaded with ``weights_only=True``.
 Training checkpoints (``<run dir>/checkpoints/*.ckpt``, Lightning's format) hold
 the model, optimizer, schedule, loop counters (hence the step, and with it the
 data position) and the global RNG states; ``AtomicCheckpointIO`` writes them
-atomically and every one of them loads with ``weights_only=True``. See
-docs/resume.md.
+atomically and every one of them loads with ``weights_only=True``. Each also records the resolved config
+that made it (``CONFIG_KEY``, written by ``poslab.callbacks.RecordConfig``): resuming with a different
+model-defining setting stops at start with the differences (``config_changes``). See docs/resume.md.
 """
 
 from __future__ import annotations
@@ -28,9 +29,17 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from poslab.errors import ConfigError
 from poslab.io import write_atomic
 from poslab.run_files import CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE
+from poslab.targets import flatten
 
 # what a Lightning training checkpoint has and model.pt (or any other file) has not
 TRAINING_STATE_KEYS = ("state_dict", "optimizer_states", "lr_schedulers", "loops", "global_step")
+#: where a training checkpoint keeps the resolved config of the run that wrote it (plain values only)
+CONFIG_KEY = "poslab_config"
+#: the sections of a config that define what is trained: a resume must not change them unless told to
+MODEL_DEFINING = ("encoding", "model", "task", "corpus")
+#: keys of those sections that say where files are, not what is trained (a resume from another directory
+#: resolves them differently), or repeat another section (``task.corpus`` is ``corpus``)
+NOT_MODEL_DEFINING = ("task.data_dir", "task.cache_dir", "task.corpus")
 
 
 def uncompiled_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -172,3 +181,31 @@ def check_training_checkpoint(path: Path, what: str) -> None:
         raise ConfigError(
             f"{what}: {path} is not a training checkpoint{hint}: it lacks {', '.join(missing)}; allowed: {allowed}."
         )
+
+
+def checkpoint_config(path: str | Path) -> dict[str, Any] | None:
+    """The resolved config a training checkpoint records; ``None`` for a checkpoint written before poslab
+    recorded it. Tensors are memory-mapped, so this reads little more than the pickled index."""
+    saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    config = saved.get(CONFIG_KEY) if isinstance(saved, dict) else None
+    return config if isinstance(config, dict) else None
+
+
+def _covered(key: str, prefixes: Any) -> bool:
+    return any(key == p or key.startswith(f"{p}.") for p in prefixes)
+
+
+def config_changes(saved: dict[str, Any], current: dict[str, Any], allowed: Any = ()) -> list[str]:
+    """``key: saved → now`` for every model-defining setting (``MODEL_DEFINING``) that differs between the
+    config a checkpoint recorded and the current one, leaving out ``NOT_MODEL_DEFINING`` and the keys (or
+    sections: ``encoding`` covers ``encoding.base``) in ``allowed``."""
+    old = {k: v for k, v in flatten(saved).items() if _covered(k, MODEL_DEFINING)}
+    new = {k: v for k, v in flatten(current).items() if _covered(k, MODEL_DEFINING)}
+    changes = []
+    for key in sorted(old.keys() | new.keys()):
+        if _covered(key, NOT_MODEL_DEFINING) or _covered(key, allowed):
+            continue
+        before, after = old.get(key, "(not set)"), new.get(key, "(not set)")
+        if before != after:
+            changes.append(f"{key}: {before} → {after}")
+    return changes

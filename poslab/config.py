@@ -10,11 +10,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, open_dict
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from poslab.checkpoint import resolve_checkpoint
+from poslab.checkpoint import checkpoint_config, config_changes, resolve_checkpoint
 from poslab.errors import ConfigError
 from poslab.launching import register_resolvers
+from poslab.run_files import ANALYSIS_DIR, CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE
 
 SYNTHETIC_TASKS = ("lag", "seen")
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -38,6 +39,7 @@ def compose_config(overrides: list[str], output_dir: str | Path | None = None) -
 
 
 def check_config(cfg: DictConfig) -> None:
+    check_name(cfg.get("name"))
     task, corpus = cfg.task.name, cfg.corpus.name
     if task in SYNTHETIC_TASKS and corpus != "synthetic":
         raise ConfigError(
@@ -60,8 +62,87 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError(f"trainer.max_steps={cfg.trainer.get('max_steps')} must be a positive number of steps.")
     check_devices(cfg.trainer)
     check_global_batches(cfg)
-    if cfg.get("ckpt_path") is not None:
-        resolve_checkpoint(cfg.ckpt_path, cfg.paths.output_dir)
+    checkpoint = resolve_checkpoint(cfg.get("ckpt_path"), cfg.paths.output_dir)
+    check_run_directory(Path(cfg.paths.output_dir), checkpoint)
+    if checkpoint is not None:
+        check_resume(cfg, checkpoint)
+
+
+def check_name(name: Any) -> None:
+    """A run's ``name`` is the last part of its directory (``logs/runs/<time>_<name>``): one that holds a path
+    separator or ``..`` would put the run somewhere else (``name=../../../x``)."""
+    text = str(name)
+    separators = {"/", "\\", os.sep} | ({os.altsep} if os.altsep else set())
+    if not text.strip() or ".." in text or any(s in text for s in separators):
+        raise ConfigError(
+            f"name={text!r} is not allowed: the run directory is <paths.log_dir>/runs/<time>_<name>, so a name "
+            f"must be one directory name; allowed: letters, digits and - _ . = , (no /, \\ or ..)."
+        )
+
+
+def previous_run_files(output_dir: Path) -> list[str]:
+    """What a run directory already holds of an earlier run: its results, model, or last checkpoint."""
+    names = (RESULTS_FILE, MODEL_FILE, f"{CHECKPOINT_DIR}/{LAST_CHECKPOINT}")
+    return [name for name in names if (output_dir / name).is_file()]
+
+
+def check_run_directory(output_dir: Path, checkpoint: Path | None) -> None:
+    """A directory that already holds a run is continued only by resuming from its own checkpoint: training
+    into it afresh would replace its results.json and model.pt, append to its metrics.csv and leave its
+    last.ckpt beside a new last-v1.ckpt (so a later ckpt_path=last would resume the wrong run)."""
+    found = previous_run_files(output_dir)
+    if not found:
+        return
+    own = checkpoint is not None and output_dir.resolve() in checkpoint.resolve().parents
+    if own:
+        return
+    given = f"ckpt_path={checkpoint} is another run's checkpoint" if checkpoint else "no ckpt_path was given"
+    raise ConfigError(
+        f"the run directory {output_dir} already holds a run ({', '.join(found)}) and {given}; nothing was "
+        f"written: to continue that run give ckpt_path=last (with hydra.run.dir={output_dir}), to start a new "
+        f"one give a new directory (drop hydra.run.dir, or name an empty one)."
+    )
+
+
+def check_sweep_directory(sweep_dir: Path, ckpt_path: Any) -> None:
+    """A multirun into a directory that already holds runs (``hydra.sweep.dir`` given again) would write its
+    jobs over them (job 0 into 0/, ...): it stops before any job starts, unless the jobs resume."""
+    if ckpt_path is not None or not sweep_dir.is_dir():
+        return
+    found = sorted(
+        str(job.relative_to(sweep_dir))
+        for job in {p.parent for name in (RESULTS_FILE, MODEL_FILE) for p in sweep_dir.rglob(name)}
+        if ANALYSIS_DIR not in job.relative_to(sweep_dir).parts
+    )
+    if found:
+        raise ConfigError(
+            f"hydra.sweep.dir={sweep_dir} already holds runs ({', '.join(found[:5])}{', ...' if len(found) > 5 else ''}"
+            f"); a multirun there would overwrite them: give a new directory (drop hydra.sweep.dir, or name an "
+            f"empty one)."
+        )
+
+
+def check_resume(cfg: DictConfig, checkpoint: Path) -> None:
+    """A resume continues the model the checkpoint holds: a model-defining setting (``MODEL_DEFINING`` in
+    poslab.checkpoint: encoding, model, task, corpus) that differs from the checkpoint's config stops here,
+    listing every difference, unless ``resume_allow_changes`` names it (or its section) on purpose."""
+    allowed = cfg.get("resume_allow_changes") or []
+    if isinstance(allowed, str) or not all(isinstance(k, str) for k in allowed):
+        raise ConfigError(
+            f"resume_allow_changes={allowed!r} must be a list of setting names or sections, e.g. "
+            f"[optimizer, task.batch_size] or [encoding]."
+        )
+    saved = checkpoint_config(checkpoint)
+    if saved is None:
+        return  # a checkpoint from before poslab recorded its config: nothing to compare with
+    changes = config_changes(saved, OmegaConf.to_container(cfg, resolve=True), list(allowed))
+    if changes:
+        keys = ",".join(change.split(":", 1)[0] for change in changes)
+        raise ConfigError(
+            f"ckpt_path={cfg.ckpt_path} holds a model trained with other settings than these, and a resume "
+            f"continues that model: {'; '.join(changes)} (saved → now); give the saved settings, or allow the "
+            f"change on purpose with resume_allow_changes=[{keys}]."
+        )
 
 
 def available_devices(accelerator: str) -> int | None:

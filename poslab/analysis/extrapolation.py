@@ -16,10 +16,10 @@ from statistics import mean
 from typing import Any
 
 from poslab.analysis.output import AnalysisResult
-from poslab.errors import MissingRunError
-from poslab.io import read_json
+from poslab.analysis.results import FinishedRun, Runs, collect_runs, differing_settings, setting_values
+from poslab.errors import MissingRunError, UsageError
 from poslab.plotting import plt
-from poslab.run_files import ANALYSIS_DIR, FAILURE_FILE, RESULTS_FILE
+from poslab.run_files import ANALYSIS_DIR, RESULTS_FILE
 
 
 @dataclass
@@ -32,6 +32,11 @@ class GridRun:
     past_train: float  # at the longest length, positions past train_length
     log_scaled: float  # at the longest length, scores x log(L)/log(train_length)
     order: int = 0
+    settings: tuple[tuple[str, str], ...] = ()  # what tells it apart from runs of the same task and scheme
+
+    @property
+    def cell(self) -> Cell:
+        return (self.task, self.label, self.settings)
 
     @property
     def longest(self) -> int:
@@ -44,13 +49,13 @@ class GridRun:
             f"{' / '.join(f'{self.accuracy[n]:.3f}' for n in lengths)}; at {self.longest}, positions past "
             f"{self.train_length}: {self.past_train:.3f}; scores x log{self.longest}/log{self.train_length}: "
             f"{self.log_scaled:.3f}"
-        )
+        ) + ("  [" + ", ".join(f"{k}={v}" for k, v in self.settings) + "]" if self.settings else "")
 
 
 LINE = re.compile(
     r"^(?P<task>\S+)\s+(?P<label>\S+)\s+seed (?P<seed>\d+): length (?P<lengths>[\d /]+): (?P<accs>[\d. /]+); "
     r"at (?P<longest>\d+), positions past (?P<train>\d+): (?P<past>[\d.]+); "
-    r"scores x log\d+/log\d+: (?P<scaled>[\d.]+)\s*$"
+    r"scores x log\d+/log\d+: (?P<scaled>[\d.]+)(?:\s+\[.*\])?\s*$"
 )
 
 
@@ -86,39 +91,59 @@ def reference_runs(name: str) -> list[GridRun]:
     return parse_lines(shipped.read_text())
 
 
-def load_runs(directory: str | Path) -> tuple[list[GridRun], list[Path]]:
-    """Every ``results.json`` below ``directory`` (a multirun directory), and the jobs that failed."""
+def is_grid_result(result: dict) -> bool:
+    """A synthetic-task run: figures keyed by evaluation length (a language model's are ``val_loss`` ...)."""
+    figures = result.get("figures") or {}
+    return result.get("task") != "lm" and all(str(key).isdigit() for key in figures)
+
+
+def grid_run(run: FinishedRun, keys: list[str]) -> GridRun:
+    result = run.result
+    figures = {int(n): row for n, row in result["figures"].items()}
+    longest = max(figures)
+    job = run.path.name
+    return GridRun(
+        task=result["task"],
+        label=result["label"],
+        seed=int(result["seed"]),
+        train_length=int(result["train_length"]),
+        accuracy={n: row["accuracy"] for n, row in figures.items()},
+        past_train=figures[longest].get("accuracy_past_train", float("nan")),
+        log_scaled=figures[longest]["accuracy_log_scaled"],
+        order=int(job) if job.isdigit() else 0,
+        settings=tuple(zip(keys, setting_values(run, keys))),
+    )
+
+
+def load_runs(directory: str | Path) -> tuple[list[GridRun], Runs]:
+    """Every successful grid run below ``directory`` (a multirun directory), and the jobs listed apart. Runs
+    of one task and scheme that differ in another setting carry it (``GridRun.settings``), so they are
+    never averaged together. A directory of language-model runs only raises ``UsageError`` naming the
+    report that fits."""
     directory = Path(directory)
-    runs = []
-    for path in sorted(directory.rglob(RESULTS_FILE)):
-        result = read_json(path)
-        figures = {int(n): row for n, row in result["figures"].items()}
-        longest = max(figures)
-        job = path.parent.name
-        runs.append(
-            GridRun(
-                task=result["task"],
-                label=result["label"],
-                seed=int(result["seed"]),
-                train_length=int(result["train_length"]),
-                accuracy={n: row["accuracy"] for n, row in figures.items()},
-                past_train=figures[longest].get("accuracy_past_train", float("nan")),
-                log_scaled=figures[longest]["accuracy_log_scaled"],
-                order=int(job) if job.isdigit() else 0,
+    found = collect_runs([directory], keep=is_grid_result)
+    if not found.counted and not found.not_success:
+        lm = collect_runs([directory], keep=lambda r: not is_grid_result(r))
+        if lm.counted or lm.not_success:
+            raise UsageError(
+                f"{directory} holds language-model runs (task=lm), not an extrapolation grid of lag/seen runs: "
+                f"`poslab report losses {directory}` reports them."
             )
-        )
+    keys = differing_settings(found.counted, lambda r: (r.result["task"], r.result["label"]))
+    runs = [grid_run(run, keys) for run in found.counted]
     runs.sort(key=lambda r: (r.order, r.task, r.label, r.seed))
-    return runs, sorted(p.parent for p in directory.rglob(FAILURE_FILE))
+    return runs, found
 
 
-Cell = tuple[str, str]  # (task, scheme label)
+Cell = tuple[str, str, tuple[tuple[str, str], ...]]  # (task, scheme label, settings telling it apart)
 
 
 def seed_means(runs: list[GridRun]) -> dict[Cell, dict[str, float]]:
-    """Per task x scheme, in first-appearance order: the mean over seeds of every figure."""
+    """Per task x scheme (x the settings telling runs of both apart), in first-appearance order: the mean over
+    seeds of every figure."""
     groups: dict[Cell, list[GridRun]] = defaultdict(list)
     for run in runs:
-        groups[(run.task, run.label)].append(run)
+        groups[run.cell].append(run)
     means = {}
     for cell, members in groups.items():
         row = {f"L{n}": mean(r.accuracy[n] for r in members) for n in sorted(members[0].accuracy)}
@@ -141,11 +166,12 @@ def markdown_table(runs: list[GridRun], reference: list[GridRun] | None = None) 
         f"at {sample.longest}, past {sample.train_length}",
         f"x log{sample.longest}/log{sample.train_length}",
     ]
-    header = ["task", "scheme", "seeds", *titles] + (["max abs diff"] if theirs else [])
+    columns = [key for key, _ in sample.settings]  # settings telling runs of one task and scheme apart
+    header = ["task", "scheme", *columns, "seeds", *titles] + (["max abs diff"] if theirs else [])
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    for (task, label), row in ours.items():
-        ref = theirs.get((task, label))
-        cells = [task, label, str(row["seeds"])]
+    for (task, label, settings), row in ours.items():
+        ref = theirs.get((task, label, ()))
+        cells = [task, label, *(value for _, value in settings), str(row["seeds"])]
         for key in figures:
             cells.append(f"{row[key]:.3f}" + (f" ({ref[key]:.3f})" if ref and key in ref else ""))
         if theirs:
@@ -159,12 +185,14 @@ def plot_grid(runs: list[GridRun]) -> Any:
     """Accuracy against test length, one line per scheme (seed mean), one panel per task."""
 
     means = seed_means(runs)
-    tasks = list(dict.fromkeys(task for task, _ in means))
+    tasks = list(dict.fromkeys(task for task, _, _ in means))
     fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4.2), squeeze=False)
     for ax, task in zip(axes[0], tasks):
-        for (t, label), row in means.items():
+        for (t, label, settings), row in means.items():
             if t != task:
                 continue
+            if settings:
+                label = label + " " + ", ".join(f"{k}={v}" for k, v in settings)
             lengths = [int(k[1:]) for k in row if k.startswith("L")]
             ax.plot(lengths, [row[f"L{n}"] for n in lengths], marker="o", label=label)
         ax.set_xscale("log", base=2)
@@ -180,14 +208,19 @@ def plot_grid(runs: list[GridRun]) -> Any:
 
 def report_grid(directory: str | Path, reference: str | None = None) -> AnalysisResult:
     """The grid's report lines and table; files ``extrapolation_grid.{md,png}`` for ``DIR/analysis/grid/``."""
-    runs, failed = load_runs(directory)
+    runs, found = load_runs(directory)
     if not runs:
-        raise MissingRunError(f"no {RESULTS_FILE} below {directory}: is it a multirun directory of train.py?")
+        listed = " ".join(found.notes())
+        raise MissingRunError(
+            f"no {RESULTS_FILE} below {directory} of a successful run"
+            + (f": {listed}" if listed else ": is it a multirun directory of train.py?")
+        )
     table = markdown_table(runs, reference_runs(reference) if reference else None)
     out = [run.line() for run in runs]
     out += ["", table]
-    if failed:
-        out += ["", f"{len(failed)} job(s) failed (see their {FAILURE_FILE}): " + ", ".join(map(str, failed))]
+    notes = found.notes()
+    if notes:
+        out += ["", *notes]
     result = AnalysisResult("grid", "\n".join(out), Path(directory) / ANALYSIS_DIR / "grid")
     result.add_text("extrapolation_grid.md", result.report)
     result.add_figure("extrapolation_grid.png", plot_grid(runs))

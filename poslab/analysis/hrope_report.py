@@ -23,6 +23,8 @@ import numpy as np
 from poslab.analysis.hrope import RunAnalysis, analyze_run
 from poslab.analysis.logging import log_analysis
 from poslab.analysis.output import AnalysisResult
+from poslab.analysis.results import SUCCESS, run_status
+from poslab.errors import MissingRunError
 from poslab.run_files import default_analysis_dir, find_runs
 
 log = logging.getLogger("poslab")
@@ -196,7 +198,18 @@ def runs_csv(analyses: list[RunAnalysis]) -> str:
 def analyze_hrope(paths: list[str], documents: int = 200, **settings: Any) -> AnalysisResult:
     """Analyse every run under ``paths``: the printed report, and the tables and plots for the first multirun
     directory's ``analysis/hrope/`` (or ``RUN_DIR/analysis/hrope/`` for one run, or ``--output-dir``)."""
-    runs = find_runs(paths)
+    found = find_runs(paths)
+    # a run whose training did not succeed (results.json status: diverged ...) is left out and listed
+    skipped = [(run, status) for run in found if (status := run_status(run)) != SUCCESS]
+    runs = [run for run in found if run not in {r for r, _ in skipped}]
+    left_out = (
+        f"{len(skipped)} run(s) left out, their status is not {SUCCESS}: "
+        + ", ".join(f"{run} ({status})" for run, status in skipped)
+        if skipped
+        else ""
+    )
+    if not runs:
+        raise MissingRunError(f"no run to analyse under {', '.join(map(str, paths))}: {left_out}.")
     analyses = []
     for number, run in enumerate(runs, 1):
         log.info("analyze hrope: run %d/%d %s", number, len(runs), run)
@@ -214,6 +227,7 @@ def analyze_hrope(paths: list[str], documents: int = 200, **settings: Any) -> An
             per_run_table(analyses),
             f"Documents per run: up to {documents}; trend {settings.get('trend', 'linear')}; "
             f"plots: {wells}, {shuffled}.",
+            *([left_out] if left_out else []),
         ]
     )
     result.add_text("hrope_table.md", result.report)

@@ -10,7 +10,10 @@
 
 The model is run on windows of its context length; δ of every token is read from the per-layer
 coordinates the encoding returns (``Transformer.forward(..., return_positions=True)``), so any rotary
-encoding works (plain RoPE gives δ = 1 everywhere: a baseline).
+encoding works (plain RoPE gives δ = 1 everywhere: a baseline). Each window's first token has no token
+before it: its "increment" is the window's starting coordinate (0 for plain RoPE), not a distance, so the
+category table and the AUC leave it out. Only language-model runs (task=lm) that finished successfully are
+analysed; anything else is refused with one sentence.
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ import torch
 from poslab.analysis import increments as inc
 from poslab.analysis.logging import log_analysis
 from poslab.analysis.output import AnalysisResult
+from poslab.analysis.results import SUCCESS, run_status
 from poslab.builders import load_run_and_data
 from poslab.datamodules.corpora import decode_bytes
 from poslab.encodings.increments import increments_from_positions
-from poslab.errors import ConfigError
+from poslab.errors import ConfigError, MissingRunError
 from poslab.run_files import ANALYSIS_DIR
 
 DEFAULT_SENTENCES = (
@@ -58,6 +62,21 @@ def token_increments(model: torch.nn.Module, tokens: np.ndarray, context: int, b
     return np.concatenate(rows, axis=1)
 
 
+def within_windows(n_tokens: int, context: int) -> np.ndarray:
+    """True for every token of a stream run in windows of ``context`` but the first of each window, whose δ
+    is its window's starting coordinate rather than a distance to a previous token."""
+    return np.arange(n_tokens) % context != 0
+
+
+def boundary_auc_within_windows(text: str, tokens: np.ndarray, deltas: np.ndarray, context: int) -> list[float]:
+    """``increments.boundary_auc``, leaving out the gaps that fall on a window's first token."""
+    if np.asarray(tokens).tolist() != list(text.encode("utf-8")):
+        raise ValueError("tokens must be text encoded as UTF-8")
+    at, labels = inc.chinese_gaps(text)
+    keep = within_windows(len(tokens), context)[at] if len(at) else np.zeros(0, dtype=bool)
+    return [inc.roc_auc(row[at[keep]], labels[keep]) for row in deltas]
+
+
 def held_out_text(datamodule: Any, max_bytes: int) -> dict[str, bytes]:
     """Validation bytes of each source group of the run's corpus (documents never trained on)."""
     datamodule.setup()
@@ -77,7 +96,18 @@ def analyze_increments(
     max_bytes: int = 200_000,
 ) -> AnalysisResult:
     """The three analyses of one run; files for ``RUN_DIR/analysis/increments/`` (or ``--output-dir``)."""
+    status = run_status(run_dir)
+    if status != SUCCESS:
+        raise MissingRunError(
+            f"{run_dir} is not a successful run (its results.json says status {status!r}); the increments "
+            f"analyses need a run whose training finished with status {SUCCESS!r}."
+        )
     cfg, module, datamodule = load_run_and_data(run_dir)
+    if cfg.task.name != "lm":
+        raise ConfigError(
+            f"{run_dir} is a task={cfg.task.name} run; the increments analyses read δ per byte of text, so they "
+            f"need a language-model run (task=lm, e.g. train.py corpus=wikitext2 encoding=increments_layer)."
+        )
     tokenizer = cfg.get("corpus", {}).get("tokenizer", "bytes") if cfg.task.name == "lm" else "bytes"
     if tokenizer != "bytes":
         raise ConfigError(
@@ -92,7 +122,8 @@ def analyze_increments(
     held = {} if text_file else held_out_text(datamodule, max_bytes)
     streams = {"text": Path(text_file).read_bytes()[:max_bytes]} if text_file else held
     all_tokens = np.concatenate([np.frombuffer(b, dtype=np.uint8).astype(np.int64) for b in streams.values()])
-    deltas = token_increments(model, all_tokens, context)
+    keep = within_windows(len(all_tokens), context)
+    all_tokens, deltas = all_tokens[keep], token_increments(model, all_tokens, context)[:, keep]
     names = [f"L{i}" for i in range(deltas.shape[0])]
     if np.allclose(deltas, deltas[:1]):  # the same increments in every layer (shared, or plain RoPE): one row
         deltas, names = deltas[:1], ["shared"]
@@ -100,7 +131,8 @@ def analyze_increments(
     result.add_text("increments_categories.csv", inc.category_csv(rows))
     lines += [
         "",
-        f"δ by byte category on {len(all_tokens):,} held-out bytes ({', '.join(streams)}):",
+        f"δ by byte category on {len(all_tokens):,} held-out bytes ({', '.join(streams)}; each window's first "
+        f"byte left out):",
         inc.format_category_table(rows),
     ]
 
@@ -129,7 +161,7 @@ def analyze_increments(
     if zh:
         zh_tokens = np.frombuffer(zh.encode("utf-8"), dtype=np.uint8).astype(np.int64)
         zh_deltas = token_increments(model, zh_tokens, context)[: len(names)]
-        aucs = inc.boundary_auc(zh, zh_tokens, zh_deltas)
+        aucs = boundary_auc_within_windows(zh, zh_tokens, zh_deltas, context)
         n_gaps = len(inc.chinese_gaps(zh)[0])
         lines += [
             "",

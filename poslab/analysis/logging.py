@@ -15,6 +15,8 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from poslab.targets import LOGGER_METHODS, LOGGER_PREFIXES, allowed_class, refuse, targets
+
 log = logging.getLogger("poslab")
 
 
@@ -29,13 +31,25 @@ def log_analysis(
     tables: dict[str, Table] | None = None,
 ) -> list[str]:
     """Log ``scalars`` (and ``images``, and ``tables`` where the logger takes them: W&B) to every logger of the
-    run's config; returns the loggers' names."""
+    run's config; returns the loggers' names. The config was loaded from disk: a logger must be one of
+    poslab's or Lightning's logger classes, and nothing nested in its settings is built (``poslab.targets``);
+    anything else raises ``ConfigError`` naming it, before any logger is built."""
+    from lightning.pytorch.loggers import Logger
+
     loggers = cfg.get("logger") or {}
-    used = []
+    source = f"the config of {run_dir}"
+    checked = {}
     for name, settings in loggers.items():
         if not settings or "_target_" not in settings:
             continue
         settings = OmegaConf.to_container(settings, resolve=False)
+        allowed_class(settings["_target_"], f"logger.{name}._target_", LOGGER_PREFIXES, source, Logger, LOGGER_METHODS)
+        for key, value in targets(settings, f"logger.{name}"):
+            if key != f"logger.{name}._target_":  # Hydra would build it first: a logger's settings build nothing
+                raise refuse(key, value, LOGGER_PREFIXES, source, " (a logger's settings may not build objects)")
+        checked[name] = settings
+    used = []
+    for name, settings in checked.items():
         if "save_dir" in settings:
             settings["save_dir"] = str(run_dir)
         if "version" in settings:
