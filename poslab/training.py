@@ -16,7 +16,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from poslab.builders import build_datamodule, build_module, instantiate_all
-from poslab.callbacks import Throughput
+from poslab.callbacks import RecordConfig, Throughput
 from poslab.checkpoint import AtomicCheckpointIO, resolve_checkpoint, save_model
 from poslab.config import check_config
 from poslab.errors import ConfigError
@@ -62,6 +62,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if "wandb" in str(cfg.get("logger")).lower():
         wandb_offline_unless_key()
     callbacks = instantiate_all(cfg.get("callbacks"))
+    callbacks.append(RecordConfig(OmegaConf.to_container(cfg, resolve=True)))  # a resume checks it is the same model
     check_precision(cfg.trainer.get("precision", "32-true"))  # a precision the training step cannot honour stops here
     trainer: L.Trainer = hydra.utils.instantiate(
         cfg.trainer,
