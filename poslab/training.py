@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 import warnings
@@ -15,11 +16,12 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
+from poslab import launching
 from poslab.builders import build_datamodule, build_module, instantiate_all
 from poslab.callbacks import RecordConfig, Throughput
 from poslab.checkpoint import AtomicCheckpointIO, resolve_checkpoint, save_model
-from poslab.config import check_config
-from poslab.errors import ConfigError
+from poslab.config import check_config, requested_devices
+from poslab.errors import PoslabError
 from poslab.io import write_json_atomic
 from poslab.lightning_modules.base import check_precision
 from poslab.run_files import FAILURE_FILE, MODEL_FILE, RESULTS_FILE
@@ -99,6 +101,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "train_seconds": round(train_seconds, 3),
         "figures": module.figures,
         "throughput": next((c.summary() for c in trainer.callbacks if isinstance(c, Throughput)), {}),
+        "environment": {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "torch": torch.__version__},
         "config": resolved,
     }
     if trainer.is_global_zero:
@@ -139,12 +142,15 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
     from hydra.types import RunMode
 
     multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    if multirun and job_needs_own_process(cfg):
+        return run_job_in_own_process(cfg)
     try:
         return run(cfg)
-    except ConfigError as error:
+    except PoslabError as error:  # a bad setting, a missing corpus or run: its message, no traceback
         if not multirun:
             print(f"poslab: configuration error: {error}", file=sys.stderr)
             sys.exit(2)
+        log.error("this job failed: %s", error)  # to the console and the job's train.log; the others go on
         _record_failure(cfg, error)
     except Exception as error:
         if not multirun:
@@ -152,6 +158,31 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
         log.exception("this job failed; the other jobs of the multirun go on")
         _record_failure(cfg, error)
     return None
+
+
+def job_needs_own_process(cfg: DictConfig) -> bool:
+    """A local multirun job on one of several GPUs, or with DDP, runs as a single run in a fresh process
+    (``poslab.launching``: CUDA_VISIBLE_DEVICES per job; DDP ranks started from that job's command line)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    trainer = cfg.trainer
+    world = (requested_devices(trainer.get("devices", 1)) or 1) * int(trainer.get("num_nodes", 1) or 1)
+    uses_gpu = str(trainer.get("accelerator", "cpu")) in ("gpu", "cuda", "auto")
+    return launching.needs_own_process(uses_gpu, world, str(HydraConfig.get().launcher.get("_target_", "")))
+
+
+def run_job_in_own_process(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_cfg = HydraConfig.get()
+    job, output_dir = int(hydra_cfg.job.num), Path(cfg.paths.output_dir)
+    gpus = launching.gpus_for_job(job, cfg.trainer.get("devices", 1))
+    log.info("job %d runs in its own process%s", job, f" on GPU {','.join(gpus)}" if gpus else "")
+    status = launching.run_in_own_process(job, list(hydra_cfg.overrides.task), output_dir, cfg.trainer.devices)
+    if status != 0:
+        message = f"the job's process exited with status {status}; its messages are above and in {output_dir}"
+        log.error("job %d failed: %s", job, message)
+        write_json_atomic(output_dir / FAILURE_FILE, {"error": message})
 
 
 def _record_failure(cfg: DictConfig, error: BaseException) -> None:

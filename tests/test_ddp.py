@@ -84,3 +84,29 @@ def test_language_model_validation_under_ddp_counts_every_window_once(tmp_path):
     a = json.loads((single / "results.json").read_text())["figures"]
     b = json.loads((ddp / "results.json").read_text())["figures"]
     assert abs(a["val_loss"] - b["val_loss"]) <= 1e-6 and abs(a["val_bpb"] - b["val_bpb"]) <= 1e-6, (a, b)
+
+
+@pytest.mark.skipif(CORES < 2, reason="trainer=ddp_cpu runs 2 processes: needs 2 CPU cores")
+def test_rand_axial_draws_the_same_boundaries_under_ddp_as_in_one_process(tmp_path):
+    """rand_axial's random paragraph boundaries are a function of (seed, step, global row): the 2-process
+    run trains on the same boundaries as the 1-process run and ends with the same figures."""
+    base = [
+        "debug=fast",
+        "encoding=rand_axial",
+        "encoding.paragraph_density=0.2",
+        "trainer.max_steps=6",
+        "~callbacks.progress_bar",
+        "threads=1",
+        "~logger",
+    ]
+    single, ddp = tmp_path / "single", tmp_path / "ddp"
+    one = run_train([*base, f"hydra.run.dir={single}"], tmp_path)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = run_train([*base, "trainer=ddp_cpu", f"hydra.run.dir={ddp}"], tmp_path, timeout=600)
+    assert two.returncode == 0, two.stderr[-3000:]
+    a = torch.load(single / "model.pt", weights_only=True)["state_dict"]
+    b = torch.load(ddp / "model.pt", weights_only=True)["state_dict"]
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-4  # summation order only
+    fa = json.loads((single / "results.json").read_text())["figures"]
+    fb = json.loads((ddp / "results.json").read_text())["figures"]
+    assert all(abs(v - fb[n][m]) <= 1e-6 for n, row in fa.items() for m, v in row.items()), (fa, fb)

@@ -75,6 +75,10 @@ class PositionEncoding(nn.Module):
     required_coordinates: ClassVar[tuple[str, ...]] = ()
     #: settings that, left null, are filled from the training data's statistics (``paragraph_density``)
     corpus_settings: ClassVar[tuple[str, ...]] = ()
+    #: the encoding draws random numbers per training sequence (rand_axial): the training module then passes
+    #: ``coordinates["row_seed"]`` ``[B, 1]``, a function of (run seed, step, global row), so a run's draws do not
+    #: depend on the number of DDP processes, on a resume, or on anything else drawing from torch's RNG
+    uses_row_seeds: ClassVar[bool] = False
 
     def __init__(self, shape: ModelShape) -> None:
         super().__init__()

@@ -26,9 +26,11 @@ sees differences, and small numbers keep the fp32 angles exact. The token coordi
 
 - ``hrope_axial``: the real paragraph coordinate.
 - ``rand_axial``: in training the paragraph coordinate is random: a boundary before each token (but the
-  first) with probability ``paragraph_density``, drawn afresh every forward pass from torch's global RNG, so it
-  never repeats and cannot be memorised. In evaluation it uses the real coordinate (``eval_paragraphs: real``,
-  the default), or random boundaries from a fixed seed (``random``) so evaluations are reproducible.
+  first) with probability ``paragraph_density``, drawn afresh for every training sequence from a generator
+  seeded by (run seed, step, global row) (``PositionEncoding.uses_row_seeds``), so it never repeats and
+  cannot be memorised, and a DDP run or a resumed one draws exactly what a 1-process run does. In
+  evaluation it uses the real coordinate (``eval_paragraphs: real``, the default), or random boundaries from
+  a fixed seed (``random``) so evaluations are reproducible.
 - ``period_axial``: the paragraph coordinate on a fixed grid, a boundary every ``round(1 / paragraph_density)``
   tokens, in training and evaluation alike.
 
@@ -178,6 +180,7 @@ class RandAxialEncoding(HRopeEncoding):
     """hRoPE whose paragraph coordinate is random boundaries at ``paragraph_density``, new every training step."""
 
     corpus_settings = ("paragraph_density",)  # null: the training corpus's boundary density
+    uses_row_seeds = True  # training draws are a function of (seed, step, global row): DDP-invariant
 
     def __init__(
         self,
@@ -201,18 +204,31 @@ class RandAxialEncoding(HRopeEncoding):
             )
 
     def random_paragraphs(self, inputs: PositionInputs, generator: torch.Generator | None = None) -> Tensor:
-        """Bernoulli(density) boundaries before every token but the first, cumulated: ``[B, T]`` int64 from 0."""
+        """Bernoulli(density) boundaries before every token but the first, cumulated: ``[B, T]`` int64 from 0.
+
+        With ``coordinates["row_seed"]`` (training, from the module) row b draws from its own generator seeded
+        by ``row_seed[b]``; else from ``generator`` (evaluation) or torch's global RNG."""
         if self.paragraph_density is None:
             raise ConfigError(f"encoding {self.name!r} needs encoding.paragraph_density; it is not set.")
         tokens = inputs.tokens
-        draws = torch.rand(tokens.shape, generator=generator, device=tokens.device)
+        seeds = inputs.coordinates.get("row_seed") if generator is None else None
+        if seeds is not None:
+            row_generator = torch.Generator(device=tokens.device)
+            draws = torch.stack(
+                [
+                    torch.rand(tokens.shape[1], generator=row_generator.manual_seed(int(seed)), device=tokens.device)
+                    for seed in seeds[:, 0].tolist()
+                ]
+            )
+        else:
+            draws = torch.rand(tokens.shape, generator=generator, device=tokens.device)
         boundaries = draws < self.paragraph_density
         boundaries[:, 0] = False  # the window's first token is paragraph 0
         return boundaries.long().cumsum(dim=-1)
 
     def paragraph(self, inputs: PositionInputs) -> Tensor:
         if self.training:
-            return self.random_paragraphs(inputs)  # torch's global RNG: never the same twice
+            return self.random_paragraphs(inputs)  # per-row seeds from the module (or torch's global RNG)
         if self.eval_paragraphs == "random":
             generator = torch.Generator(device=inputs.tokens.device).manual_seed(EVAL_SEED)
             return self.random_paragraphs(inputs, generator)

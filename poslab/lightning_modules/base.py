@@ -137,6 +137,19 @@ class TransformerModule(L.LightningModule):
         if self.is_log_step():
             self.log(name, value.detach(), prog_bar=True)
 
+    def with_row_seeds(self, coordinates: dict[str, Tensor] | None, batch_size: int) -> dict[str, Tensor] | None:
+        """``coordinates`` plus ``row_seed`` for an encoding that draws per training sequence
+        (``PositionEncoding.uses_row_seeds``): row i of this process's batch is row ``rank * batch_size + i`` of
+        global batch ``global_step``, and its seed a function of that row, the step and the run's seed only."""
+        if not (self.training and self.model.encoding.uses_row_seeds):
+            return coordinates
+        trainer = self._trainer
+        seed = int(getattr(trainer.datamodule, "seed", 0) or 0) if trainer is not None else 0
+        rank = trainer.global_rank if trainer is not None else 0
+        rows = torch.arange(batch_size, device=self.device) + rank * batch_size
+        step_seed = (seed * 1_000_003 + int(self.global_step)) * 1_048_573  # distinct for every (seed, step)
+        return {**(coordinates or {}), "row_seed": (rows + step_seed)[:, None]}
+
     def is_log_step(self) -> bool:
         interval = self.trainer.log_every_n_steps if self._trainer is not None else 1
         return self.global_step % max(1, interval) == 0

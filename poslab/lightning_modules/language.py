@@ -31,7 +31,7 @@ class LanguageModelModule(TransformerModule):
         tokens = batch["tokens"]
         needed = self.model.encoding.required_coordinates
         coordinates = {name: batch[name][:, :-1] for name in needed} if needed else None
-        logits = self.model(tokens[:, :-1], coordinates).logits
+        logits = self.model(tokens[:, :-1], self.with_row_seeds(coordinates, len(tokens))).logits
         return F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:

@@ -52,7 +52,7 @@ class SyntheticTaskModule(TransformerModule):
 
     def loss(self, batch: tuple[Tensor, Tensor]) -> Tensor:
         tokens, targets = batch
-        logits = self.model(tokens, self.coordinates(tokens)).logits
+        logits = self.model(tokens, self.with_row_seeds(self.coordinates(tokens), len(tokens))).logits
         return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE)  # bf16 logits
 
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
