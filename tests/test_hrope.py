@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,9 +13,10 @@ from poslab.encodings.rotary import inverse_frequencies
 from poslab.errors import ConfigError
 from poslab.model import ModelConfig, Transformer
 
+from .conftest import compose_config
+
 torch.set_num_threads(1)
 
-CONF = Path(__file__).resolve().parents[1] / "conf" / "encoding"
 SHAPE = ModelShape(d_model=48, n_heads=2, n_layers=2, head_dim=24)
 B, T = 2, 24
 
@@ -200,7 +200,8 @@ def test_period_axial_grid_has_the_exact_density(training):
 
 @pytest.mark.parametrize("name", ["hrope_axial", "rand_axial", "period_axial"])
 def test_yaml_defaults_build(name):
-    settings = OmegaConf.to_container(OmegaConf.load(CONF / f"{name}.yaml"))
+    # composed as train.py composes it: the YAML inherits base, pairing and rotary_dim (encoding/shared/rotary)
+    settings = OmegaConf.to_container(compose_config([f"encoding={name}"]).encoding)
     assert settings["name"] == name
     if "paragraph_density" in settings:
         settings["paragraph_density"] = 0.02  # what the corpus fills in
