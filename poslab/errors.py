@@ -28,3 +28,17 @@ class MissingRunError(PoslabError, FileNotFoundError):
 class OutputNotWritableError(PoslabError, OSError):
     """An analysis or report could not write its files; the message names the directory and the setting
     (``--output-dir``) that points elsewhere."""
+
+
+class DataError(PoslabError, ValueError):
+    """A data file or the prepared cache cannot be read as it should: a malformed line, invalid UTF-8, a damaged
+    array; the message names the file (and the line or byte offset) and what to do."""
+
+
+class DivergedError(PoslabError, ArithmeticError):
+    """Training produced a non-finite loss (NaN or inf); the message names the step and the likely causes.
+    The run writes ``results.json`` with ``"status": "diverged"`` and exits with status 1."""
+
+    def __init__(self, message: str, step: int) -> None:
+        super().__init__(message)
+        self.step = step

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -35,7 +36,20 @@ def _umask() -> int:
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
-    return write_atomic(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+    """JSON has no NaN or infinity (Python writes them anyway, and strict readers refuse the file): such a
+    number is written as null."""
+    text = json.dumps(finite_or_null(obj), indent=2, sort_keys=False, default=str, allow_nan=False)
+    return write_atomic(path, text + "\n")
+
+
+def finite_or_null(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {key: finite_or_null(value) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_or_null(value) for value in obj]
+    return obj
 
 
 def read_json(path: str | os.PathLike) -> Any:

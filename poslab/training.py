@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 import time
@@ -21,13 +22,14 @@ from poslab.builders import build_datamodule, build_module, instantiate_all
 from poslab.callbacks import RecordConfig, Throughput
 from poslab.checkpoint import AtomicCheckpointIO, resolve_checkpoint, save_model
 from poslab.config import check_config, requested_devices
-from poslab.errors import PoslabError
+from poslab.errors import DivergedError, PoslabError
 from poslab.io import write_json_atomic
 from poslab.lightning_modules.base import check_precision
 from poslab.run_files import FAILURE_FILE, MODEL_FILE, RESULTS_FILE
 from poslab.runtime import keep_freed_memory, wandb_offline_unless_key
 
 log = logging.getLogger("poslab")
+
 
 def quiet_third_party_noise() -> None:
     """Drop messages every run would print that say nothing about the run: Lightning's tip advertising
@@ -78,19 +80,25 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     resolved = OmegaConf.to_container(cfg, resolve=True)
     for logger in trainer.loggers:
         logger.log_hyperparams(resolved)
-    status = "failed"
+    status, diverged = "failed", None
+    start = time.perf_counter()
     try:
-        start = time.perf_counter()
         if ckpt_path is not None:
             log.info("resuming from %s", ckpt_path)
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
         train_seconds = time.perf_counter() - start
         trainer.test(module, datamodule=datamodule, verbose=False)
         status = "success"
+    except DivergedError as error:  # written down as such (results.json), never averaged as an ordinary run
+        train_seconds, status, diverged = time.perf_counter() - start, "diverged", error
     finally:
         finish_loggers(trainer, status)
+    if status == "success" and not all_finite(module.figures):
+        status = "diverged"  # a NaN evaluation: the figures are null, the status says why
 
     results = {
+        "status": status,
+        **({"diverged_at_step": diverged.step} if diverged is not None else {}),
         "task": cfg.task.name,
         "encoding": cfg.encoding.name,
         "label": label,
@@ -105,11 +113,23 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "config": resolved,
     }
     if trainer.is_global_zero:
-        if cfg.get("save_model", True):
+        if cfg.get("save_model", True) and status == "success":  # a diverged model (NaN weights) is not kept
             save_model(output_dir / MODEL_FILE, module.model, results["config"])
         write_json_atomic(output_dir / RESULTS_FILE, results)
         log.info("%s %s seed %s: %s", cfg.task.name, label, cfg.seed, format_figures(module.figures))
+    if diverged is not None:
+        raise diverged
+    if status != "success":
+        raise DivergedError(
+            f"the evaluation figures are not finite ({format_figures(module.figures)}).", trainer.global_step
+        )
     return results
+
+
+def all_finite(figures: Any) -> bool:
+    if isinstance(figures, dict):
+        return all(all_finite(v) for v in figures.values())
+    return not isinstance(figures, float) or math.isfinite(figures)
 
 
 def finish_loggers(trainer: L.Trainer, status: str) -> None:
@@ -146,6 +166,11 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
         return run_job_in_own_process(cfg)
     try:
         return run(cfg)
+    except DivergedError as error:  # results.json says "diverged"; the multirun summary counts it
+        log.error("this run diverged: %s", error)
+        if not multirun:
+            print(f"poslab: {error}", file=sys.stderr)
+            sys.exit(1)
     except PoslabError as error:  # a bad setting, a missing corpus or run: its message, no traceback
         if not multirun:
             print(f"poslab: configuration error: {error}", file=sys.stderr)

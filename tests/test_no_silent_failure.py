@@ -316,3 +316,48 @@ def test_a_multirun_with_such_a_name_is_refused_before_any_job(tmp_path):
     assert result.returncode == 2
     assert "name='../../x' is not allowed" in one_message(result.stderr)
     assert everything(tmp_path) == {work}
+
+
+# (1) a non-finite loss
+
+
+def strict_json(path: Path):
+    """JSON as a strict reader sees it: NaN or Infinity in the file is an error."""
+
+    def refuse(constant: str):
+        raise AssertionError(f"{path} holds {constant}")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def test_a_run_whose_loss_turns_nan_stops_as_diverged_and_says_so(tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_train(
+        ["debug=fast", "optimizer.lr=1e6", "trainer.max_steps=20", "~logger", f"hydra.run.dir={run_dir}"], tmp_path
+    )
+    assert result.returncode == 1, result.stderr[-2000:]
+    message = one_message(result.stderr)
+    assert "the run diverged and stops here" in message and "optimizer.lr=1000000.0" in message
+    saved = strict_json(run_dir / "results.json")
+    assert saved["status"] == "diverged" and 0 <= saved["diverged_at_step"] < 20
+    assert f"at step {saved['diverged_at_step']}:" in message
+    assert not (run_dir / "model.pt").exists()  # no NaN weights left for an analysis to read
+
+
+def test_skip_nonfinite_steps_skips_that_many_then_stops():
+    from poslab.builders import build_datamodule, build_module
+    from poslab.errors import DivergedError
+
+    cfg = compose_config(["debug=fast", "optimizer.skip_nonfinite_steps=2"])
+    module = build_module(cfg, build_datamodule(cfg))
+    nan = torch.tensor(float("nan"))
+    assert torch.isnan(module.skip_or_stop(nan)) and torch.isnan(module.skip_or_stop(nan))  # two skipped
+    with pytest.raises(DivergedError, match="skipped non-finite steps so far: 2 of optimizer.skip_nonfinite_steps=2"):
+        module.skip_or_stop(nan)
+
+
+def test_results_never_hold_nan(tmp_path):
+    from poslab.io import write_json_atomic
+
+    path = write_json_atomic(tmp_path / "r.json", {"figures": {"val_loss": float("nan"), "x": [1.0, float("inf")]}})
+    assert strict_json(path) == {"figures": {"val_loss": None, "x": [1.0, None]}}

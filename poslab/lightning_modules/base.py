@@ -12,7 +12,7 @@ from lightning.pytorch.core.optimizer import LightningOptimizer
 from torch import Tensor
 
 from poslab.checkpoint import rng_states, set_rng_states
-from poslab.errors import ConfigError
+from poslab.errors import ConfigError, DivergedError
 from poslab.model import ModelConfig, Transformer
 
 SCHEDULES = ("constant", "cosine")
@@ -94,6 +94,8 @@ class TransformerModule(L.LightningModule):
         closure and six hooks per step, a measurable share of a tiny model's step on a CPU."""
         optimizer, schedule = self.optimizers(), self.lr_schedulers()
         loss = self.loss(batch)
+        if not torch.isfinite(loss):  # one scalar read a step (a sync on GPUs): cheap against a silent NaN run
+            return self.skip_or_stop(loss)
         optimizer.zero_grad(set_to_none=True)
         # the backward pass outside autocast (as PyTorch asks): Lightning runs training_step inside it, and the
         # backward of an op autocast left in fp32 (the increments' DeltaMLP) would then run its products in bf16
@@ -110,6 +112,25 @@ class TransformerModule(L.LightningModule):
         schedule.step()
         self.log_every_n_steps("train/loss", loss)
         return loss.detach()
+
+    def skip_or_stop(self, loss: Tensor) -> Tensor:
+        """A non-finite training loss: skip this step (no update) while ``optimizer.skip_nonfinite_steps`` allows,
+        else stop the run as diverged, naming the step and the usual causes."""
+        self._nonfinite_steps = getattr(self, "_nonfinite_steps", 0) + 1
+        allowed = int(self.optimizer_config.get("skip_nonfinite_steps") or 0)
+        step = int(self.global_step)
+        if self._nonfinite_steps <= allowed:
+            self.log("train/skipped_nonfinite_steps", float(self._nonfinite_steps))
+            return loss.detach()
+        lr = self.optimizer_config.get("lr")
+        raise DivergedError(
+            f"the training loss is {float(loss)} at step {step}: the run diverged and stops here (skipped "
+            f"non-finite steps so far: {self._nonfinite_steps - 1} of optimizer.skip_nonfinite_steps={allowed}); "
+            f"likely causes: a learning rate too high (optimizer.lr={lr}), no or too little warm-up "
+            f"(optimizer.warmup_steps), no gradient clipping (optimizer.grad_clip), or fp16 overflow "
+            f"(trainer.precision=16-mixed; bf16-mixed has fp32's range).",
+            step,
+        )
 
     # Exact resume. Lightning's checkpoint holds the weights, the optimizer and schedule states and the loop
     # counters (global_step, hence the data position: batch i is a function of (seed, i)), with manual
