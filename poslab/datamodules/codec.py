@@ -4,11 +4,17 @@ One place for the rule every part of poslab that counts or decodes bytes follows
 tokenizers, the segmentation, the analyses): text is UTF-8 with ``surrogateescape``, so a file that is not
 valid UTF-8 still round-trips byte for byte (an undecodable byte becomes a lone surrogate and back), and
 the byte tokenizer's document separator is the one symbol past the 256 byte values.
+
+Reading a data file is stricter (``read_lines``, ``corpus.decode_errors``): ``strict`` stops at the first byte
+sequence that is not UTF-8 with the file and its byte offset (``first_invalid_utf8``); ``replace`` reads each such
+sequence as U+FFFD and counts it, so what was replaced is logged and recorded in the cache's ``meta.json``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import codecs
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import numpy as np
 
@@ -16,6 +22,21 @@ BYTE_VALUES = 256
 SEPARATOR = 256  # the byte tokenizer's document separator (after each document in the token array)
 BYTE_VOCAB = 257  # the 256 byte values and the separator
 ENCODING, ERRORS = "utf-8", "surrogateescape"
+DECODE_ERRORS = ("strict", "replace")  # corpus.decode_errors: what reading a data file does with invalid UTF-8
+COUNTING_REPLACE = "poslab.counting_replace"  # the codec error handler behind decode_errors=replace
+_replaced = [0]  # sequences COUNTING_REPLACE has replaced in this process (a reader takes the difference)
+
+
+def _counting_replace(error: UnicodeError) -> tuple[str, int]:
+    # Python's "replace" (one U+FFFD per invalid sequence), counted: a file's count is exact, not estimated from
+    # the U+FFFD in its text (the file may hold real U+FFFD characters)
+    if not isinstance(error, UnicodeDecodeError):
+        raise error
+    _replaced[0] += 1
+    return "\ufffd", error.end
+
+
+codecs.register_error(COUNTING_REPLACE, _counting_replace)
 
 
 def text_bytes(text: str) -> bytes:
@@ -55,3 +76,50 @@ def utf8_lengths(text: str) -> np.ndarray:
     lengths = 1 + (code >= 0x80).astype(np.int64) + (code >= 0x800) + (code >= 0x10000)
     lengths[(code >= 0xDC80) & (code <= 0xDCFF)] = 1  # surrogateescape: the original single byte
     return lengths
+
+
+def first_invalid_utf8(path: Path) -> tuple[int, int, str]:
+    """``(byte offset, line number, reason)`` of the first sequence of ``path`` that is not UTF-8; ``(-1, 0, "")``
+    when there is none. Read in chunks (memory does not grow with the file): the error path of ``read_lines``."""
+    decoder = codecs.getincrementaldecoder(ENCODING)("strict")
+    offset, line = 0, 1
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(1 << 20)
+            pending = len(decoder.getstate()[0])  # bytes of a character the previous chunk cut in two
+            try:
+                decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as error:
+                return offset - pending + error.start, line + error.object[: error.start].count(b"\n"), error.reason
+            if not chunk:
+                return -1, 0, ""
+            offset, line = offset + len(chunk), line + chunk.count(b"\n")
+
+
+class InvalidUtf8Error(ValueError):
+    """``read_lines`` under ``strict``: the file, byte offset and line of the first invalid sequence."""
+
+    def __init__(self, path: Path, offset: int, line: int, reason: str) -> None:
+        self.path, self.offset, self.line, self.reason = path, offset, line, reason
+        super().__init__(
+            f"{path} is not valid UTF-8 at byte offset {offset} (line {line}: {reason}); convert the file to UTF-8, "
+            f"or set corpus.decode_errors=replace to read each invalid sequence as U+FFFD (counted and logged)."
+        )
+
+
+def read_lines(path: Path, decode_errors: str = "strict", replaced: dict[str, int] | None = None) -> Iterator[str]:
+    """The lines of a UTF-8 text file (universal newlines, as ``open`` reads text). ``decode_errors``: ``strict``
+    raises ``InvalidUtf8Error`` at the first invalid sequence; ``replace`` reads it as U+FFFD and adds the count to
+    ``replaced[str(path)]``."""
+    if decode_errors not in DECODE_ERRORS:
+        raise ValueError(f"decode_errors={decode_errors!r}; allowed: {', '.join(DECODE_ERRORS)}.")
+    before = _replaced[0]
+    try:
+        with open(path, encoding=ENCODING, errors="strict" if decode_errors == "strict" else COUNTING_REPLACE) as f:
+            yield from f
+    except UnicodeDecodeError:
+        # the text reader's offsets are relative to its own buffer: find the file offset by scanning the bytes
+        raise InvalidUtf8Error(path, *first_invalid_utf8(path)) from None
+    finally:
+        if replaced is not None and _replaced[0] > before:
+            replaced[str(path)] = replaced.get(str(path), 0) + _replaced[0] - before

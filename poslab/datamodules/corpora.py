@@ -28,8 +28,12 @@ the run directory and the saved config say what was trained on).
 Preparation streams document by document (peak memory does not grow with the
 corpus), logs a line every few seconds (documents, MB, MB/s), writes into a
 temporary directory and renames it into place under a file lock, so parallel
-jobs preparing the same data leave one valid cache. docs/prepared_data.md: the
-layout and its figures.
+jobs preparing the same data leave one valid cache. ``meta.json`` records each array's
+size and sha256; a cache is checked when opened (sizes always, checksums per
+``corpus.verify_cache``), and a bad one is moved aside and prepared again. Invalid UTF-8
+in a data file follows ``corpus.decode_errors`` (strict: stop naming the file and byte
+offset; replace: U+FFFD, counted). docs/prepared_data.md: the layout, the integrity
+checks and their figures.
 """
 
 from __future__ import annotations
@@ -56,10 +60,18 @@ from filelock import FileLock
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
-from poslab.datamodules.codec import SEPARATOR, byte_length, decode_bytes, encode_bytes
+from poslab.datamodules.codec import (
+    DECODE_ERRORS,
+    SEPARATOR,
+    InvalidUtf8Error,
+    byte_length,
+    decode_bytes,
+    encode_bytes,
+    read_lines,
+)
 from poslab.datamodules.segmentation import STYLES, segment
 from poslab.datamodules.tokenization import BpeTokenizer, Tokenizer, load_tokenizer
-from poslab.errors import ConfigError
+from poslab.errors import ConfigError, DataError
 
 __all__ = ["SEPARATOR", "decode_bytes", "encode_bytes"]  # the byte codec (codec.py), re-exported for its users here
 
@@ -182,25 +194,54 @@ class SourceGroup:
 # ---- reading documents -----------------------------------------------------------------------------------------
 
 
-def _jsonl_documents(path: Path, text_field: str) -> Iterator[str]:
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                text = json.loads(line).get(text_field) or ""
-                if text.strip():
-                    yield text
+def _jsonl_documents(
+    path: Path, text_field: str, decode_errors: str = "strict", replaced: dict[str, int] | None = None
+) -> Iterator[str]:
+    for number, line in enumerate(_lines(path, decode_errors, replaced), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            reason = error.msg.removesuffix(" at")  # 'Unterminated string starting at', ...
+            raise DataError(
+                f"{path}, line {number}: not valid JSON ({reason} at column {error.colno}); each non-blank line of a "
+                f"JSONL file must be one JSON object."
+            ) from None
+        if not isinstance(row, dict):
+            raise DataError(
+                f"{path}, line {number}: a JSON {type(row).__name__}, not an object; each non-blank line of a JSONL "
+                f"file must be one JSON object with a {text_field!r} field."
+            )
+        text = row.get(text_field) or ""
+        if not isinstance(text, str):
+            raise DataError(
+                f"{path}, line {number}: the {text_field!r} field is a JSON {type(text).__name__}, not a string; "
+                f"point the source's field (corpus.field for corpus=local) at the column holding the text."
+            )
+        if text.strip():
+            yield text
 
 
-def _text_documents(path: Path, document_start: str | None) -> Iterator[str]:
+def _lines(path: Path, decode_errors: str, replaced: dict[str, int] | None) -> Iterator[str]:
+    """``codec.read_lines``, its invalid-UTF-8 error as poslab's (one message naming the file and byte offset)."""
+    try:
+        yield from read_lines(path, decode_errors, replaced)
+    except InvalidUtf8Error as error:
+        raise DataError(str(error)) from None
+
+
+def _text_documents(
+    path: Path, document_start: str | None, decode_errors: str = "strict", replaced: dict[str, int] | None = None
+) -> Iterator[str]:
     """A plain-text file: one document, or several when ``document_start`` marks where each begins."""
     start = re.compile(document_start) if document_start else None
     lines: list[str] = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if start is not None and start.match(line) and any(s.strip() for s in lines):
-                yield "".join(lines)
-                lines = []
-            lines.append(line)
+    for line in _lines(path, decode_errors, replaced):
+        if start is not None and start.match(line) and any(s.strip() for s in lines):
+            yield "".join(lines)
+            lines = []
+        lines.append(line)
     if any(s.strip() for s in lines):
         yield "".join(lines)
 
@@ -215,16 +256,21 @@ def _parquet_documents(path: Path, text_field: str) -> Iterator[str]:
         yield from (t for t in batch.column(0).to_pylist() if t and t.strip())
 
 
-def local_documents(source: LocalSource, path: Path) -> Iterator[str]:
+def local_documents(
+    source: LocalSource, path: Path, decode_errors: str = "strict", replaced: dict[str, int] | None = None
+) -> Iterator[str]:
+    """The documents of one local file. ``decode_errors`` (``corpus.decode_errors``) says what invalid UTF-8 does in
+    every text format (jsonl, text, wikitext, python); ``replaced`` counts the replacements per file. Parquet
+    strings are UTF-8 by Arrow's own rule, so the policy has nothing to do there."""
     kind = source.file_format(path)
     if kind == "jsonl":
-        yield from _jsonl_documents(path, source.field)
+        yield from _jsonl_documents(path, source.field, decode_errors, replaced)
     elif kind == "parquet":
         yield from _parquet_documents(path, source.field)
     elif kind == "wikitext":
-        yield from _text_documents(path, source.document_start or WIKITEXT_TITLE)
+        yield from _text_documents(path, source.document_start or WIKITEXT_TITLE, decode_errors, replaced)
     else:  # text, python: the file (or its marked parts)
-        yield from _text_documents(path, source.document_start)
+        yield from _text_documents(path, source.document_start, decode_errors, replaced)
 
 
 def hub_documents(hub: HubSource) -> Iterator[str]:
@@ -270,15 +316,20 @@ class ResolvedGroup:
     group: SourceGroup
     files: list[tuple[LocalSource, Path]]
     use_hub: bool
+    decode_errors: str = "strict"  # corpus.decode_errors: invalid UTF-8 stops (strict) or is replaced and counted
+    replaced: dict[str, int] = field(default_factory=dict)  # file -> invalid sequences replaced, in the last pass
 
     def fingerprint(self) -> list[Any]:
         if self.use_hub:
             hub = self.group.hub
             return ["hub", hub.path, hub.name, hub.split, hub.field, hub.max_bytes]
-        return [
+        files = [
             [str(p), p.stat().st_size, p.stat().st_mtime_ns, s.split, s.format, s.field, s.document_start]
             for s, p in self.files
         ]
+        # replace can give other text than strict (which stops instead): its caches are its own; strict's keep
+        # the key they had before the setting existed
+        return files if self.decode_errors == "strict" else [*files, ["decode_errors", self.decode_errors]]
 
     def summary(self) -> dict[str, Any]:
         """What the group was read from, for meta.json and results.json: file count and bytes (and the Python
@@ -296,9 +347,11 @@ class ResolvedGroup:
             hub = self.group.hub
             yield from (("both", hub.segmentation, text) for text in hub_documents(hub))
             return
+        self.replaced.clear()  # counted afresh on every pass over the files
         for source, path in self.files:
             style = source.segmentation_style(path)
-            yield from ((source.split, style, text) for text in local_documents(source, path))
+            documents = local_documents(source, path, self.decode_errors, self.replaced)
+            yield from ((source.split, style, text) for text in documents)
 
     def documents(self, validation_fraction: float) -> Iterator[CorpusDocument]:
         """Every document of the group with its split, in cache order, up to the group's byte cap (``max_bytes``:
@@ -313,12 +366,12 @@ class ResolvedGroup:
                 return
 
 
-def resolve_group(corpus: str, group: SourceGroup, data_dir: Path) -> ResolvedGroup:
+def resolve_group(corpus: str, group: SourceGroup, data_dir: Path, decode_errors: str = "strict") -> ResolvedGroup:
     files = [(source, path) for source in group.local for path in source.files(data_dir)]
     if files:
-        return ResolvedGroup(group, files, use_hub=False)
+        return ResolvedGroup(group, files, use_hub=False, decode_errors=decode_errors)
     if group.hub is not None and not hub_is_offline():
-        return ResolvedGroup(group, [], use_hub=True)
+        return ResolvedGroup(group, [], use_hub=True, decode_errors=decode_errors)
     looked = ", ".join(str(data_dir / s.pattern) for s in group.local) or "(no local patterns)"
     hub = f"the hub dataset {group.hub.path} ({group.hub.name})" if group.hub else "no hub dataset"
     offline = " (HF_HUB_OFFLINE is set, so the hub was not tried)" if group.hub and hub_is_offline() else ""
@@ -350,14 +403,17 @@ class ResolvedCorpus:
 def resolve_corpus(corpus: dict[str, Any], data_dir: str | Path) -> ResolvedCorpus:
     """Parse and resolve every source group of a corpus config (``conf/corpus/*.yaml``'s ``corpus:``)."""
     name = corpus["name"]
-    check_local_corpus(corpus)
+    check_local_corpus(corpus)  # and the cache and decoding settings of every corpus
     groups = corpus.get("groups") or {}
     if not groups:
         raise ConfigError(f"corpus {name!r} names no source groups (corpus.groups); see conf/corpus/ for examples.")
     fraction = float(corpus.get("validation_fraction", 0.02))
     if not 0.0 < fraction < 1.0:
         raise ConfigError(f"corpus.validation_fraction={fraction} must be between 0 and 1 (exclusive).")
-    resolved = [resolve_group(name, SourceGroup.from_config(g, s), Path(data_dir)) for g, s in groups.items()]
+    decode_errors = str(corpus.get("decode_errors", "strict"))
+    resolved = [
+        resolve_group(name, SourceGroup.from_config(g, s), Path(data_dir), decode_errors) for g, s in groups.items()
+    ]
     return ResolvedCorpus(name, resolved, fraction)
 
 
@@ -409,7 +465,8 @@ def local_overrides(path: str) -> list[str]:
 
 def check_local_corpus(corpus: dict[str, Any]) -> None:
     """``corpus=local``: a path, a known format and segmentation, and at least one file, or one sentence saying
-    which of them is wrong (before anything is read or built)."""
+    which of them is wrong (before anything is read or built). Every corpus: ``decode_errors`` and ``verify_cache``."""
+    check_cache_settings(corpus)
     if "path" not in corpus:
         return
     path, kind, style = corpus.get("path"), corpus.get("format"), corpus.get("segmentation")
@@ -425,6 +482,22 @@ def check_local_corpus(corpus: dict[str, Any]) -> None:
         raise ConfigError(
             f"corpus.path={path} matches nothing ({what}; corpus.format={kind}); give an existing file, directory "
             f"or glob."
+        )
+
+
+def check_cache_settings(corpus: dict[str, Any]) -> None:
+    """``corpus.decode_errors`` and ``corpus.verify_cache`` are known values, or one sentence saying which are."""
+    decode_errors = corpus.get("decode_errors", "strict")
+    if decode_errors not in DECODE_ERRORS:
+        raise ConfigError(
+            f"corpus.decode_errors={decode_errors!r} is not a decoding policy; allowed: strict (invalid UTF-8 stops "
+            f"with the file and byte offset) or replace (read as U+FFFD, counted and logged)."
+        )
+    verify = corpus.get("verify_cache", "first_use")
+    if verify not in VERIFY_CACHE:
+        raise ConfigError(
+            f"corpus.verify_cache={verify!r} is not a checksum policy; allowed: first_use (once per cache directory "
+            f"and process), always (every time it is opened) or never (sizes only)."
         )
 
 
@@ -454,6 +527,25 @@ COORDINATES = ("documents", "paragraphs", "sentences")
 #: what the cache stores per split beside the uint16 tokens: ``{split}.{name}.bin``, dtypes in meta.json's ``arrays``
 BOUNDARY_ARRAYS = ("document_starts", "document_ordinals", "paragraph_starts", "sentence_starts")
 PROGRESS_SECONDS = 5.0  # a long preparation logs a line this often
+#: corpus.verify_cache: when the arrays' checksums are compared with meta.json's (their sizes always are)
+VERIFY_CACHE = ("first_use", "always", "never")
+CHECKSUM = "sha256"  # of each array file, in meta.json's ``files``: hashlib's sha256 ran at 1.7 GB/s here, blake2b 0.75
+_CHUNK = 1 << 23  # bytes read at a time when checksumming
+#: cache directories whose checksums this process has verified (or written), as (path, meta.json inode, mtime): a
+#: directory prepared again by another process is a new entry
+_verified: set[tuple[str, int, int]] = set()
+
+
+class BadCacheError(DataError):
+    """A prepared cache directory that cannot be used as it is: ``file`` is the file found bad. ``prepare_group``
+    moves the directory aside and prepares it again; loading it directly stops with the message."""
+
+    def __init__(self, directory: Path, file: str, problem: str) -> None:
+        self.directory, self.file, self.problem = directory, file, problem
+        super().__init__(
+            f"prepared cache {directory}: {file} {problem}; delete the directory, or run again (a run moves a bad "
+            f"cache aside and prepares it anew)."
+        )
 
 
 def _as_query(positions: Any, starts: np.ndarray) -> np.ndarray:
@@ -733,8 +825,11 @@ def prepare_group(
     cache_dir: Path,
     validation_fraction: float,
     tokenizer: Tokenizer | None = None,
+    verify: str = "first_use",
 ) -> PreparedGroup:
-    """Tokenise a group into the cache (once), and map it."""
+    """Tokenise a group into the cache (once), and map it. A cache found bad (``load_prepared``: a missing or
+    unreadable meta.json, an array of the wrong size, a checksum that differs under ``verify``) is moved aside
+    (``_move_aside``) and prepared again; temporary directories of dead preparations are removed."""
     tokenizer = tokenizer or Tokenizer()
     group = resolved.group
     settings = {
@@ -750,11 +845,27 @@ def prepare_group(
     key = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
     final = cache_dir / f"{corpus}-{group.name}-{key}"
     cache_dir.mkdir(parents=True, exist_ok=True)
+    # checked, moved aside and written under the lock: no process reads a directory another is replacing
     with FileLock(str(final) + ".lock"):
-        if not (final / "meta.json").is_file():
+        _remove_stale_temporaries(final)
+        prepared = None
+        if final.exists():
+            try:
+                prepared = load_prepared(final, group.weight, verify)
+            except BadCacheError as bad:
+                aside = _move_aside(final)
+                log.warning(
+                    "prepared cache %s: %s %s; moved it aside to %s and preparing it again",
+                    final, bad.file, bad.problem, aside.name,
+                )
+        if prepared is None:
             _write_group(resolved, final, settings, validation_fraction, tokenizer)
-    prepared = load_prepared(final, group.weight)
+            prepared = load_prepared(final, group.weight, "never")
+            _verified.add(_identity(final))  # its checksums were just computed from the files on disk
     prepared.meta.setdefault("source_files", resolved.summary())  # a cache written before it was recorded
+    replaced = prepared.meta.get("decode", {}).get("replaced", 0)
+    if replaced:
+        log.info("%s: %d invalid UTF-8 sequences were read as U+FFFD (meta.json 'decode')", final.name, replaced)
     return prepared
 
 
@@ -769,6 +880,16 @@ def _write_group(
     tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    try:
+        _write_into(tmp, resolved, final, settings, fraction, tokenizer)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a bad line, an empty split, ^C: nothing half-written is left
+        raise
+
+
+def _write_into(
+    tmp: Path, resolved: ResolvedGroup, final: Path, settings: dict[str, Any], fraction: float, tokenizer: Tokenizer
+) -> None:
     writers = {split: _SplitWriter(tmp, split, tokenizer.separator) for split in SPLITS}
     summary = resolved.summary()
     progress = _Progress(f"{settings['corpus']}/{settings['group']}", summary.get("file_bytes"))
@@ -792,17 +913,92 @@ def _write_group(
         "vocab_size": tokenizer.vocab_size,
         "separator": tokenizer.separator,
         "source_files": summary,
+        # each array file's size and checksum: what load_prepared checks (sizes always, checksums per verify_cache)
+        "checksum": CHECKSUM,
+        "files": _file_records(tmp, arrays, writers),
+        # corpus.decode_errors, and per file how many invalid UTF-8 sequences it replaced (replace only)
+        "decode": {
+            "policy": resolved.decode_errors,
+            "replaced": sum(resolved.replaced.values()),
+            "files": dict(resolved.replaced),
+        },
     }
+    for path, count in resolved.replaced.items():
+        log.warning("%s: %d invalid UTF-8 sequences read as U+FFFD (corpus.decode_errors=replace)", path, count)
     empty = [split for split, writer in writers.items() if writer.count == 0]
     if empty:
-        shutil.rmtree(tmp, ignore_errors=True)
         raise ConfigError(
             f"corpus {settings['corpus']!r}, group {settings['group']!r}: the {empty[0]} split is empty "
             f"({meta['splits']}); give more documents (a text file is one document unless corpus.document_start "
             f"splits it) or a larger corpus.validation_fraction."
         )
     (tmp / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
-    os.replace(tmp, final)  # atomic: readers see no cache or a complete one
+    os.replace(tmp, final)  # atomic: readers see no cache or a complete one (final is absent: see prepare_group)
+
+
+def _array_files(split: str, layout: dict[str, list[Any]], n_tokens: int) -> dict[str, tuple[str, int]]:
+    """``{file name: (dtype, length)}`` of one split's arrays: the tokens and the boundary arrays."""
+    return {
+        f"{split}.tokens.u16": ("<u2", n_tokens),
+        **{f"{split}.{name}.bin": (str(layout[name][0]), int(layout[name][1])) for name in BOUNDARY_ARRAYS},
+    }
+
+
+def _file_records(tmp: Path, arrays: dict[str, dict[str, list[Any]]], writers: dict[str, Any]) -> dict[str, Any]:
+    records = {}
+    for split in SPLITS:
+        for name, (dtype, length) in _array_files(split, arrays[split], writers[split].count).items():
+            path = tmp / name
+            records[name] = {"dtype": dtype, "length": length, "bytes": path.stat().st_size, CHECKSUM: _digest(path)}
+    return records
+
+
+def _digest(path: Path) -> str:
+    digest = hashlib.new(CHECKSUM)
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _identity(directory: Path) -> tuple[str, int, int]:
+    stat = (directory / "meta.json").stat()
+    return str(directory.resolve()), stat.st_ino, stat.st_mtime_ns
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, as another user's process
+    return True
+
+
+def _remove_stale_temporaries(final: Path) -> None:
+    """Remove ``<final>.tmp-<pid>`` directories whose process is gone (a preparation killed midway); called under
+    the lock, so a live preparation of this directory cannot be one of them, but a live pid is left alone anyway
+    (the lock may not hold across machines sharing the cache, e.g. on NFS). This process's own is stale."""
+    for tmp in final.parent.glob(glob.escape(final.name) + ".tmp-*"):
+        pid = tmp.name.rsplit(".tmp-", 1)[1]
+        if not pid.isdigit() or (int(pid) != os.getpid() and _pid_alive(int(pid))):
+            continue
+        shutil.rmtree(tmp, ignore_errors=True)
+        log.info("removed %s, left by a preparation whose process (%s) is no longer running", tmp, pid)
+
+
+def _move_aside(directory: Path) -> Path:
+    """Rename a bad cache directory to ``<directory>.bad-<time>`` and return that path. A rename, not a delete: it
+    is instant, a process that still has the old arrays mapped keeps reading them, and the bad files stay for a
+    look; an older ``.bad-`` copy of the same directory is removed, so at most one is kept."""
+    for old in directory.parent.glob(glob.escape(directory.name) + ".bad-*"):
+        shutil.rmtree(old, ignore_errors=True)
+    aside = directory.with_name(f"{directory.name}.bad-{time.strftime('%Y%m%d-%H%M%S')}")
+    os.replace(directory, aside)
+    resolved = str(directory.resolve())
+    _verified.difference_update({key for key in _verified if key[0] == resolved})  # an inode may be reused
+    return aside
 
 
 def _map(path: Path, dtype: str, length: int) -> np.ndarray:
@@ -810,13 +1006,69 @@ def _map(path: Path, dtype: str, length: int) -> np.ndarray:
     return np.memmap(path, dtype=dtype, mode="r", shape=(length,)) if length else np.zeros(0, dtype=dtype)
 
 
-def load_prepared(directory: Path, weight: float = 1.0) -> PreparedGroup:
-    meta = json.loads((directory / "meta.json").read_text())
+def _read_meta(directory: Path) -> dict[str, Any]:
+    path = directory / "meta.json"
+    if not path.is_file():
+        raise BadCacheError(directory, "meta.json", "is missing (a preparation that did not finish, or a deletion)")
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise BadCacheError(directory, "meta.json", f"cannot be read as JSON ({error})") from None
+    if not isinstance(meta, dict):
+        raise BadCacheError(directory, "meta.json", f"holds a JSON {type(meta).__name__}, not an object")
+    return meta
+
+
+def _check_files(directory: Path, meta: dict[str, Any], verify: str) -> None:
+    """Every array file has the size meta.json records (always: a stat per file), and, unless ``verify`` says
+    otherwise, the checksum: ``always``, or ``first_use`` when this process has not verified the directory yet."""
+    if not isinstance(meta.get("files"), dict):
+        problem = "records no array sizes or checksums (written before they were recorded, or damaged)"
+        raise BadCacheError(directory, "meta.json", problem)
+    try:
+        expected = {
+            name: spec
+            for split in SPLITS
+            for name, spec in _array_files(split, meta["arrays"][split], meta["splits"][split]["tokens"]).items()
+        }
+        records = meta["files"]
+        missing = [name for name in expected if name not in records]
+    except (KeyError, TypeError, IndexError, ValueError) as error:
+        raise BadCacheError(directory, "meta.json", f"lacks the array layout ({error!r} is missing or wrong)") from None
+    if missing:
+        raise BadCacheError(directory, "meta.json", f"records no size or checksum of {missing[0]}")
+    for name, (dtype, length) in expected.items():
+        record, path = records[name], directory / name
+        size = path.stat().st_size if path.is_file() else None
+        wanted = np.dtype(dtype).itemsize * length
+        if size is None:
+            raise BadCacheError(directory, name, "is missing")
+        if (record.get("dtype"), record.get("length"), record.get("bytes")) != (dtype, length, wanted):
+            raise BadCacheError(directory, "meta.json", f"disagrees with itself about {name}")
+        if size != wanted:
+            raise BadCacheError(directory, name, f"has {size:,} bytes where meta.json says {wanted:,} (truncated?)")
+    identity = _identity(directory)
+    if verify == "never" or (verify == "first_use" and identity in _verified):
+        return
+    algorithm = meta.get("checksum", CHECKSUM)
+    if algorithm != CHECKSUM:
+        raise BadCacheError(directory, "meta.json", f"names the checksum {algorithm!r}, not {CHECKSUM}")
+    for name in expected:
+        if _digest(directory / name) != records[name].get(CHECKSUM):
+            raise BadCacheError(directory, name, f"does not match its {CHECKSUM} checksum in meta.json (damaged?)")
+    _verified.add(identity)
+
+
+def load_prepared(directory: Path, weight: float = 1.0, verify: str = "first_use") -> PreparedGroup:
+    """Map a prepared group. A damaged cache raises ``BadCacheError`` naming the bad file (``_check_files``:
+    sizes always, checksums per ``verify``, one of ``VERIFY_CACHE``)."""
+    meta = _read_meta(directory)
     if meta.get("version") != CACHE_VERSION or "arrays" not in meta:
         raise ConfigError(
             f"{directory} holds prepared data of cache version {meta.get('version')}, and this poslab reads version "
             f"{CACHE_VERSION}: delete it and run again to prepare the data anew."
         )
+    _check_files(directory, meta, verify)
     splits = {}
     for split in SPLITS:
         n = meta["splits"][split]["tokens"]
@@ -836,8 +1088,10 @@ def prepare_corpus(corpus: dict[str, Any], data_dir: str | Path, cache_dir: str 
     resolved = resolve_corpus(corpus, data_dir)
     # one tokenizer for all groups (a shared vocabulary), trained on their training documents
     tokenizer = load_tokenizer(corpus, Path(cache_dir), resolved.fingerprint(), resolved.training_texts)
-    fraction = resolved.validation_fraction
-    return [prepare_group(resolved.name, group, Path(cache_dir), fraction, tokenizer) for group in resolved.groups]
+    fraction, verify = resolved.validation_fraction, str(corpus.get("verify_cache", "first_use"))
+    return [
+        prepare_group(resolved.name, group, Path(cache_dir), fraction, tokenizer, verify) for group in resolved.groups
+    ]
 
 
 def corpus_tokenizer(prepared: list[PreparedGroup], cache_dir: str | Path) -> Tokenizer:

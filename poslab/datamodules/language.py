@@ -61,6 +61,14 @@ def stack(windows: list[dict[str, Tensor]]) -> dict[str, Tensor]:
 class TrainingWindows(IterableDataset):
     def __init__(self, groups: list[PreparedGroup], batch_size: int, context_length: int, seed: int) -> None:
         self.groups, self.batch_size, self.length, self.seed = groups, batch_size, context_length + 1, seed
+        for group in groups:  # torch.randint would fail on the first batch with an opaque message
+            n = len(group.splits["train"])
+            if n < self.length:
+                raise ConfigError(
+                    f"group {group.name!r}: the train split has {n} tokens, fewer than one training window of "
+                    f"{self.length} (task.context_length={context_length} + 1); lower task.context_length, lower "
+                    f"corpus.validation_fraction or give the corpus more data."
+                )
         weights = torch.tensor([g.weight for g in groups], dtype=torch.float64)
         self.probabilities = weights / weights.sum()
         self.start, self.rank, self.world_size = 0, 0, 1
