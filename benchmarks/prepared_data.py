@@ -34,6 +34,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.test_prepared_data import old_batch  # noqa: E402  (version 3's batch cut: one copy, in the test)
+
 OLD_BYTES_PER_TOKEN = 2 + 3 * 4  # the layout before cache version 4: uint16 token + int32 document, paragraph, sentence
 
 CHILD = r"""
@@ -110,30 +112,6 @@ def old_layout_groups(groups: list, directory: Path) -> list:
             splits[name] = OldSplit(**arrays)
         out.append(PreparedGroup(group.name, group.weight, group.directory, group.meta, splits))
     return out
-
-
-def old_window(split: SimpleNamespace, start: int, length: int) -> dict[str, torch.Tensor]:
-    """Version 3's ``language.window``, verbatim."""
-    stop = start + length
-    out = {"tokens": torch.from_numpy(np.asarray(split.tokens[start:stop], dtype=np.int64))}
-    for name, array in (("paragraph", split.paragraphs), ("sentence", split.sentences)):
-        values = np.asarray(array[start:stop], dtype=np.int64)
-        out[name] = torch.from_numpy(values - values[0])
-    return out
-
-
-def old_batch(windows, groups: list, index: int) -> dict[str, torch.Tensor]:
-    """Version 3's ``TrainingWindows.batch``, verbatim but for its arguments: the draws, then a window a row."""
-    from poslab.datamodules.synthetic import batch_generator
-
-    generator = batch_generator(windows.seed, index)
-    choice = torch.multinomial(windows.probabilities, windows.batch_size, replacement=True, generator=generator)
-    rows = []
-    for g in choice.tolist():
-        split = groups[g].splits["train"]
-        start = int(torch.randint(0, len(split) - windows.length + 1, (1,), generator=generator))
-        rows.append(old_window(split, start, windows.length))
-    return {key: torch.stack([w[key] for w in rows]) for key in rows[0]}
 
 
 def batch_cut(groups: list, scratch: Path, n_batches: int, batch_size: int, context: int) -> dict[str, float]:

@@ -163,6 +163,16 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> 
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale)
 
 
+@dataclass
+class AttentionSettings:
+    """What every layer's attention takes besides its input and rotation; the same for one forward pass."""
+
+    mask: Tensor | None = None  # the additive bias plus causal mask [1, H, T, T]; None: causal only
+    score_scale: float = 1.0  # scores x this (log-length scaling at test time)
+    return_weights: bool = False  # materialise the weights (the explicit path) and return them
+    flex: tuple[ScoreMod | None, Any] | None = None  # (score_mod, block_mask) when the backend is flex
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -172,32 +182,25 @@ class Attention(nn.Module):
         self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
 
     def forward(
-        self,
-        x: Tensor,
-        rotation: Rotation | None,
-        mask: Tensor | None,
-        score_scale: float,
-        return_weights: bool,
-        flex: tuple[ScoreMod | None, Any] | None = None,
+        self, x: Tensor, rotation: Rotation | None, settings: AttentionSettings
     ) -> tuple[Tensor, Tensor | None]:
-        """``mask``: the additive bias plus causal mask ``[1, H, T, T]`` (None: causal only); ``flex``: the
-        ``(score_mod, block_mask)`` FlexAttention computes instead, when the backend is ``flex``."""
+        """Attention of ``x`` ``[B, T, D]``, its queries and keys rotated by ``rotation``; the weights when asked."""
         B, T, D = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # 3 x [B, H, T, hd]
         if rotation is not None:
             q, k = rotation.apply(q), rotation.apply(k)
-        scale = score_scale / math.sqrt(self.head_dim)
+        scale = settings.score_scale / math.sqrt(self.head_dim)
         weights = None
-        if flex is not None and not return_weights:
+        if settings.flex is not None and not settings.return_weights:
             # a score scale other than 1 scales the queries: the compiled kernel's own scale stays one constant
             # (a float argument would compile the kernel again for every value)
-            q = q if score_scale == 1.0 else q * score_scale
-            y = flex_attention(q, k, v, flex[0], flex[1], 1.0 / math.sqrt(self.head_dim))
-        elif self.backend != "explicit" and not return_weights:
-            y = sdpa(q, k, v, mask, scale)
+            q = q if settings.score_scale == 1.0 else q * settings.score_scale
+            y = flex_attention(q, k, v, settings.flex[0], settings.flex[1], 1.0 / math.sqrt(self.head_dim))
+        elif self.backend != "explicit" and not settings.return_weights:
+            y = sdpa(q, k, v, settings.mask, scale)
         else:
             scores = (q @ k.transpose(-2, -1)) * scale
-            scores = scores + (mask if mask is not None else causal_mask(T, x.device, scores.dtype))
+            scores = scores + (settings.mask if settings.mask is not None else causal_mask(T, x.device, scores.dtype))
             weights = scores.softmax(dim=-1, dtype=torch.float32)  # bf16 scores (autocast): normalise in fp32
             y = weights.to(v.dtype) @ v
         return self.out(y.transpose(1, 2).reshape(B, T, D)), weights
@@ -212,16 +215,10 @@ class Block(nn.Module):
         self.norm2, self.mlp = make_norm(cfg.norm, cfg.d_model), MLP(cfg)
 
     def forward(
-        self,
-        x: Tensor,
-        rotation: Rotation | None,
-        mask: Tensor | None,
-        score_scale: float,
-        return_weights: bool,
-        flex: tuple[ScoreMod | None, Any] | None = None,
+        self, x: Tensor, rotation: Rotation | None, settings: AttentionSettings
     ) -> tuple[Tensor, Tensor | None]:
         """The residual stream after this block, and the attention weights when asked for."""
-        y, weights = self.attn(self.norm1(x), rotation, mask, score_scale, return_weights, flex)
+        y, weights = self.attn(self.norm1(x), rotation, settings)
         x = x + y
         x = x + self.mlp(self.norm2(x))
         return x, weights
@@ -296,6 +293,7 @@ class Transformer(nn.Module):
             bias = self.encoding.score_bias(T, tokens.device)
             mask = None if bias is None else (bias + causal_mask(T, tokens.device)).unsqueeze(0).to(x.dtype)
 
+        settings = AttentionSettings(mask, score_scale, return_attention, flex)
         attention: list[Tensor] = []
         positions: list[Tensor | None] = []
         rotation, last_positions = None, None
@@ -307,7 +305,7 @@ class Transformer(nn.Module):
                 rotation = Rotation(self.encoding.angles(layer_positions), self.encoding.pairing)
             last_positions = layer_positions
             positions.append(layer_positions)
-            x, weights = block(x, rotation, mask, score_scale, return_attention, flex)
+            x, weights = block(x, rotation, settings)
             if weights is not None:
                 attention.append(weights)
         logits = self.head(self.final_norm(x))

@@ -37,18 +37,23 @@ def run_train(args: list[str], cwd: Path, timeout: int = 300):
     )
 
 
-def fit_quietly(module, datamodule, steps: int) -> None:
-    """Train ``module`` for ``steps`` steps on the CPU with a bare Lightning Trainer (no logs, no checkpoints)."""
+def fit_quietly(module, datamodule, steps: int, callbacks: list | None = None, **settings):
+    """Train ``module`` for ``steps`` steps on the CPU with a bare Lightning Trainer (no logs, no checkpoints;
+    ``settings``: more Trainer arguments, e.g. a precision); returns the Trainer."""
     import lightning as L
 
-    L.Trainer(
+    trainer = L.Trainer(
         max_steps=steps,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
         accelerator="cpu",
-    ).fit(module, datamodule=datamodule)
+        callbacks=callbacks or [],
+        **settings,
+    )
+    trainer.fit(module, datamodule=datamodule)
+    return trainer
 
 
 def make_unwritable(run_dir: Path) -> None:

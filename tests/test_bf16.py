@@ -22,7 +22,7 @@ from poslab.model import ModelConfig, Transformer, sdpa
 from poslab.run_files import MODEL_FILE
 from poslab.training import run
 
-from .conftest import compose_config, run_train
+from .conftest import compose_config, fit_quietly, run_train
 from .test_resume import N, check, resume_overrides, weights
 
 ROTARY = ("rope", "increments_shared", "increments_layer", "hrope_axial", "rand_axial", "period_axial")
@@ -98,18 +98,7 @@ class GradientsBeforeStep(L.Callback):
 
 
 def fit(module, datamodule, steps: int, callback: L.Callback, **trainer) -> L.Trainer:
-    t = L.Trainer(
-        max_steps=steps,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
-        callbacks=[callback],
-        **trainer,
-    )
-    t.fit(module, datamodule=datamodule)
-    return t
+    return fit_quietly(module, datamodule, steps, [callback], **trainer)
 
 
 @pytest.mark.parametrize("encoding", ["rope", "increments_layer"])

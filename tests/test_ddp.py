@@ -15,16 +15,23 @@ CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os
 STEPS = 20
 
 
+def one_and_two_processes(args: list[str], tmp_path) -> tuple:
+    """``train.py args`` once in one process and once with trainer=ddp_cpu; their run directories and the
+    DDP run's CompletedProcess."""
+    single, ddp = tmp_path / "single", tmp_path / "ddp"
+    one = run_train([*args, f"hydra.run.dir={single}"], tmp_path)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = run_train([*args, "trainer=ddp_cpu", f"hydra.run.dir={ddp}"], tmp_path, timeout=600)
+    assert two.returncode == 0, two.stderr[-3000:]
+    return single, ddp, two
+
+
 @pytest.mark.skipif(CORES < 2, reason="trainer=ddp_cpu runs 2 processes: needs 2 CPU cores")
 def test_two_process_ddp_cpu_run_matches_one_process_run_and_writes_one_results_file(tmp_path):
     # lag, rope: every row of a batch has the same number of scored positions, so the mean of the two
     # ranks' mean gradients is the global batch's mean gradient; only summation order differs
     base = ["debug=fast", "encoding=rope", f"trainer.max_steps={STEPS}", "~callbacks.progress_bar", "threads=1"]
-    single, ddp = tmp_path / "single", tmp_path / "ddp"
-    one = run_train([*base, f"hydra.run.dir={single}"], tmp_path)
-    assert one.returncode == 0, one.stderr[-3000:]
-    two = run_train([*base, "trainer=ddp_cpu", f"hydra.run.dir={ddp}"], tmp_path, timeout=600)
-    assert two.returncode == 0, two.stderr[-3000:]
+    single, ddp, two = one_and_two_processes(base, tmp_path)
     assert "Starting with 2 processes" in two.stdout + two.stderr
 
     a = json.loads((single / "results.json").read_text())
@@ -76,11 +83,7 @@ def test_language_model_validation_under_ddp_counts_every_window_once(tmp_path):
         "~logger",
         "threads=1",
     ]
-    single, ddp = tmp_path / "single", tmp_path / "ddp"
-    one = run_train([*base, f"hydra.run.dir={single}"], tmp_path)
-    assert one.returncode == 0, one.stderr[-3000:]
-    two = run_train([*base, "trainer=ddp_cpu", f"hydra.run.dir={ddp}"], tmp_path, timeout=600)
-    assert two.returncode == 0, two.stderr[-3000:]
+    single, ddp, two = one_and_two_processes(base, tmp_path)
     a = json.loads((single / "results.json").read_text())["figures"]
     b = json.loads((ddp / "results.json").read_text())["figures"]
     assert abs(a["val_loss"] - b["val_loss"]) <= 1e-6 and abs(a["val_bpb"] - b["val_bpb"]) <= 1e-6, (a, b)
@@ -99,11 +102,7 @@ def test_rand_axial_draws_the_same_boundaries_under_ddp_as_in_one_process(tmp_pa
         "threads=1",
         "~logger",
     ]
-    single, ddp = tmp_path / "single", tmp_path / "ddp"
-    one = run_train([*base, f"hydra.run.dir={single}"], tmp_path)
-    assert one.returncode == 0, one.stderr[-3000:]
-    two = run_train([*base, "trainer=ddp_cpu", f"hydra.run.dir={ddp}"], tmp_path, timeout=600)
-    assert two.returncode == 0, two.stderr[-3000:]
+    single, ddp, two = one_and_two_processes(base, tmp_path)
     a = torch.load(single / "model.pt", weights_only=True)["state_dict"]
     b = torch.load(ddp / "model.pt", weights_only=True)["state_dict"]
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-4  # summation order only
