@@ -1,4 +1,4 @@
-"""The ``poslab`` command (also ``python -m poslab``): everything that is not training.
+"""The poslab command (also `python -m poslab`): everything that is not training.
 
 poslab report grid DIR [--reference where_am_i]              the extrapolation grid of a multirun
 poslab report losses DIR [DIR ...]                           validation loss and bits/byte side by side
