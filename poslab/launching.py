@@ -93,42 +93,21 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("poslab_jobs", lambda devices=1: parallel_jobs(devices))
 
 
-def job_outcomes(sweep_dir: Path) -> list[tuple[Path, str, str]]:
-    """``(job directory, status, detail)`` of every job below a multirun directory (a directory Hydra wrote a
-    job config into): ``success`` or the ``status`` its results.json records (``diverged``), ``failed`` with
-    the first line of its failed.json, or ``no result`` (killed, or still running)."""
-    import json
-
-    from poslab.run_files import FAILURE_FILE, RESULTS_FILE
-
-    outcomes = []
-    jobs = sorted((p.parent.parent for p in Path(sweep_dir).rglob(".hydra/overrides.yaml")), key=_job_order)
-    for job in jobs:
-        if (job / FAILURE_FILE).is_file():
-            error = json.loads((job / FAILURE_FILE).read_text()).get("error", "")
-            outcomes.append((job, "failed", (error.strip().splitlines() or [""])[0]))
-        elif (job / RESULTS_FILE).is_file():
-            status = json.loads((job / RESULTS_FILE).read_text()).get("status", "success")
-            outcomes.append((job, status, ""))
-        else:
-            outcomes.append((job, "no result", "neither results.json nor failed.json"))
-    return outcomes
-
-
-def _job_order(path: Path) -> tuple[int, str]:
-    return (int(path.name), "") if path.name.isdigit() else (1 << 30, str(path))
-
-
 def summary_lines(sweep_dir: Path) -> tuple[list[str], bool]:
-    """One summary line for a multirun, then one per job that did not succeed; and whether all succeeded."""
-    outcomes = job_outcomes(sweep_dir)
-    bad = [(job, status, detail) for job, status, detail in outcomes if status != "success"]
-    counts = {
-        status: sum(1 for _, s, _ in outcomes if s == status) for status in dict.fromkeys(s for _, s, _ in outcomes)
-    }
-    head = f"multirun {sweep_dir}: {len(outcomes)} jobs, " + ", ".join(f"{n} {status}" for status, n in counts.items())
-    lines = [head + "."] + [f"  {status}: {job}" + (f": {detail}" if detail else "") for job, status, detail in bad]
-    return lines, not bad and bool(outcomes)
+    """One summary line for a multirun, then one per job that did not succeed; and whether all succeeded. The
+    jobs are read as the reports read them (``poslab.analysis.results.collect_runs``)."""
+    from poslab.analysis.results import SUCCESS, collect_runs
+
+    runs = collect_runs([sweep_dir])
+    bad = [(status, path, "") for path, status in runs.not_success]
+    bad += [("failed", path, error) for path, error in runs.failed]
+    bad += [("no result", path, "neither results.json nor failed.json") for path in runs.missing]
+    counts = {SUCCESS: len(runs.counted)} if runs.counted else {}
+    for status, _, _ in bad:
+        counts[status] = counts.get(status, 0) + 1
+    head = f"multirun {sweep_dir}: {sum(counts.values())} jobs, " + ", ".join(f"{n} {s}" for s, n in counts.items())
+    lines = [head + "."] + [f"  {status}: {job}" + (f": {detail}" if detail else "") for status, job, detail in bad]
+    return lines, not bad and bool(runs.counted)
 
 
 try:  # Hydra's callback base class (hydra-core >= 1.1)

@@ -22,7 +22,7 @@ from poslab.errors import PoslabError
 
 
 def stop(error: PoslabError) -> None:
-    """The message train.py gives for a bad setting (``poslab.training.main``), and exit status 2."""
+    """train.py's one message for a bad setting, and exit status 2 (here, and in ``poslab.training.main``)."""
     print(f"poslab: configuration error: {error}", file=sys.stderr)
     sys.exit(2)
 

@@ -26,6 +26,7 @@ from poslab.errors import DivergedError, PoslabError
 from poslab.io import write_json_atomic
 from poslab.lightning_modules.base import check_precision
 from poslab.run_files import FAILURE_FILE, MODEL_FILE, RESULTS_FILE
+from poslab.run_guard import stop
 from poslab.runtime import keep_freed_memory, wandb_offline_unless_key
 
 log = logging.getLogger("poslab")
@@ -66,7 +67,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if "wandb" in str(cfg.get("logger")).lower():
         wandb_offline_unless_key()
     callbacks = instantiate_all(cfg.get("callbacks"))
-    callbacks.append(RecordConfig(OmegaConf.to_container(cfg, resolve=True)))  # a resume checks it is the same model
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    callbacks.append(RecordConfig(resolved))  # every checkpoint records it: a resume checks it is the same model
     check_precision(cfg.trainer.get("precision", "32-true"))  # a precision the training step cannot honour stops here
     trainer: L.Trainer = hydra.utils.instantiate(
         cfg.trainer,
@@ -77,7 +79,6 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         plugins=[AtomicCheckpointIO()],
         **datamodule.trainer_arguments(),
     )
-    resolved = OmegaConf.to_container(cfg, resolve=True)
     for logger in trainer.loggers:
         logger.log_hyperparams(resolved)
     status, diverged = "failed", None
@@ -173,8 +174,7 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
             sys.exit(1)
     except PoslabError as error:  # a bad setting, a missing corpus or run: its message, no traceback
         if not multirun:
-            print(f"poslab: configuration error: {error}", file=sys.stderr)
-            sys.exit(2)
+            stop(error)
         log.error("this job failed: %s", error)  # to the console and the job's train.log; the others go on
         _record_failure(cfg, error)
     except Exception as error:

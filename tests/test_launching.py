@@ -15,6 +15,14 @@ from .conftest import run_train
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def multirun(tmp_path, *args: str, timeout: int = 300):
+    """``train.py -m args`` into ``tmp_path/sweep`` at the smallest size (2 steps, no loggers or callbacks);
+    the sweep directory and the CompletedProcess."""
+    sweep = tmp_path / "sweep"
+    small = ["debug=fast", "trainer.max_steps=2", "threads=1", "~logger", "~callbacks", f"hydra.sweep.dir={sweep}"]
+    return sweep, run_train(["-m", *args, *small], tmp_path, timeout=timeout)
+
+
 def test_job_k_gets_gpu_k_mod_n_and_ddp_jobs_consecutive_gpus(monkeypatch):
     monkeypatch.delenv("POSLAB_JOBS", raising=False)
     monkeypatch.setenv("POSLAB_GPUS", "3")
@@ -34,21 +42,8 @@ def test_job_k_gets_gpu_k_mod_n_and_ddp_jobs_consecutive_gpus(monkeypatch):
 def test_a_local_multirun_on_faked_gpus_runs_each_job_on_its_own_gpu(tmp_path, monkeypatch):
     monkeypatch.setenv("POSLAB_GPUS", "2")
     monkeypatch.delenv("POSLAB_JOBS", raising=False)
-    sweep = tmp_path / "sweep"
     # accelerator=auto: a GPU job on a GPU machine, the CPU here; the jobs still get their GPU assignment
-    args = [
-        "-m",
-        "hydra/launcher=local_parallel",
-        "seed=0,1,2",
-        "debug=fast",
-        "trainer.max_steps=2",
-        "trainer.accelerator=auto",
-        "threads=1",
-        "~logger",
-        "~callbacks",
-        f"hydra.sweep.dir={sweep}",
-    ]
-    result = run_train(args, tmp_path)
+    sweep, result = multirun(tmp_path, "hydra/launcher=local_parallel", "seed=0,1,2", "trainer.accelerator=auto")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "n_jobs=2" in result.stdout + result.stderr  # one job per (faked) GPU at once
     for job in range(3):
@@ -58,19 +53,7 @@ def test_a_local_multirun_on_faked_gpus_runs_each_job_on_its_own_gpu(tmp_path, m
 
 @pytest.mark.skipif(CORES < 2, reason="trainer=ddp_cpu runs 2 processes: needs 2 CPU cores")
 def test_ddp_inside_a_multirun_runs_its_ranks_in_the_jobs_directory(tmp_path):
-    sweep = tmp_path / "sweep"
-    args = [
-        "-m",
-        "trainer=ddp_cpu",
-        "seed=3",
-        "debug=fast",
-        "trainer.max_steps=2",
-        "threads=1",
-        "~logger",
-        "~callbacks",
-        f"hydra.sweep.dir={sweep}",
-    ]
-    result = run_train(args, tmp_path, timeout=600)
+    sweep, result = multirun(tmp_path, "trainer=ddp_cpu", "seed=3", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     saved = json.loads((sweep / "0" / "results.json").read_text())
     assert saved["seed"] == 3 and saved["config"]["trainer"]["devices"] == 2 and saved["steps"] == 2
@@ -78,19 +61,8 @@ def test_ddp_inside_a_multirun_runs_its_ranks_in_the_jobs_directory(tmp_path):
 
 
 def test_a_multirun_with_a_failed_job_says_so_and_exits_nonzero(tmp_path):
-    sweep = tmp_path / "sweep"
     # job 1's slopes do not fit the model: it fails its config check; jobs 0 and 2 train
-    args = [
-        "-m",
-        "encoding=alibi",
-        "encoding.slopes=[0.5],[0.5,0.25],[0.25]",
-        "debug=fast",
-        "trainer.max_steps=2",
-        "~logger",
-        "~callbacks",
-        f"hydra.sweep.dir={sweep}",
-    ]
-    result = run_train(args, tmp_path)
+    sweep, result = multirun(tmp_path, "encoding=alibi", "encoding.slopes=[0.5],[0.5,0.25],[0.25]")
     assert result.returncode == 1, result.stderr[-3000:]
     summary = [line for line in result.stderr.splitlines() if line.startswith(f"multirun {sweep}: ")]
     assert summary == [f"multirun {sweep}: 3 jobs, 2 success, 1 failed."], result.stderr[-3000:]
@@ -100,8 +72,6 @@ def test_a_multirun_with_a_failed_job_says_so_and_exits_nonzero(tmp_path):
 
 
 def test_a_multirun_whose_jobs_all_succeed_exits_zero_with_its_summary(tmp_path):
-    sweep = tmp_path / "sweep"
-    args = ["-m", "seed=0,1", "debug=fast", "trainer.max_steps=2", "~logger", "~callbacks", f"hydra.sweep.dir={sweep}"]
-    result = run_train(args, tmp_path)
+    sweep, result = multirun(tmp_path, "seed=0,1")
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"multirun {sweep}: 2 jobs, 2 success." in result.stdout

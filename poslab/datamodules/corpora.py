@@ -614,14 +614,8 @@ class Coordinate:
 
     def relative(self, start: int, stop: int) -> np.ndarray:
         """The values of tokens ``start .. stop - 1`` minus the first's (``int64``): a window's coordinates."""
-        if self.values is not None:
-            values = self.span(start, stop)
-            return values - values[:1]
-        start, stop = max(0, start), min(self.n, stop)
-        if start >= stop:
-            return np.zeros(0, np.int64)
-        inside = np.asarray(self.starts[int(self._rank(start)) : int(self._rank(stop - 1))])
-        return np.cumsum(np.bincount(inside - start, minlength=stop - start))
+        values = self.span(start, stop)
+        return values - values[:1]
 
     def relative_windows(self, starts: np.ndarray, length: int) -> np.ndarray:
         """``[len(starts), length]`` (``int64``): ``relative(s, s + length)`` for every start ``s`` (each window
