@@ -15,7 +15,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from poslab.checkpoint import checkpoint_config, config_changes, resolve_checkpoint
 from poslab.errors import ConfigError
 from poslab.launching import register_resolvers
-from poslab.run_files import ANALYSIS_DIR, CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE
+from poslab.run_files import CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE, directories_holding
 
 SYNTHETIC_TASKS = ("lag", "seen")
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -109,11 +109,8 @@ def check_sweep_directory(sweep_dir: Path, ckpt_path: Any) -> None:
     jobs over them (job 0 into 0/, ...): it stops before any job starts, unless the jobs resume."""
     if ckpt_path is not None or not sweep_dir.is_dir():
         return
-    found = sorted(
-        str(job.relative_to(sweep_dir))
-        for job in {p.parent for name in (RESULTS_FILE, MODEL_FILE) for p in sweep_dir.rglob(name)}
-        if ANALYSIS_DIR not in job.relative_to(sweep_dir).parts
-    )
+    jobs = {job for name in (RESULTS_FILE, MODEL_FILE) for job in directories_holding(sweep_dir, name)}
+    found = sorted(str(job.relative_to(sweep_dir)) for job in jobs)
     if found:
         raise ConfigError(
             f"hydra.sweep.dir={sweep_dir} already holds runs ({', '.join(found[:5])}{', ...' if len(found) > 5 else ''}"

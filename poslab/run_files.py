@@ -23,6 +23,13 @@ ANALYSIS_DIR = "analysis"
 MULTIRUN_FILE = "multirun.yaml"
 
 
+def directories_holding(directory: str | Path, name: str) -> list[Path]:
+    """The directories at or below ``directory`` that hold ``name`` (a run's file), sorted; what analyses wrote
+    (``analysis/``) does not count."""
+    directory = Path(directory)
+    return sorted({p.parent for p in directory.rglob(name) if ANALYSIS_DIR not in p.relative_to(directory).parts})
+
+
 def find_runs(paths: list[str | Path], marker: str = MODEL_FILE) -> list[Path]:
     """Run directories holding ``marker`` (``model.pt``: finished runs), given directly or anywhere below
     the directories given (multirun directories); raises ``MissingRunError`` naming what was not found."""
@@ -31,7 +38,7 @@ def find_runs(paths: list[str | Path], marker: str = MODEL_FILE) -> list[Path]:
         if (path / marker).is_file():
             runs.append(path)
         elif path.is_dir():
-            runs += sorted(p.parent for p in path.rglob(marker) if ANALYSIS_DIR not in p.relative_to(path).parts)
+            runs += directories_holding(path, marker)
         else:
             raise MissingRunError(f"{path} is neither a run directory (with {marker}) nor a directory of runs.")
     if not runs:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from poslab.io import read_json
-from poslab.run_files import ANALYSIS_DIR, FAILURE_FILE, RESULTS_FILE
+from poslab.run_files import FAILURE_FILE, RESULTS_FILE, directories_holding
 from poslab.targets import flatten
 
 SUCCESS = "success"
@@ -99,11 +99,6 @@ class Runs:
         return lines
 
 
-def _below(directory: Path, name: str) -> list[Path]:
-    """Directories at or below ``directory`` holding ``name``, outside analysis output."""
-    return sorted({p.parent for p in directory.rglob(name) if ANALYSIS_DIR not in p.relative_to(directory).parts})
-
-
 def run_status(run_dir: str | Path) -> str:
     """The ``status`` a run's results.json records; ``success`` for an older one without it, or none there."""
     path = Path(run_dir) / RESULTS_FILE
@@ -123,7 +118,7 @@ def collect_runs(directories: list[str | Path], keep: Callable[[dict[str, Any]],
     runs = Runs()
     seen: set[Path] = set()
     for directory in map(Path, directories):
-        for run_dir in _below(directory, RESULTS_FILE):
+        for run_dir in directories_holding(directory, RESULTS_FILE):
             if run_dir.resolve() in seen:
                 continue
             seen.add(run_dir.resolve())
@@ -135,12 +130,12 @@ def collect_runs(directories: list[str | Path], keep: Callable[[dict[str, Any]],
                 runs.not_success.append((run_dir, status))
             else:
                 runs.counted.append(FinishedRun(run_dir, result, run_settings(result)))
-        for job in _below(directory, FAILURE_FILE):
+        for job in directories_holding(directory, FAILURE_FILE):
             if job.resolve() not in seen:
                 seen.add(job.resolve())
                 error = read_json(job / FAILURE_FILE).get("error", "")
                 runs.failed.append((job, first_line(error)))
-        for job in _below(directory, ".hydra"):
+        for job in directories_holding(directory, ".hydra"):
             if job.resolve() not in seen and job.is_dir():
                 seen.add(job.resolve())
                 runs.missing.append(job)
