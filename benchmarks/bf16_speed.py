@@ -22,6 +22,8 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -50,6 +52,28 @@ def gemm_gflops(m: int, k: int, n: int, dtype: torch.dtype, repeats: int = 20) -
     return 2 * m * k * n / statistics.median(times) / 1e9
 
 
+def attention_ms(batch: int, heads: int, context: int, head_dim: int, dtype: torch.dtype, repeats: int = 8) -> float:
+    """Median milliseconds of one causal SDPA forward + backward at a layer's shape, in ``dtype``."""
+    q, k, v = (torch.randn(batch, heads, context, head_dim, dtype=dtype, requires_grad=True) for _ in range(3))
+    times = []
+    for i in range(repeats + 2):
+        start = time.perf_counter()
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+        if i >= 2:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def interleaved(measure: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:
+    """Each measurement ``rounds`` times, in turns (A B, B A, A B, ...) so that a drift of the machine's speed
+    over the run (other tenants, clocks) falls on both alike; the median of each one's rounds."""
+    names, seconds = list(measure), {name: [] for name in measure}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            seconds[name].append(measure[name]())
+    return {name: statistics.median(values) for name, values in seconds.items()}
+
+
 def step_config(model: str, precision: str, args: argparse.Namespace, data: Path, compile_model: bool = False):
     overrides = [
         "experiment=increments_rope",  # the byte-model recipe: AdamW, cosine, clipping 1.0, bf16 on its GPU
@@ -74,6 +98,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--compile", action="store_true", help="also bf16 + model.compile")
     parser.add_argument("--models", default="byte,hrope_cpu")
+    parser.add_argument("--rounds", type=int, default=3, help="measurements of each loop, taken in turns")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
@@ -85,19 +110,30 @@ def main() -> None:
     keep_freed_memory()
     data = Path(tempfile.mkdtemp())
     make_corpus(data)
-    print(f"cpu, {args.threads} threads, torch {torch.__version__}; median of {args.steps} steps after {args.warmup}")
+    print(
+        f"cpu, {args.threads} threads, torch {torch.__version__}; median of {args.steps} steps after {args.warmup}, "
+        f"plain and poslab in {args.rounds} alternating rounds"
+    )
     for name in args.models.split(","):
         model, args.batch, args.context = MODELS[name]
         shape = compose_config([f"model={model}"]).model
         m, d = args.batch * args.context, int(shape.d_model)
         limit = {dt: gemm_gflops(m, d, 4 * d, dt) for dt in (torch.float32, torch.bfloat16)}
         square = {dt: gemm_gflops(1024, 1024, 1024, dt, repeats=10) for dt in (torch.float32, torch.bfloat16)}
+        heads = int(shape.n_heads)
+        attention = {
+            dt: attention_ms(args.batch, heads, args.context, d // heads, dt) * int(shape.n_layers)
+            for dt in (torch.float32, torch.bfloat16)
+        }
         rows = {}
         for precision in ("32-true", "bf16-mixed"):
-            cfg = step_config(model, precision, args, data)
-            plain = plain_loop(cfg, args.steps, args.warmup, bf16=precision == "bf16-mixed")
-            ours = poslab_steps(cfg)
-            rows[precision] = (plain, ours)
+            config = partial(step_config, model, precision, args, data)
+            plain = partial(plain_loop, steps=args.steps, warmup=args.warmup, bf16=precision == "bf16-mixed")
+            times = interleaved(
+                {"plain": lambda: plain(config()), "poslab": lambda: poslab_steps(config())},  # noqa: B023 (called now)
+                args.rounds,
+            )
+            rows[precision] = (times["plain"], times["poslab"])
         if args.compile:
             rows["bf16-mixed + compile"] = (
                 float("nan"),
@@ -126,6 +162,11 @@ def main() -> None:
             print(
                 f"| {precision} | {plain_rate} | {tokens / ours:,.0f} | {ratio} | {achieved:.1f} | "
                 f"{achieved / limit[torch.bfloat16]:.1%} |"
+            )
+        for dt, label, row in ((torch.float32, "fp32", "32-true"), (torch.bfloat16, "bf16", "bf16-mixed")):
+            print(
+                f"attention (causal SDPA forward + backward, {heads} heads of {d // heads}, all layers) in {label}: "
+                f"{attention[dt]:.0f} ms a step, {attention[dt] / 1e3 / rows[row][1]:.0%} of poslab's {label} step"
             )
         print(
             f"bf16-mixed / fp32 (poslab): {rows['32-true'][1] / rows['bf16-mixed'][1]:.2f}x; "

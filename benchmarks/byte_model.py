@@ -91,8 +91,8 @@ def plain_loop(cfg, steps: int, warmup: int, bf16: bool = False) -> float:
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps + warmup)
     times = []
     for step in range(steps + warmup):
-        start = time.perf_counter()
         tokens = datamodule.train_windows.batch(step)["tokens"]
+        start = time.perf_counter()  # after the batch is cut, as poslab's Throughput callback times a step
         with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
             logits = model(tokens[:, :-1]).logits
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
