@@ -1,37 +1,39 @@
 """The poslab command (also `python -m poslab`): everything that is not training.
 
-poslab report grid DIR [--reference where_am_i]              the extrapolation grid of a multirun
-poslab report losses DIR [DIR ...]                           validation loss and bits/byte side by side
-poslab analyze increments RUN_DIR [--zh-text FILE] ...       learned increments: categories, picture, AUC
-poslab analyze hrope RUN_DIR|MULTIRUN_DIR ... [--documents]  hRoPE: U* table, wells, shuffle test
-poslab analyze corpus CORPUS ... [--documents] [--split]     corpus-only statistics against U*
-poslab wavelengths --head-dim 128 --bases 10000,500000 --context 8192,131072
-poslab encodings                                             the registered position encodings
-
 Every report and analysis prints its table first, then writes its files (tables, JSON, PNGs) into
 --output-dir, by default beside what it read: RUN_DIR/analysis/<name>/ for one run, the first multirun
 directory's analysis/<name>/ for several (analyze corpus: paths.log_dir/analysis/corpus/). Its last line
 says where. Exit status: 0 done; 1 the report was printed but its files could not be written; 2 a bad
-argument or a missing run (one message, no traceback).
+argument or a missing run (one message, no traceback). `poslab COMMAND --help` gives a command's options.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
 
-from poslab.errors import OutputNotWritableError, PoslabError, UsageError
+from poslab.errors import OutputNotWritableError, PoslabError
 
-# The analyses are imported inside their command's branch, not above: `poslab --help`, `poslab encodings`
-# and bad arguments answer without loading torch, Lightning and matplotlib.
-
-
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x]
+# The analyses are imported inside their command's branch, not above: `poslab --help` and bad arguments
+# answer without loading torch, Lightning and matplotlib.
 
 
-def _ints(text: str) -> list[int]:
-    return [int(float(x)) for x in text.split(",") if x]
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Descriptions keep their line breaks; an option's help ends with its default unless it says it already
+    (an option whose default is None explains in its own words what it does without a value)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        if isinstance(action, argparse._StoreTrueAction):
+            return f"{text} (default: off)"
+        return f"{text} (default: %(default)s)"
+
+
+def _parser(commands: argparse._SubParsersAction, name: str, text: str) -> argparse.ArgumentParser:
+    return commands.add_parser(name, help=text, description=text + ".", formatter_class=HelpFormatter)
 
 
 def _add_output_dir(parser: argparse.ArgumentParser, default: str) -> None:
@@ -40,59 +42,141 @@ def _add_output_dir(parser: argparse.ArgumentParser, default: str) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="poslab", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    commands = parser.add_subparsers(dest="command", required=True)
+def subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """Every command path below ``parser`` that runs something (``("analyze", "hrope")``, ``("encodings",)``)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                if any(isinstance(a, argparse._SubParsersAction) for a in child._actions):
+                    yield from subcommands(child, (*prefix, name))
+                else:
+                    yield (*prefix, name)
 
-    report = commands.add_parser("report", help="tables and plots from finished runs")
-    reports = report.add_subparsers(dest="report", required=True)
-    grid = reports.add_parser("grid", help="the extrapolation grid of a multirun directory")
-    grid.add_argument("directory", help="a multirun directory of train.py (e.g. logs/multirun/...)")
-    grid.add_argument("--reference", default=None, help="'where_am_i' or a file of report lines to compare with")
+
+def command_parser(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> argparse.ArgumentParser:
+    """The parser of the command ``path`` (as ``subcommands`` yields it)."""
+    for name in path:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = action.choices[name]
+    return parser
+
+
+def _command_list(parser: argparse.ArgumentParser) -> str:
+    """One line per command, its help text beside it: made from the parser, so no command is left out."""
+    rows = []
+    for path in subcommands(parser):
+        child = command_parser(parser, path)
+        parent = command_parser(parser, path[:-1])
+        action = next(a for a in parent._actions if isinstance(a, argparse._SubParsersAction))
+        help_text = next(c.help for c in action._choices_actions if c.dest == path[-1])
+        positionals = " ".join(
+            (a.metavar or a.dest.upper()) + (" ..." if a.nargs in ("+", "*") else "")
+            for a in child._actions
+            if not a.option_strings
+        )
+        rows.append((f"poslab {' '.join(path)} {positionals}".rstrip(), help_text))
+    width = max(len(usage) for usage, _ in rows)
+    return "\n".join(f"  {usage:<{width}s}  {text}" for usage, text in rows)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="poslab", formatter_class=HelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    report = _parser(commands, "report", "tables and plots from finished runs")
+    reports = report.add_subparsers(dest="report", required=True, metavar="REPORT")
+    grid = _parser(reports, "grid", "the extrapolation grid of a multirun, in the where_am_i write-up's format")
+    grid.add_argument("directory", metavar="DIR", help="a multirun directory of train.py (e.g. logs/multirun/...)")
+    grid.add_argument(
+        "--reference",
+        default=None,
+        help="'where_am_i' or a file of report lines, shown as a reference column (default: none)",
+    )
     _add_output_dir(grid, "DIR/analysis/grid")
 
-    losses = reports.add_parser("losses", help="validation loss and bits per byte of language-model runs")
-    losses.add_argument("directories", nargs="+", help="run or multirun directories")
+    losses = _parser(reports, "losses", "validation loss and bits per byte of language-model runs side by side")
+    losses.add_argument("directories", nargs="+", metavar="DIR", help="run or multirun directories")
     _add_output_dir(losses, "the first directory's analysis/losses")
 
-    analyze = commands.add_parser("analyze", help="analyses of trained checkpoints")
-    analyses = analyze.add_subparsers(dest="analysis", required=True)
-    increments = analyses.add_parser("increments", help="learned position increments: categories, picture, AUC")
-    increments.add_argument("run_dir", help="a finished train.py run directory (has model.pt)")
-    increments.add_argument("--text", default=None, help="text file for the category table (default: held-out data)")
-    increments.add_argument("--sentence", action="append", default=None, help="sentence(s) to draw (repeatable)")
-    increments.add_argument("--zh-text", default=None, help="Chinese text for the word-boundary AUC")
+    analyze = _parser(commands, "analyze", "analyses of trained checkpoints and corpora")
+    analyses = analyze.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
+    increments = _parser(analyses, "increments", "learned position increments: byte categories, picture, word AUC")
+    increments.add_argument("run_dir", metavar="RUN_DIR", help="a finished train.py run directory (has model.pt)")
+    increments.add_argument(
+        "--text", default=None, metavar="FILE", help="text file for the category table (default: held-out data)"
+    )
+    increments.add_argument(
+        "--sentence",
+        action="append",
+        default=None,
+        help="a sentence to draw, repeatable (default: one English and one Chinese sentence)",
+    )
+    increments.add_argument(
+        "--zh-text",
+        default=None,
+        metavar="FILE",
+        help="Chinese text for the word-boundary AUC (default: the corpus's 'zh' group, if any)",
+    )
     increments.add_argument("--max-bytes", type=int, default=200_000, help="held-out bytes to analyse")
     _add_output_dir(increments, "RUN_DIR/analysis/increments")
 
-    corpus = analyses.add_parser("corpus", help="corpus-only statistics (no model) against the U* ordering")
-    corpus.add_argument("corpora", nargs="+", metavar="CORPUS", help="corpus config names (conf/corpus/)")
+    corpus = _parser(analyses, "corpus", "corpus-only statistics (no model) against the U* ordering")
+    corpus.add_argument("corpora", nargs="+", metavar="CORPUS", help="corpus config names (conf/corpus/) or paths")
     corpus.add_argument("--documents", type=int, default=200, help="documents per corpus (with 2+ paragraphs)")
-    corpus.add_argument("--split", default="validation", choices=("validation", "train", "all"))
-    corpus.add_argument("--ustar", nargs="+", default=None, metavar="NAME=VALUE", help="default: the write-up's")
+    corpus.add_argument(
+        "--split", default="validation", choices=("validation", "train", "all"), help="which documents to read"
+    )
+    corpus.add_argument(
+        "--ustar", nargs="+", default=None, metavar="NAME=VALUE", help="U* per corpus (default: the write-up's)"
+    )
     corpus.add_argument("--no-embeddings", action="store_true", help="skip embedding coherence (no model load)")
     _add_output_dir(corpus, "paths.log_dir/analysis/corpus")
 
-    hrope = analyses.add_parser("hrope", help="hRoPE: U* table, well curves, shuffle test, interventions")
-    hrope.add_argument("runs", nargs="+", help="run directories, or multirun directories holding them")
-    hrope.add_argument("--documents", type=int, default=200, help="held-out documents per run (default 200)")
+    hrope = _parser(analyses, "hrope", "hRoPE: U* table, well curves, shuffle test, interventions")
+    hrope.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories, or multirun directories of them")
+    hrope.add_argument("--documents", type=int, default=200, help="held-out documents per run")
     hrope.add_argument("--batch-size", type=int, default=8, help="documents per forward pass")
-    hrope.add_argument("--trend", choices=["linear", "log"], default="linear", help="distance trend (see docs)")
+    hrope.add_argument(
+        "--trend", choices=["linear", "log"], default="linear", help="distance trend fitted before the well"
+    )
     hrope.add_argument("--max-displacement", type=int, default=16, help="largest paragraph displacement shown")
     hrope.add_argument("--min-pairs", type=int, default=200, help="pairs a displacement needs to count for U*")
-    hrope.add_argument(
-        "--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples of documents (default 1000)"
-    )
+    hrope.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples of documents")
     hrope.add_argument("--seed", type=int, default=0, help="seed of the shuffles and the bootstrap")
     _add_output_dir(hrope, "RUN_DIR/analysis/hrope, or the first multirun directory's analysis/hrope")
 
-    waves = commands.add_parser("wavelengths", help="RoPE wavelength table")
-    waves.add_argument("--head-dim", type=int, default=128)
-    waves.add_argument("--bases", type=_floats, default=[10_000.0, 500_000.0])
-    waves.add_argument("--context", type=_ints, default=[8192, 131_072])
+    waves = _parser(commands, "wavelengths", "RoPE wavelengths per pair, and the pairs that never turn in a context")
+    waves.add_argument("--head-dim", type=int, default=128, help="head dimension (even: RoPE rotates pairs)")
+    waves.add_argument("--bases", default="10000,500000", help="RoPE bases, comma-separated, each greater than 1")
+    waves.add_argument("--context", default="8192,131072", help="context lengths, comma-separated, each positive")
 
-    commands.add_parser("encodings", help="list the registered position encodings")
+    _parser(commands, "encodings", "the registered position encodings, their settings and defaults")
+    parser.description = __doc__.split("\n\n", 1)[0] + "\n\ncommands:\n" + _command_list(parser)
+    parser.epilog = __doc__.split("\n\n", 1)[1].strip()
     return parser
+
+
+def encoding_lines() -> list[str]:
+    """One line per registered encoding: its summary, then its settings with their defaults (its YAML's)."""
+    from omegaconf import OmegaConf
+
+    from poslab.config import compose_config
+    from poslab.encodings import ENCODINGS
+
+    lines = []
+    for name, cls in sorted(ENCODINGS.items()):
+        settings = OmegaConf.to_container(compose_config([f"encoding={name}"]).encoding, resolve=True)
+        shown = ", ".join(f"{key}={_setting(value)}" for key, value in settings.items() if key != "name")
+        lines.append(f"{name:18s} {cls.summary}" + (f" Settings: {shown}." if shown else " No settings."))
+    return lines
+
+
+def _setting(value: object) -> str:
+    if value is None:
+        return "auto"  # null in a YAML: filled in from the model or the corpus
+    if isinstance(value, list):
+        return "[" + ",".join(map(_setting, value)) + "]"
+    return str(value)
 
 
 def analysis_of(args: argparse.Namespace):
@@ -140,16 +224,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(line)
             print(result.written_line(directory))
         elif args.command == "wavelengths":
-            from poslab.analysis.wavelengths import wavelength_table
+            from poslab.analysis.wavelengths import check_head_dim, parse_bases, parse_contexts, wavelength_table
 
-            if args.head_dim < 2 or args.head_dim % 2:
-                raise UsageError(f"--head-dim {args.head_dim} must be a positive even number (RoPE rotates pairs).")
-            print(wavelength_table(args.head_dim, args.bases, args.context))
+            head_dim, bases, contexts = (
+                check_head_dim(args.head_dim),
+                parse_bases(args.bases),
+                parse_contexts(args.context),
+            )
+            print(wavelength_table(head_dim, bases, contexts))
         elif args.command == "encodings":
-            from poslab.encodings import ENCODINGS
-
-            for name, cls in sorted(ENCODINGS.items()):
-                print(f"{name:20s} {(cls.__doc__ or '').strip().splitlines()[0] if cls.__doc__ else ''}")
+            print("\n".join(encoding_lines()))
     except OutputNotWritableError as error:
         print(f"poslab: {error}", file=sys.stderr)
         return 1

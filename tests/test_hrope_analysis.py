@@ -244,8 +244,10 @@ def test_analyze_hrope_cli_on_trained_runs(tmp_path, capsys):
     )
     assert code == 0
     table = (out / "hrope_table.md").read_text()
-    assert "| hrope_axial |" in table and "| rand_axial |" in table and "write-up −0.48" not in table
-    assert "[write-up −0.31]" in table  # openwebtext: the write-up's value beside ours
+    assert "| hrope_axial |" in table and "| rand_axial |" in table and "WikiText-2" not in table
+    assert "| U* | OpenWebText | OpenWebText: write-up (reference) |" in table  # its value in a labelled column
+    assert "warning: 2 of 2 runs rest on fewer than 20 documents" in table  # 6 documents each
+    assert "| 4 | 6 | " in table  # steps and documents of each run
     assert (out / "hrope_well.png").stat().st_size > 1000 and (out / "hrope_shuffle.png").is_file()
     small = ["--documents", "4", "--min-pairs", "5", "--bootstrap", "20"]
     # no --output-dir: one run's analysis goes beside it, RUN_DIR/analysis/hrope/

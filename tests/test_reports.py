@@ -55,15 +55,22 @@ def test_report_grid_on_a_small_multirun_prints_the_writeup_format(tmp_path, cap
     table = [line for line in lines if line.startswith("| ")]
     assert table[0].startswith("| task | scheme | seeds | length 32 | length 64 | length 128")
     assert len(table) == 1 + 6  # header + 2 tasks x 3 schemes
-    assert "| seen | none | 2 | " in text and "(0.997)" in text  # the write-up's seen/none mean at 32
+    header = [cell.strip() for cell in table[0].strip("|").split("|")]
+    seen_none = next(line for line in table if line.startswith("| seen | none | 2 | "))
+    row = dict(zip(header, (cell.strip() for cell in seen_none.strip("|").split("|"))))
+    assert row["steps"].startswith("3")  # each seed trained 3 steps (of its recipe's, when more)
+    assert row["write-up (reference): length 32"] == "0.997"  # the write-up's seen/none mean, in its own column
+    assert row["sequences"].isdigit()
     # the same through the command line, which writes the table and the plot into the multirun's analysis/grid/
     assert poslab_main(["report", "grid", str(sweep)]) == 0
     printed = capsys.readouterr().out
     assert "lag  none         seed 0: length 32 / 64 / 128:" in printed
     assert (sweep / "analysis" / "grid" / "extrapolation_grid.png").stat().st_size > 1000
     assert (sweep / "analysis" / "grid" / "extrapolation_grid.md").read_text().startswith("lag  none")
-    assert printed.strip().splitlines()[-1].endswith(
-        f"written to {sweep / 'analysis' / 'grid'}: extrapolation_grid.md, extrapolation_grid.png"
+    assert (
+        printed.strip()
+        .splitlines()[-1]
+        .endswith(f"written to {sweep / 'analysis' / 'grid'}: extrapolation_grid.md, extrapolation_grid.png")
     )
 
 

@@ -315,7 +315,8 @@ def compare_to_ustar(stats: dict[str, dict[str, float]], ustar: dict[str, float]
                 "direction": "higher = deeper" if deeper else "higher = shallower",
                 "agree": len(agreeing) if valid else None,
                 "pairs": len(valid),
-                "reproduces": bool(valid) and len(agreeing) == len(pairs),
+                # None (shown "n/a"): no pair of corpora had values to compare, so nothing was reproduced or not
+                "reproduces": len(agreeing) == len(pairs) if valid else None,
                 "disagreeing": [f"{a}/{b}" for a, b in pairs if (a, b) not in agreeing] if valid else [],
             }
         )
@@ -331,8 +332,12 @@ def _fmt(value: float) -> str:
     return f"{value:.1f}" if abs(value) >= 100 else f"{value:.3f}"
 
 
+def reproduces_cell(reproduces: bool | None) -> str:
+    return "n/a" if reproduces is None else "yes" if reproduces else "no"
+
+
 def markdown_table(rows: list[dict[str, Any]], corpora: list[str], ustar: dict[str, float]) -> str:
-    heads = [f"{c} (U* {ustar[c]:+.2f})" if c in ustar else c for c in corpora]
+    heads = [f"{c} (reference U* {ustar[c]:+.2f})" if c in ustar else c for c in corpora]
     lines = [
         "| construct | quantity | " + " | ".join(heads) + " | direction | agrees with U* | reproduces |",
         "|---|---|" + "---:|" * len(corpora) + "---|---|---|",
@@ -346,7 +351,7 @@ def markdown_table(rows: list[dict[str, Any]], corpora: list[str], ustar: dict[s
             f"| {row['construct']} | {row['quantity']} | "
             + " | ".join(cells)
             + f" | {row['direction'] if row['agree'] is not None else '—'} | {agree} | "
-            + ("yes" if row["reproduces"] else "no")
+            + reproduces_cell(row["reproduces"])
             + " |"
         )
     return "\n".join(lines)
@@ -366,29 +371,29 @@ def csv_table(rows: list[dict[str, Any]], corpora: list[str]) -> str:
                 row["direction"],
                 "" if row["agree"] is None else row["agree"],
                 row["pairs"],
-                row["reproduces"],
+                reproduces_cell(row["reproduces"]),
                 ";".join(row["disagreeing"]),
             ]
         )
     return buffer.getvalue()
 
 
-def plot_statistics(
-    stats: dict[str, dict[str, float]], rows: list[dict[str, Any]], ustar: dict[str, float]
-) -> Any:
+def plot_statistics(stats: dict[str, dict[str, float]], rows: list[dict[str, Any]], ustar: dict[str, float]) -> Any:
 
     corpora = sorted(stats, key=lambda c: (ustar.get(c, math.inf), c))  # deepest well first
     fig, axes = plt.subplots(2, 4, figsize=(16, 7))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, row in zip(axes.flat, rows):
-        heights = [stats[c].get(row["quantity"], float("nan")) for c in corpora]
-        ax.bar(
-            range(len(corpora)), np.nan_to_num(heights), color=[colours[i % len(colours)] for i in range(len(corpora))]
-        )
+        heights = np.array([stats[c].get(row["quantity"], float("nan")) for c in corpora], dtype=float)
+        ax.bar(range(len(corpora)), heights, color=[colours[i % len(colours)] for i in range(len(corpora))])
+        for i in np.flatnonzero(np.isnan(heights)):  # not computed: said so, not drawn as a bar of height 0
+            ax.text(i, 0.5, "n/a", transform=ax.get_xaxis_transform(), ha="center", va="center", color="grey")
         labels = [f"{c}\nU* {ustar[c]:+.2f}" if c in ustar else c for c in corpora]
         ax.set_xticks(range(len(corpora)), labels, fontsize=7)
+        ax.set_xlim(-0.6, len(corpora) - 0.4)  # every corpus's place, a missing bar's too
         agree = "" if row["agree"] is None else f"\n{row['agree']} of {row['pairs']} pairs ({row['direction']})"
-        ax.set_title(f"{row['quantity']}{agree}", fontsize=9)
+        # the definition, so a reader need not know the quantity's name
+        ax.set_title(f"{row['quantity']}\n{row['definition']}{agree}", fontsize=8)
     fig.suptitle("Corpus-only statistics, corpora ordered by U* (deepest first)")
     fig.tight_layout()
     return fig
@@ -406,7 +411,6 @@ def analyze_corpora(
     """``poslab analyze corpus``: statistics per corpus and their agreement with U*; the report, and its files
     for ``paths.log_dir/analysis/corpus/`` (or ``--output-dir``)."""
     from omegaconf import OmegaConf
-
 
     allowed = sorted(p.stem for p in (CONF_DIR / "corpus").glob("*.yaml") if p.stem not in ("synthetic", "local"))
     overrides = {}  # corpus label -> the overrides composing it
@@ -476,8 +480,15 @@ def analyze_corpora(
     if embedder is None:
         lines.append("Embedding coherence not computed (--no-embeddings).")
     full = [r["quantity"] for r in rows if r["reproduces"]]
+    compared = [r for r in rows if r["reproduces"] is not None]
     lines.append(
-        "Reproduce the U* ordering fully: " + (", ".join(full) if full else "none") + f" (of {len(rows)} quantities)."
+        "Reproduce the U* ordering fully: "
+        + ((", ".join(full) if full else "none") + f" (of {len(compared)} quantities compared)." if compared else "n/a")
+        + (
+            f" ({len(rows) - len(compared)} quantities not compared: no two corpora with both a value and a U*.)"
+            if len(compared) < len(rows)
+            else ""
+        )
     )
     report = "\n".join([*lines, "", table])
 

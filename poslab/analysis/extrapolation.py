@@ -15,8 +15,14 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from poslab.analysis.output import AnalysisResult
-from poslab.analysis.results import FinishedRun, Runs, collect_runs, differing_settings, setting_values
+from poslab.analysis.output import REFERENCE_LABEL, AnalysisResult, short_run_warning, steps_cell, training_steps
+from poslab.analysis.results import (
+    FinishedRun,
+    Runs,
+    collect_runs,
+    differing_settings,
+    setting_values,
+)
 from poslab.errors import MissingRunError, UsageError
 from poslab.plotting import plt
 from poslab.run_files import ANALYSIS_DIR, RESULTS_FILE
@@ -33,6 +39,8 @@ class GridRun:
     log_scaled: float  # at the longest length, scores x log(L)/log(train_length)
     order: int = 0
     settings: tuple[tuple[str, str], ...] = ()  # what tells it apart from runs of the same task and scheme
+    steps: tuple[int | None, int | None] = (None, None)  # (trained, the recipe's): poslab.analysis.results
+    eval_size: int | None = None  # evaluation sequences per length (task.eval_size)
 
     @property
     def cell(self) -> Cell:
@@ -112,6 +120,8 @@ def grid_run(run: FinishedRun, keys: list[str]) -> GridRun:
         log_scaled=figures[longest]["accuracy_log_scaled"],
         order=int(job) if job.isdigit() else 0,
         settings=tuple(zip(keys, setting_values(run, keys))),
+        steps=training_steps(run.path, result),
+        eval_size=((result.get("config") or {}).get("task") or {}).get("eval_size"),
     )
 
 
@@ -154,9 +164,12 @@ def seed_means(runs: list[GridRun]) -> dict[Cell, dict[str, float]]:
     return means
 
 
-def markdown_table(runs: list[GridRun], reference: list[GridRun] | None = None) -> str:
-    """Seed means per task x scheme; with a reference, each cell reads ``ours (reference)`` and a last
-    column gives the largest absolute difference in the row."""
+def markdown_table(
+    runs: list[GridRun], reference: list[GridRun] | None = None, reference_label: str = REFERENCE_LABEL
+) -> str:
+    """Seed means per task x scheme, with the training steps and evaluation sequences behind them; with a
+    reference, its figures follow in columns labelled ``reference_label`` and a last column gives the largest
+    absolute difference in the row."""
     ours, theirs = seed_means(runs), seed_means(reference) if reference else {}
     if not ours:
         return "(no runs)"
@@ -167,42 +180,69 @@ def markdown_table(runs: list[GridRun], reference: list[GridRun] | None = None) 
         f"x log{sample.longest}/log{sample.train_length}",
     ]
     columns = [key for key, _ in sample.settings]  # settings telling runs of one task and scheme apart
-    header = ["task", "scheme", *columns, "seeds", *titles] + (["max abs diff"] if theirs else [])
+    references = [f"{reference_label}: {title}" for title in titles] if theirs else []
+    header = ["task", "scheme", *columns, "seeds", *titles, "steps", "sequences", *references]
+    header += ["max abs diff"] if theirs else []
+    members: dict[Cell, list[GridRun]] = defaultdict(list)
+    for run in runs:
+        members[run.cell].append(run)
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for (task, label, settings), row in ours.items():
         ref = theirs.get((task, label, ()))
         cells = [task, label, *(value for _, value in settings), str(row["seeds"])]
-        for key in figures:
-            cells.append(f"{row[key]:.3f}" + (f" ({ref[key]:.3f})" if ref and key in ref else ""))
+        cells += [f"{row[key]:.3f}" for key in figures]
+        cells += [_span([steps_cell(*r.steps) for r in members[(task, label, settings)]])]
+        cells += [_span([str(r.eval_size) if r.eval_size else "n/a" for r in members[(task, label, settings)]])]
         if theirs:
+            cells += [f"{ref[key]:.3f}" if ref and key in ref else "n/a" for key in figures]
             diffs = [abs(row[k] - ref[k]) for k in figures if ref and k in ref]
             cells.append(f"{max(diffs):.3f}" if diffs else "n/a")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def plot_grid(runs: list[GridRun]) -> Any:
-    """Accuracy against test length, one line per scheme (seed mean), one panel per task."""
+def _span(values: list[str]) -> str:
+    """One cell for the runs of a row: their value, or each distinct one."""
+    return "/".join(dict.fromkeys(values))
 
+
+def plot_grid(runs: list[GridRun]) -> Any:
+    """Accuracy against test length, one panel per task: per scheme a line through the seed means and a faint dot
+    for each seed, so the spread over seeds shows; one legend for both panels, beside them."""
+    members: dict[Cell, list[GridRun]] = defaultdict(list)
+    for run in runs:
+        members[run.cell].append(run)
     means = seed_means(runs)
     tasks = list(dict.fromkeys(task for task, _, _ in means))
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4.2), squeeze=False)
+    schemes = list(dict.fromkeys((label, settings) for _, label, settings in means))
+    colours = {scheme: f"C{i % 10}" for i, scheme in enumerate(schemes)}  # a scheme's colour in every panel
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.6 * len(tasks) + 2.2, 4.2), squeeze=False, layout="constrained")
+    handles: dict[str, Any] = {}
     for ax, task in zip(axes[0], tasks):
         for (t, label, settings), row in means.items():
             if t != task:
                 continue
-            if settings:
-                label = label + " " + ", ".join(f"{k}={v}" for k, v in settings)
+            name = label + (" " + ", ".join(f"{k}={v}" for k, v in settings) if settings else "")
+            colour = colours[(label, settings)]
             lengths = [int(k[1:]) for k in row if k.startswith("L")]
-            ax.plot(lengths, [row[f"L{n}"] for n in lengths], marker="o", label=label)
+            for run in members[(t, label, settings)]:
+                ax.plot(lengths, [run.accuracy[n] for n in lengths], "o", color=colour, alpha=0.35, markersize=4)
+            (handles[name],) = ax.plot(lengths, [row[f"L{n}"] for n in lengths], "-o", color=colour, markersize=3)
         ax.set_xscale("log", base=2)
         ax.set_xticks(lengths, [str(n) for n in lengths])
-        ax.set_xlabel("test length")
+        ax.set_xlabel("test length (tokens)")
         ax.set_ylabel("accuracy")
         ax.set_title(f"{task} (trained at {runs[0].train_length})")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+    seeds = sorted({len(m) for m in members.values()})
+    fig.legend(
+        handles.values(),
+        handles.keys(),
+        loc="outside right upper",
+        fontsize=8,
+        title=f"line: mean of {'/'.join(map(str, seeds))} seeds\ndots: each seed",
+        title_fontsize=8,
+    )
     return fig
 
 
@@ -215,10 +255,12 @@ def report_grid(directory: str | Path, reference: str | None = None) -> Analysis
             f"no {RESULTS_FILE} below {directory} of a successful run"
             + (f": {listed}" if listed else ": is it a multirun directory of train.py?")
         )
-    table = markdown_table(runs, reference_runs(reference) if reference else None)
+    label = REFERENCE_LABEL if reference and not Path(reference).is_file() else f"{reference} (reference)"
+    table = markdown_table(runs, reference_runs(reference) if reference else None, label)
     out = [run.line() for run in runs]
     out += ["", table]
-    notes = found.notes()
+    warning = short_run_warning({f"{r.task} {r.label} seed {r.seed}": r.steps for r in runs})
+    notes = ([warning] if warning else []) + found.notes()
     if notes:
         out += ["", *notes]
     result = AnalysisResult("grid", "\n".join(out), Path(directory) / ANALYSIS_DIR / "grid")

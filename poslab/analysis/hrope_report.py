@@ -22,7 +22,14 @@ import numpy as np
 
 from poslab.analysis.hrope import RunAnalysis, analyze_run
 from poslab.analysis.logging import log_analysis
-from poslab.analysis.output import AnalysisResult
+from poslab.analysis.output import (
+    REFERENCE_LABEL,
+    AnalysisResult,
+    few_documents_warning,
+    short_run_warning,
+    steps_cell,
+    training_steps,
+)
 from poslab.analysis.results import SUCCESS, run_status
 from poslab.errors import MissingRunError
 from poslab.run_files import default_analysis_dir, find_runs
@@ -71,30 +78,38 @@ def ordered_models(names: set[str]) -> list[str]:
     return [m for m in MODEL_ORDER if m in names] + sorted(names - set(MODEL_ORDER))
 
 
+def cross_pairs(analysis: RunAnalysis) -> int:
+    """The query/key pairs in different paragraphs behind a run's well (every displacement >= 1 shown)."""
+    return int(analysis.well.pairs[1:].sum())
+
+
 def depth_table(analyses: list[RunAnalysis]) -> str:
-    """The write-up's layout: models x corpora, U* (seed mean ± sd (seeds)), the write-up's value beside."""
+    """The write-up's layout: models x corpora, U* (seed mean ± sd (seeds)); the write-up's values in columns
+    of their own, labelled as a reference, for the corpora it has."""
     groups = grouped(analyses)
     corpora = sorted(
         {c for _, c in groups},
         key=lambda c: list(CORPUS_LABELS.values()).index(c) if c in CORPUS_LABELS.values() else 99,
     )
-    lines = ["| U* | " + " | ".join(corpora) + " |", "|---|" + "---|" * len(corpora)]
-    for model in ordered_models({m for m, _ in groups}):
+    models = ordered_models({m for m, _ in groups})
+    referenced = [c for c in corpora if any(c in REFERENCE_DEPTHS.get(m, {}) for m in models)]
+    header = [*corpora, *(f"{c}: {REFERENCE_LABEL}" for c in referenced)]
+    lines = ["| U* | " + " | ".join(header) + " |", "|---|" + "---|" * len(header)]
+    for model in models:
         cells = []
         for corpus in corpora:
             runs = groups.get((model, corpus), [])
-            ours = seed_summary([r.well.depth for r in runs]) if runs else "—"
-            reference = REFERENCE_DEPTHS.get(model, {}).get(corpus)
-            cells.append(ours + (f" [write-up {fmt(reference)}]" if reference is not None else ""))
+            cells.append(seed_summary([r.well.depth for r in runs]) if runs else "—")
+        cells += [fmt(REFERENCE_DEPTHS.get(model, {}).get(corpus)) for corpus in referenced]
         lines.append(f"| {model} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def per_run_table(analyses: list[RunAnalysis]) -> str:
     lines = [
-        "| model | corpus | seed | docs | U* [95% CI] | at k | ΔU* shuffle [95% CI] "
+        "| model | corpus | seed | steps | docs | pairs | U* [95% CI] | at k | ΔU* shuffle [95% CI] "
         "| fake-merge Δ [CI] | fake-split Δ [CI] |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for a in sorted(
         analyses,
@@ -105,7 +120,8 @@ def per_run_table(analyses: list[RunAnalysis]) -> str:
         ),
     ):
         lines.append(
-            f"| {a.encoding} | {corpus_label(a.corpus)} | {a.seed} | {a.documents} | {fmt(a.well.depth)} "
+            f"| {a.encoding} | {corpus_label(a.corpus)} | {a.seed} | {steps_cell(*training_steps(a.run_dir))} "
+            f"| {a.documents} | {cross_pairs(a)} | {fmt(a.well.depth)} "
             f"[{fmt(a.depth_interval[0])}, {fmt(a.depth_interval[1])}] | {a.well.location} | "
             f"{fmt(a.shuffle_change)} [{fmt(a.shuffle_interval[0])}, {fmt(a.shuffle_interval[1])}] | "
             f"{fmt(a.merge_change, 3)} [{fmt(a.merge_interval[0], 3)}, {fmt(a.merge_interval[1], 3)}] | "
@@ -139,21 +155,59 @@ def summary_table(analyses: list[RunAnalysis]) -> str:
     return "\n".join(lines)
 
 
-def plot_wells(analyses: list[RunAnalysis], shuffled: bool = False) -> Any:
-    """One panel per corpus, one line per model (seed mean; thin lines: single seeds)."""
-    import matplotlib
+def run_label(analysis: RunAnalysis) -> str:
+    return f"{analysis.encoding}/{corpus_label(analysis.corpus)} seed {analysis.seed}"
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+
+def sample_lines(analyses: list[RunAnalysis]) -> list[str]:
+    """What the figures rest on (runs, documents, pairs, training steps), and a warning line for each kind of
+    sample too small for the intervals or the comparison with the write-up."""
+    documents = [a.documents for a in analyses]
+    pairs = [cross_pairs(a) for a in analyses]
+    steps = {run_label(a): training_steps(a.run_dir) for a in analyses}
+    trained = [done for done, _ in steps.values() if done is not None]
+
+    def span(values: list[int]) -> str:
+        return (
+            "n/a"
+            if not values
+            else f"{min(values):,}"
+            if min(values) == max(values)
+            else f"{min(values):,}–{max(values):,}"
+        )
+
+    lines = [
+        f"Sample: {len(analyses)} run(s); per run {span(documents)} held-out documents, {span(pairs)} query/key "
+        f"pairs across paragraphs, {span(trained)} training steps (per run: the last table)."
+    ]
+    lines += [
+        line
+        for line in (
+            few_documents_warning({run_label(a): a.documents for a in analyses}),
+            short_run_warning(steps),
+        )
+        if line
+    ]
+    return lines
+
+
+def plot_wells(analyses: list[RunAnalysis], shuffled: bool = False) -> Any:
+    """One panel per corpus, one line per model (seed mean; thin lines: single seeds); one legend beside the
+    panels, where it covers no curve, and a model's colour the same in every panel."""
     from matplotlib.ticker import MaxNLocator
 
+    from poslab.plotting import plt  # Agg, and the CJK font for corpora named in Chinese
 
     groups = grouped(analyses)
     corpora = sorted({c for _, c in groups})
-    fig, axes = plt.subplots(1, len(corpora), figsize=(5 * len(corpora), 4), squeeze=False)
+    models = ordered_models({m for m, _ in groups})
+    fig, axes = plt.subplots(
+        1, len(corpora), figsize=(4.6 * len(corpora) + 1.8, 4), squeeze=False, layout="constrained"
+    )
+    handles: dict[str, Any] = {}
     for ax, corpus in zip(axes[0], corpora):
-        for index, model in enumerate(ordered_models({m for m, c in groups if c == corpus})):
-            color = f"C{index}"
+        for model in (m for m in models if (m, corpus) in groups):
+            color = f"C{models.index(model) % 10}"
             curves = []
             for run in groups[(model, corpus)]:
                 curve = (run.shuffled_well if shuffled else run.well).residual[1:]
@@ -162,14 +216,21 @@ def plot_wells(analyses: list[RunAnalysis], shuffled: bool = False) -> Any:
             with np.errstate(all="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # displacements no seed has: nan, not drawn
                 mean = np.nanmean(np.vstack(curves), axis=0)
-            ax.plot(range(1, len(mean) + 1), mean, color=color, marker="o", markersize=3, label=model)
+            (handles[model],) = ax.plot(range(1, len(mean) + 1), mean, color=color, marker="o", markersize=3)
         ax.axhline(0.0, color="grey", linewidth=0.6)
         ax.set_title(corpus + (" (paragraphs shuffled)" if shuffled else ""))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("paragraph displacement (boundaries between key and query)")
+        # two lines: on one, the label is wider than a single panel
+        ax.set_xlabel("paragraph displacement\n(boundaries between key and query)")
         ax.set_ylabel("mean residual log attention")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+    fig.legend(
+        handles.values(),
+        handles.keys(),
+        loc="outside right upper",
+        fontsize=8,
+        title="line: seed mean\nthin lines: each seed",
+        title_fontsize=8,
+    )
     return fig
 
 
@@ -219,8 +280,9 @@ def analyze_hrope(paths: list[str], documents: int = 200, **settings: Any) -> An
     shuffled = result.add_figure("hrope_shuffle.png", plot_wells(analyses, shuffled=True))
     result.report = "\n\n".join(
         [
-            "## U* (seed mean ± sd (seeds); the write-up's value in brackets)",
+            f"## U* (seed mean ± sd (seeds); the write-up's values in the {REFERENCE_LABEL} columns)",
             depth_table(analyses),
+            "\n".join(sample_lines(analyses)),
             "## Shuffle test and interventions (seed means; seeds whose 95% bootstrap interval excludes 0)",
             summary_table(analyses),
             "## Per run",

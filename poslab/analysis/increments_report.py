@@ -28,13 +28,20 @@ import torch
 
 from poslab.analysis import increments as inc
 from poslab.analysis.logging import log_analysis
-from poslab.analysis.output import AnalysisResult
-from poslab.analysis.results import SUCCESS, run_status
+from poslab.analysis.output import (
+    AnalysisResult,
+    few_documents_warning,
+    short_run_warning,
+    steps_cell,
+    training_steps,
+)
+from poslab.analysis.results import SUCCESS, run_status, validation_documents
 from poslab.builders import load_run_and_data
 from poslab.datamodules.corpora import decode_bytes
 from poslab.encodings.increments import increments_from_positions
 from poslab.errors import ConfigError, MissingRunError
-from poslab.run_files import ANALYSIS_DIR
+from poslab.io import read_json
+from poslab.run_files import ANALYSIS_DIR, RESULTS_FILE
 
 DEFAULT_SENTENCES = (
     "Artificial intelligence is a branch of computer science.",
@@ -116,7 +123,11 @@ def analyze_increments(
         )
     model, context = module.model, int(cfg.task.get("context_length", 512))
     result = AnalysisResult("increments", "", Path(run_dir) / ANALYSIS_DIR / "increments")
-    lines = [f"run {run_dir}: encoding {cfg.encoding.name}, corpus {cfg.corpus.name}"]
+    results_path = Path(run_dir) / RESULTS_FILE
+    steps = training_steps(run_dir, read_json(results_path) if results_path.is_file() else {})
+    lines = [
+        f"run {run_dir}: encoding {cfg.encoding.name}, corpus {cfg.corpus.name}, {steps_cell(*steps)} training steps"
+    ]
 
     # 1. categories on held-out text
     held = {} if text_file else held_out_text(datamodule, max_bytes)
@@ -135,6 +146,11 @@ def analyze_increments(
         f"byte left out):",
         inc.format_category_table(rows),
     ]
+    if not text_file:  # held-out text: the documents of the run's validation split behind the table
+        documents = validation_documents(read_json(results_path)) if results_path.is_file() else 0
+        lines.append(f"Held-out text: up to {max_bytes:,} bytes per group from {documents:,} validation documents.")
+        lines += [line for line in (few_documents_warning({str(run_dir): documents}),) if line]
+    lines += [line for line in (short_run_warning({str(run_dir): steps}),) if line]
 
     # 2. the picture
     pictures = []

@@ -13,8 +13,20 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from poslab.analysis.output import AnalysisResult
-from poslab.analysis.results import FinishedRun, collect_runs, differing_settings, setting_values
+from poslab.analysis.output import (
+    AnalysisResult,
+    few_documents_warning,
+    short_run_warning,
+    steps_cell,
+    training_steps,
+)
+from poslab.analysis.results import (
+    FinishedRun,
+    collect_runs,
+    differing_settings,
+    setting_values,
+    validation_documents,
+)
 from poslab.errors import MissingRunError
 from poslab.run_files import RESULTS_FILE, default_analysis_dir
 
@@ -38,14 +50,27 @@ def report_losses(directories: list[str | Path]) -> AnalysisResult:
 
     keys = differing_settings(found.counted, labels)
     runs = sorted(found.counted, key=lambda r: (*labels(r), setting_values(r, keys), r.result["seed"]))
-    header = ["corpus", "encoding", *keys, "seed", "steps", "parameters", "val loss (nats)", "val bits/byte", "run"]
+    header = [
+        "corpus",
+        "encoding",
+        *keys,
+        "seed",
+        "steps",
+        "val documents",
+        "parameters",
+        "val loss (nats)",
+        "val bits/byte",
+        "run",
+    ]
+    steps = {str(run.path): training_steps(run.path, run.result) for run in runs}
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     groups: dict[tuple[str, ...], list[FinishedRun]] = defaultdict(list)
     for run in runs:
         result, figures = run.result, run.result["figures"]
         values = setting_values(run, keys)
         groups[(*labels(run), *values)].append(run)
-        cells = [*labels(run), *values, str(result["seed"]), str(result["steps"]), f"{result.get('parameters', 0):,}"]
+        cells = [*labels(run), *values, str(result["seed"]), steps_cell(*steps[str(run.path)])]
+        cells += [f"{validation_documents(result):,}", f"{result.get('parameters', 0):,}"]
         cells += [f"{figures['val_loss']:.4f}", f"{figures['val_bpb']:.4f}", str(run.path)]
         lines.append("| " + " | ".join(cells) + " |")
     if any(len(members) > 1 for members in groups.values()):  # several seeds of one config: their means
@@ -55,7 +80,11 @@ def report_losses(directories: list[str | Path]) -> AnalysisResult:
             loss = mean(m.result["figures"]["val_loss"] for m in members)
             bpb = mean(m.result["figures"]["val_bpb"] for m in members)
             lines.append("| " + " | ".join([*group, str(len(members)), f"{loss:.4f}", f"{bpb:.4f}"]) + " |")
-    notes = found.notes()
+    warnings = [
+        few_documents_warning({str(run.path): validation_documents(run.result) for run in runs}),
+        short_run_warning(steps),
+    ]
+    notes = [line for line in warnings if line] + found.notes()
     report = "\n".join(lines + (["", *notes] if notes else []))
     result = AnalysisResult("losses", report, default_analysis_dir("losses", list(directories), [r.path for r in runs]))
     result.add_text("losses.md", report)

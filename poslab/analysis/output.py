@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from poslab.errors import OutputNotWritableError
-from poslab.io import write_atomic
+from poslab.io import read_json, write_atomic
+from poslab.run_files import RESULTS_FILE
 
 #: runs after the files are written, with their directory: e.g. log the figures to the runs' loggers
 AfterWrite = Callable[[Path], "str | None"]
@@ -78,3 +79,85 @@ class AnalysisResult:
     def written_line(self, directory: Path) -> str:
         names = ", ".join(self.files)
         return f"{self.name}: {len(self.files)} files written to {directory}: {names}"
+
+
+#: an interval (a bootstrap over documents) resting on fewer documents than this is flagged in the report
+MIN_DOCUMENTS = 20
+#: a run that trained fewer than this fraction of its recipe's ``trainer.max_steps`` is flagged in the report
+MIN_RECIPE_FRACTION = 0.25
+#: the label of a column holding a write-up's published values: a reference, not a measurement of these runs
+REFERENCE_LABEL = "write-up (reference)"
+
+
+def few_documents_warning(documents: dict[str, int], what: str = "runs") -> str | None:
+    """One line naming the ``what`` (by label) whose figures rest on fewer than ``MIN_DOCUMENTS`` documents."""
+    few = {label: n for label, n in documents.items() if n < MIN_DOCUMENTS}
+    if not few:
+        return None
+    shown = ", ".join(f"{label}: {n}" for label, n in few.items())
+    return (
+        f"warning: {len(few)} of {len(documents)} {what} rest on fewer than {MIN_DOCUMENTS} documents ({shown}); "
+        f"figures over so few documents are rough, and bootstrap intervals over them too narrow."
+    )
+
+
+def short_run_warning(steps: dict[str, tuple[int | None, int | None]]) -> str | None:
+    """One line naming the runs (by label) that trained fewer than ``MIN_RECIPE_FRACTION`` of their recipe's
+    steps; ``steps`` maps a label to (steps trained, the recipe's steps), either None when unknown."""
+    short = {
+        label: (done, recipe)
+        for label, (done, recipe) in steps.items()
+        if done is not None and recipe and done < MIN_RECIPE_FRACTION * recipe
+    }
+    if not short:
+        return None
+    shown = ", ".join(f"{label}: {done} of {recipe}" for label, (done, recipe) in short.items())
+    return (
+        f"warning: {len(short)} of {len(steps)} runs trained fewer than {MIN_RECIPE_FRACTION:.0%} of their "
+        f"recipe's steps ({shown}); their figures describe undertrained models, not the write-up's."
+    )
+
+
+#: the command-line overrides a train.py run was composed with (Hydra writes them into the run directory)
+OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
+
+
+def training_steps(run_dir: str | Path, result: dict[str, Any] | None = None) -> tuple[int | None, int | None]:
+    """(steps the run trained, its recipe's ``trainer.max_steps``), either None when unknown.
+
+    The recipe is the run's config composed again from its own overrides (``.hydra/overrides.yaml``) without
+    the ones that set ``trainer.max_steps``: a run of ``experiment=hrope_axial_cpu trainer.max_steps=50`` has
+    the experiment's 480 as its recipe. A run made without Hydra's files (a config composed in Python) has its
+    own ``trainer.max_steps``."""
+    run_dir = Path(run_dir)
+    if result is None:
+        path = run_dir / RESULTS_FILE
+        result = read_json(path) if path.is_file() else {}
+    done = result.get("steps")
+    own = ((result.get("config") or {}).get("trainer") or {}).get("max_steps")
+    overrides_path = run_dir / OVERRIDES_FILE
+    recipe = own
+    if overrides_path.is_file():
+        from hydra.errors import HydraException
+        from omegaconf import OmegaConf
+        from omegaconf.errors import OmegaConfBaseException
+
+        from poslab.config import compose_config
+
+        overrides = [str(o) for o in OmegaConf.load(overrides_path) if not _sets_max_steps(str(o))]
+        try:
+            recipe = compose_config(overrides).trainer.get("max_steps")
+        except (HydraException, OmegaConfBaseException):  # the configs changed since: the recipe is unknown
+            recipe = None
+    return (None if done is None else int(done)), (None if recipe is None else int(recipe))
+
+
+def _sets_max_steps(override: str) -> bool:
+    return override.lstrip("+~").split("=")[0] == "trainer.max_steps"
+
+
+def steps_cell(done: int | None, recipe: int | None) -> str:
+    """How a table shows a run's training length: ``50 of 2000`` (its recipe's steps), or ``50``."""
+    if done is None:
+        return "n/a"
+    return f"{done} of {recipe}" if recipe and recipe != done else str(done)

@@ -164,3 +164,8 @@ def _show(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ",".join(map(_show, value)) + "]"
     return str(value)
+
+
+def validation_documents(result: dict[str, Any]) -> int:
+    """The held-out documents a language-model run's validation figures come from, over its corpus's groups."""
+    return sum(int(splits["validation"]["documents"]) for splits in (result.get("groups") or {}).values())

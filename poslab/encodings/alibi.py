@@ -19,6 +19,8 @@ def geometric_slopes(n_heads: int) -> list[float]:
 
 @register("alibi")
 class AlibiEncoding(PositionEncoding):
+    summary = "ALiBi: each head subtracts its slope times the query-key distance from the attention scores."
+
     def __init__(self, shape: ModelShape, slopes: list[float] | None = None) -> None:
         super().__init__(shape)
         values = [float(s) for s in slopes] if slopes is not None else geometric_slopes(shape.n_heads)

@@ -79,6 +79,8 @@ class PositionEncoding(nn.Module):
     #: ``coordinates["row_seed"]`` ``[B, 1]``, a function of (run seed, step, global row), so a run's draws do not
     #: depend on the number of DDP processes, on a resume, or on anything else drawing from torch's RNG
     uses_row_seeds: ClassVar[bool] = False
+    #: one sentence for a reader of ``poslab encodings``: what the encoding does (every encoding sets its own)
+    summary: ClassVar[str] = ""
 
     def __init__(self, shape: ModelShape) -> None:
         super().__init__()

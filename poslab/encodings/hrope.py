@@ -110,6 +110,8 @@ def check_density(settings: dict[str, Any], encoding: str) -> float:
 class HRopeEncoding(RotaryEncoding):
     """Hierarchical RoPE: three blocks of pairs rotated by the paragraph, sentence and token indices."""
 
+    summary = "Hierarchical RoPE: three blocks of rotated pairs follow the paragraph, sentence and token index."
+
     required_coordinates = ("paragraph", "sentence")
 
     def __init__(
@@ -179,6 +181,8 @@ class HRopeEncoding(RotaryEncoding):
 class RandAxialEncoding(HRopeEncoding):
     """hRoPE whose paragraph coordinate is random boundaries at ``paragraph_density``, new every training step."""
 
+    summary = "Control for hrope_axial: paragraph boundaries drawn at random at the corpus's density."
+
     corpus_settings = ("paragraph_density",)  # null: the training corpus's boundary density
     uses_row_seeds = True  # training draws are a function of (seed, step, global row): DDP-invariant
 
@@ -238,6 +242,8 @@ class RandAxialEncoding(HRopeEncoding):
 @register("period_axial")
 class PeriodAxialEncoding(HRopeEncoding):
     """hRoPE whose paragraph coordinate is a fixed grid: a boundary every ``round(1 / paragraph_density)`` tokens."""
+
+    summary = "Control for hrope_axial: paragraph boundaries on a fixed grid at the corpus's density."
 
     corpus_settings = ("paragraph_density",)  # null: the training corpus's boundary density
 

@@ -88,6 +88,8 @@ def check_delta_hidden(settings: dict[str, Any]) -> None:
 class IncrementsSharedEncoding(RotaryEncoding):
     """RoPE at learned positions: one DeltaMLP on the token embeddings, the same positions in every layer."""
 
+    summary = "RoPE at learned positions: a small network gives each token a step, the same in every layer."
+
     def __init__(self, shape: ModelShape, delta_hidden: int = 64, **rotary: Any) -> None:
         super().__init__(shape, **rotary)  # base, pairing, rotary_dim
         self.delta = DeltaMLP(shape.d_model, delta_hidden)
@@ -105,6 +107,8 @@ class IncrementsSharedEncoding(RotaryEncoding):
 @register("increments_layer")
 class IncrementsLayerEncoding(RotaryEncoding):
     """RoPE at learned positions: each layer's own DeltaMLP reads its RMS-normed residual stream; δ <= max_delta."""
+
+    summary = "RoPE at learned positions: each layer's own small network steps from its hidden state, capped."
 
     def __init__(self, shape: ModelShape, delta_hidden: int = 64, max_delta: float = 10.0, **rotary: Any) -> None:
         super().__init__(shape, **rotary)  # base, pairing, rotary_dim

@@ -17,6 +17,7 @@ from poslab.errors import ConfigError
 
 @register("learned")
 class LearnedEncoding(PositionEncoding):
+    summary = "A learned table of absolute position vectors added to the token embeddings (as in GPT-2)."
     no_weight_decay = ("table.weight",)
 
     def __init__(self, shape: ModelShape, max_positions: int = 128, init_std: float | None = None) -> None:

@@ -7,3 +7,5 @@ from poslab.encodings.rotary import RotaryEncoding
 @register("rope")
 class RopeEncoding(RotaryEncoding):
     """Integer token positions; ``base`` and ``pairing`` as in ``RotaryEncoding``."""
+
+    summary = "Rotary embeddings: queries and keys rotated by angles proportional to the token index."

@@ -22,6 +22,8 @@ def sinusoids(positions: Tensor, d_model: int, base: float = 10_000.0) -> Tensor
 
 @register("sinusoid")
 class SinusoidEncoding(PositionEncoding):
+    summary = "Fixed sine and cosine waves of the absolute position added to the token embeddings."
+
     def __init__(self, shape: ModelShape, base: float = 10_000.0) -> None:
         super().__init__(shape)
         self.base = float(base)
