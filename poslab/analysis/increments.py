@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from poslab.datamodules.codec import SEPARATOR
+from poslab.fonts import cjk_font, has_glyph
 from poslab.io import write_atomic
 from poslab.plotting import plt, save_figure
 
@@ -277,32 +278,6 @@ def positions_from_deltas(deltas: Any) -> np.ndarray:
     return np.cumsum(d[None, :] if d.ndim == 1 else d, axis=-1)
 
 
-CJK_FONT_FAMILIES = (
-    "Noto Sans CJK",
-    "Noto Serif CJK",
-    "Source Han Sans",
-    "Source Han Serif",
-    "WenQuanYi",
-    "AR PL",
-    "Droid Sans Fallback",
-    "SimHei",
-    "Microsoft YaHei",
-    "PingFang",
-    "Hiragino Sans GB",
-)
-
-
-@cache
-def _charmap(path: str) -> frozenset[int]:
-    """The code points a font file has glyphs for (empty if matplotlib cannot read it)."""
-    from matplotlib.ft2font import FT2Font
-
-    try:
-        return frozenset(FT2Font(path).get_charmap())
-    except Exception:  # a broken or unsupported font file is the same as no font
-        return frozenset()
-
-
 @cache
 def _default_font() -> str:
     from matplotlib import font_manager
@@ -310,15 +285,10 @@ def _default_font() -> str:
     return font_manager.findfont(font_manager.FontProperties(), fallback_to_default=True)
 
 
-@cache
 def cjk_font_path() -> str | None:
-    """The file of an installed font that can draw Chinese (one of ``CJK_FONT_FAMILIES``), or None."""
-    from matplotlib import font_manager
-
-    for entry in sorted(font_manager.fontManager.ttflist, key=lambda e: e.fname):
-        if entry.name.startswith(CJK_FONT_FAMILIES) and ord("人") in _charmap(entry.fname):
-            return entry.fname
-    return None
+    """The file of the font figures draw Chinese with (``poslab.fonts``), or None when there is none."""
+    font = cjk_font()
+    return font.path if font is not None else None
 
 
 _SHOWN_AS = {"\n": "↵", "\t": "⇥", " ": "", SEPARATOR_CHAR: "<sep>"}
@@ -334,10 +304,10 @@ def character_label(char: str) -> tuple[str, str | None, bool]:
         return _SHOWN_AS[char], None, char == SEPARATOR_CHAR
     if unicodedata.category(char) == "Cc":
         return f"U+{ord(char):04X}", None, True
-    if ord(char) in _charmap(_default_font()):
+    if has_glyph(_default_font(), char):
         return char, None, False
     cjk = cjk_font_path()
-    if cjk is not None and ord(char) in _charmap(cjk):
+    if cjk is not None and has_glyph(cjk, char):
         return char, cjk, False
     return f"U+{ord(char):04X}", None, True
 
@@ -369,7 +339,7 @@ def positions_figure(
     of its bytes' increments. A bar under each character shows that span. Each row has its own x range, as
     layers can learn very different scales.
 
-    Chinese is drawn with a CJK font when matplotlib finds one (see ``CJK_FONT_FAMILIES``); with none
+    Chinese is drawn with the CJK font of ``poslab.fonts`` (Noto Sans CJK SC, a dependency); with none
     installed, each such character is written as its code point, e.g. ``U+4EBA``, rotated (never a crash or
     a row of empty boxes). ``text`` must be what ``decode_characters(tokens)`` decodes to, i.e. for valid
     UTF-8 ``tokens == list(text.encode("utf-8"))``.

@@ -1,0 +1,269 @@
+"""Figures a reader can read: Chinese drawn with a font that has its glyphs, no text cut off at the figure's edge,
+the extrapolation grid's seed spread shown. Each figure is built from small inputs by its own plotting function."""
+
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+from collections.abc import Callable, Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from matplotlib import font_manager
+from matplotlib.text import Text
+from matplotlib.transforms import Bbox
+
+from poslab.analysis import increments as inc
+from poslab.analysis.corpus_statistics import QUANTITIES, compare_to_ustar, plot_statistics
+from poslab.analysis.extrapolation import parse_lines, plot_grid
+from poslab.analysis.hrope import RunAnalysis, Well
+from poslab.analysis.hrope_report import plot_wells
+from poslab.analysis.increments_report import DEFAULT_SENTENCES
+from poslab.fonts import CJK_FAMILY, bundled_font_file, cjk_font, find_cjk_font, has_glyph
+from poslab.plotting import plt
+
+ENGLISH, CHINESE = DEFAULT_SENTENCES  # what `poslab analyze increments` draws
+
+
+def positions_picture(text: str) -> Any:
+    """The increments picture of ``text`` for three layers of different scales (Chinese lead bytes wider)."""
+    tokens = list(text.encode("utf-8"))
+    deltas = np.where(inc.byte_categories(tokens) == "zh_lead", 2.0, 0.8)
+    positions = inc.positions_from_deltas(np.stack([deltas, 1.7 * deltas, np.linspace(0.5, 1.5, len(tokens))]))
+    return inc.positions_figure(text, tokens, positions, title="increments_layer: learned positions")
+
+
+def run_analysis(summary: dict[str, Any]) -> RunAnalysis:
+    """A RunAnalysis back from its ``hrope_runs.json`` entry (``RunAnalysis.summary``)."""
+
+    def well(residual: list[float | None], depth: float) -> Well:
+        curve = np.array([np.nan if v is None else v for v in residual], dtype=float)
+        return Well(curve, np.asarray(summary["pairs"]), depth, summary["U*_at"], np.asarray([0.0]))
+
+    return RunAnalysis(
+        run_dir=summary["run_dir"],
+        encoding=summary["encoding"],
+        corpus=summary["corpus"],
+        seed=summary["seed"],
+        documents=summary["documents"],
+        well=well(summary["residual"], summary["U*"]),
+        shuffled_well=well(summary["shuffled_residual"], summary["shuffled_U*"]),
+        depth_interval=tuple(summary["U*_ci"]),
+        shuffle_change=summary["shuffle_change"],
+        shuffle_interval=tuple(summary["shuffle_ci"]),
+        merge_change=summary["merge_change"],
+        merge_interval=tuple(summary["merge_ci"]),
+        split_change=summary["split_change"],
+        split_interval=tuple(summary["split_ci"]),
+    )
+
+
+def docs_wells() -> list[RunAnalysis]:
+    """The 36 runs of docs/hrope (4 models x 3 corpora x 3 seeds)."""
+    path = Path(__file__).parents[1] / "docs" / "hrope" / "hrope_runs.json"
+    return [run_analysis(s) for s in json.loads(path.read_text())]
+
+
+def synthetic_wells(corpora: list[str], seeds: int = 3) -> list[RunAnalysis]:
+    rng = np.random.default_rng(0)
+    runs = []
+    for corpus in corpora:
+        for depth, model in zip([-0.6, -0.3, -0.1, 0.05], ["hrope_axial", "rand_axial", "period_axial", "rope"]):
+            for seed in range(seeds):
+                residual = [0.0, *(depth * np.exp(-np.arange(1, 9) / 3) + 0.05 * rng.standard_normal(8))]
+                summary = {
+                    "run_dir": f"/runs/{model}_{corpus}_{seed}",
+                    "encoding": model,
+                    "corpus": corpus,
+                    "seed": seed,
+                    "documents": 50,
+                    "U*": min(residual[1:]),
+                    "U*_at": 1,
+                    "U*_ci": [-1.0, 0.0],
+                    "shuffled_U*": 0.0,
+                    "shuffle_change": 0.1,
+                    "shuffle_ci": [0.0, 0.2],
+                    "merge_change": 0.0,
+                    "merge_ci": [-0.1, 0.1],
+                    "split_change": 0.0,
+                    "split_ci": [-0.1, 0.1],
+                    "residual": residual,
+                    "shuffled_residual": [0.0, *(0.3 * np.array(residual[1:]))],
+                    "pairs": [500] * 9,
+                }
+                runs.append(run_analysis(summary))
+    return runs
+
+
+def writeup_grid() -> list:
+    """The where_am_i write-up's 28 runs: 2 tasks x 7 schemes x 2 seeds."""
+    return parse_lines((resources.files("poslab.resources") / "where_am_i_grid.txt").read_text())
+
+
+def corpus_statistics_picture() -> Any:
+    # a local corpus is named after its folder, which may well be Chinese
+    corpora = {"python_code": -0.77, "wikitext2": -0.48, "openwebtext": -0.31, "中文小说": -0.2}
+    stats = {c: {q: 0.1 * (i + 1) + 0.01 * j for j, (q, _, _) in enumerate(QUANTITIES)} for i, c in enumerate(corpora)}
+    stats["中文小说"]["cosine_document"] = float("nan")  # not computed (too few paragraphs embedded)
+    return plot_statistics(stats, compare_to_ustar(stats, corpora), corpora)
+
+
+#: every figure the project writes, by the file it is written to
+FIGURES: dict[str, Callable[[], Any]] = {
+    "increments_positions (English)": lambda: positions_picture(ENGLISH),
+    "increments_positions (Chinese)": lambda: positions_picture(CHINESE),
+    "hrope_well.png": lambda: plot_wells(docs_wells()),
+    "hrope_shuffle.png": lambda: plot_wells(docs_wells(), shuffled=True),
+    "hrope_well.png (one corpus)": lambda: plot_wells(synthetic_wells(["wikitext2"])),
+    "hrope_shuffle.png (one corpus)": lambda: plot_wells(synthetic_wells(["wikitext2"]), shuffled=True),
+    "extrapolation_grid.png": lambda: plot_grid(writeup_grid()),
+    "extrapolation_grid.png (one task)": lambda: plot_grid([r for r in writeup_grid() if r.task == "seen"]),
+    "corpus_statistics.png": corpus_statistics_picture,
+}
+
+
+@pytest.fixture
+def figure(request) -> Iterator[Any]:
+    fig = FIGURES[request.param]()
+    yield fig
+    plt.close(fig)
+
+
+def drawn_texts(fig: Any) -> list[Text]:
+    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text()]
+
+
+def fonts_of(text: Text) -> list[str]:
+    """The font files matplotlib takes ``text``'s glyphs from, in order (a glyph the first lacks comes from the
+    next: matplotlib's per-glyph fallback over the family list)."""
+    props = text.get_fontproperties()
+    if props.get_file() is not None:
+        return [props.get_file()]
+    fonts = []
+    for family in props.get_family():
+        single = props.copy()
+        single.set_family(family)
+        fonts.append(font_manager.findfont(single, fallback_to_default=False))
+    return fonts
+
+
+def text_boxes(fig: Any) -> Iterator[tuple[str, Bbox]]:
+    """Every piece of text on the figure as drawn, as (what it is, its box in pixels)."""
+    fig.canvas.draw()  # the layout (tight_layout, constrained) is applied when drawing
+    renderer = fig.canvas.get_renderer()
+    for text in drawn_texts(fig):
+        if text.axes is None and text.figure is fig and text in fig.texts:
+            yield f"figure text {text.get_text()!r}", text.get_window_extent(renderer)
+    for number, ax in enumerate(fig.axes):
+        where = f"axes {number} ({ax.get_title()!r})"
+        for text in [ax.title, *ax.texts]:
+            if text.get_visible() and text.get_text():
+                yield f"{where}: text {text.get_text()!r}", text.get_window_extent(renderer)
+        for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            box = axis.get_tightbbox(renderer)  # the tick labels drawn, and the axis label
+            if box is not None:
+                yield f"{where}: {name} axis {axis.get_label_text()!r}", box
+        if ax.get_legend() is not None:
+            yield f"{where}: legend", ax.get_legend().get_window_extent(renderer)
+    for legend in fig.legends:
+        yield "figure legend", legend.get_window_extent(renderer)
+
+
+@pytest.mark.parametrize("figure", list(FIGURES), indirect=True)
+def test_no_text_is_cut_off(figure):
+    frame = figure.bbox
+    outside = [
+        f"{what}: {np.round(box.extents, 1).tolist()} not inside {frame.extents.tolist()} (x0, y0, x1, y1 in pixels)"
+        for what, box in text_boxes(figure)
+        # half a pixel for rounding
+        if box.x0 < frame.x0 - 0.5 or box.y0 < frame.y0 - 0.5 or box.x1 > frame.x1 + 0.5 or box.y1 > frame.y1 + 0.5
+    ]
+    assert not outside, "\n".join(outside)
+
+
+@pytest.mark.parametrize("figure", list(FIGURES), indirect=True)
+def test_every_character_drawn_has_a_glyph_in_its_font(figure):
+    missing = [
+        f"{c!r} (U+{ord(c):04X}) in {text.get_text()!r}: none of {fonts_of(text)}"
+        for text in drawn_texts(figure)
+        for c in set(text.get_text()) - {" ", "\n"}
+        if not any(has_glyph(font, c) for font in fonts_of(text))
+    ]
+    assert not missing, "\n".join(missing)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        figure.canvas.draw()
+    assert not [str(w.message) for w in caught if "missing from" in str(w.message)]
+
+
+def test_the_chinese_picture_draws_the_characters_in_noto_sans_cjk_sc():
+    fig = positions_picture(CHINESE)
+    texts = drawn_texts(fig)
+    labels = {t.get_text() for t in texts}
+    assert set(CHINESE) <= labels  # the characters themselves, every one of them
+    assert not [label for label in labels if label.startswith("U+")]  # no code point stands in for one
+    font = cjk_font()
+    assert font is not None and font.family == CJK_FAMILY
+    assert Path(str(font.path)) == bundled_font_file()  # the font the install step brings, not a system one
+    for text in texts:
+        if text.get_text() in set(CHINESE) - {"。"}:
+            assert fonts_of(text) == [font.path]
+            assert has_glyph(font.path, text.get_text())
+    plt.close(fig)
+
+
+def test_latin_text_keeps_dejavu_sans_and_falls_back_to_the_cjk_font_per_glyph():
+    fig, ax = plt.subplots()
+    title = ax.set_title("corpus 小说")
+    fonts = fonts_of(title)
+    assert Path(fonts[0]).name == "DejaVuSans.ttf"
+    assert fonts[-1] == cjk_font().path  # where DejaVu Sans has no glyph for 小 and 说
+    assert not has_glyph(fonts[0], "小") and has_glyph(fonts[-1], "小")
+    plt.close(fig)
+
+
+def test_without_the_package_or_a_system_cjk_font_there_is_none(monkeypatch):
+    manager = copy.copy(font_manager.fontManager)  # a stand-in: the real one is left as it is
+    manager.ttflist = [entry for entry in manager.ttflist if "CJK" not in entry.name]
+    assert find_cjk_font(manager, None) is None
+    found = find_cjk_font(manager, bundled_font_file())  # registering the file is all it takes
+    assert found is not None and found.family == CJK_FAMILY and has_glyph(found.path, "骨")
+    # and with no CJK font the increments picture writes code points, rotated, instead of empty boxes
+    monkeypatch.setattr(inc, "cjk_font_path", lambda: None)
+    fig = positions_picture(CHINESE)
+    labels = {t.get_text(): t.get_rotation() for t in drawn_texts(fig)}
+    assert labels["U+4EBA"] == 90 and "人" not in labels
+    plt.close(fig)
+
+
+def test_the_grid_plot_shows_every_seed_and_their_mean():
+    runs = writeup_grid()
+    fig = plot_grid(runs)
+    points = set()
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            points |= {(ax.get_title().split()[0], float(x), round(float(y), 6)) for x, y in line.get_xydata()}
+    for run in runs:  # each seed of each scheme at each length is a point of the figure
+        for length, accuracy in run.accuracy.items():
+            assert (run.task, float(length), round(accuracy, 6)) in points, (run.line(), length)
+    lag_none = [r for r in runs if r.task == "lag" and r.label == "none"]
+    mean = round(np.mean([r.accuracy[128] for r in lag_none]), 6)
+    assert ("lag", 128.0, mean) in points  # and so is the seed mean
+    (legend,) = fig.legends
+    assert "mean of 2 seeds" in legend.get_title().get_text() and "each seed" in legend.get_title().get_text()
+    plt.close(fig)
+
+
+def test_a_corpus_statistic_not_computed_reads_n_a_not_a_bar_of_zero():
+    fig = corpus_statistics_picture()
+    panel = next(ax for ax in fig.axes if ax.get_title().startswith("cosine_document"))
+    heights = [bar.get_height() for bar in panel.patches]
+    assert np.isnan(heights[-1]) and all(h > 0 for h in heights[:-1])  # the Chinese corpus, last: no bar
+    assert [t.get_text() for t in panel.texts] == ["n/a"]
+    assert panel.get_xlim()[1] > len(heights) - 1  # its place on the axis is kept, inside the panel
+    assert "all pairs in a document" in panel.get_title()  # the quantity's definition, not only its name
+    plt.close(fig)
