@@ -1,8 +1,10 @@
-"""Train one configuration, or many with -m. See README.md.
+"""Train one configuration, or many with -m. See README.md; `python train.py --help` lists the settings.
 
 python train.py task=seen encoding=rope
 python train.py -m experiment=extrapolation_grid
 """
+
+import sys
 
 import hydra
 from omegaconf import DictConfig
@@ -17,11 +19,17 @@ register_corpus_resolvers()  # corpus=local's name and path, also when a multiru
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> None:
-    # imported here, not above: a bad group option (trainer=nosuch) is reported by Hydra before torch loads
+    # imported here, not above: a refused config stops before torch loads
     from poslab.training import main as run_training
 
     run_training(cfg)
 
 
 if __name__ == "__main__":
+    from poslab.command_line import check_command_line, help_text
+
+    if {"--help", "-h"} & set(sys.argv[1:]):  # poslab's own help (Hydra's: --hydra-help)
+        print(help_text())
+        sys.exit(0)
+    check_command_line(sys.argv[1:])  # every job's config checked before Hydra writes anything (exit 2)
     main()

@@ -4,11 +4,14 @@ checkpoints."""
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 
 from poslab.checkpoint import CONFIG_KEY
 
@@ -105,3 +108,49 @@ class RecordConfig(L.Callback):
 
     def on_save_checkpoint(self, trainer: L.Trainer, module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         checkpoint[CONFIG_KEY] = self.config
+
+
+class StepProgressBar(TQDMProgressBar):
+    """The training bar counts optimizer steps against ``trainer.max_steps`` (``step 1050/2000``, also after a
+    resume, where Lightning's own bar restarts an epoch of unknown length: ``1050/?``); the validation and
+    test bars are off (their figures are logged when each evaluation ends)."""
+
+    def init_train_tqdm(self) -> Tqdm:
+        trainer = self.trainer
+        total = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
+        return Tqdm(
+            desc="step",
+            total=total,
+            initial=trainer.global_step,
+            position=2 * self.process_position,
+            disable=self.is_disabled,
+            leave=True,
+            dynamic_ncols=True,
+            file=sys.stdout,
+            smoothing=0,
+            bar_format=self.BAR_FORMAT,
+        )
+
+    def on_train_epoch_start(self, trainer: L.Trainer, *_: Any) -> None:
+        pass  # one bar for the whole run, made in on_train_start: the steps, not an epoch's batches
+
+    def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, *_: Any) -> None:
+        step = trainer.global_step
+        if self.train_progress_bar is not None and self._should_update(step, self.train_progress_bar.total):
+            self.train_progress_bar.n = step
+            self.train_progress_bar.set_postfix(self.get_metrics(trainer, module))
+
+    def on_train_epoch_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        if not self.train_progress_bar.disable:
+            self.train_progress_bar.set_postfix(self.get_metrics(trainer, module))
+
+    def get_metrics(self, trainer: L.Trainer, module: L.LightningModule) -> dict[str, Any]:
+        metrics = super().get_metrics(trainer, module)
+        metrics.pop("v_num", None)  # a logger's version id: says nothing about the run's progress
+        return metrics
+
+    def init_validation_tqdm(self) -> Tqdm:
+        return Tqdm(disable=True)
+
+    def init_test_tqdm(self) -> Tqdm:
+        return Tqdm(disable=True)

@@ -12,13 +12,10 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from poslab.checkpoint import checkpoint_config, config_changes, resolve_checkpoint
 from poslab.errors import ConfigError
 from poslab.launching import register_resolvers
 from poslab.run_files import CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE, directories_holding
-
-SYNTHETIC_TASKS = ("lag", "seen")
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+from poslab.settings import CONF_DIR, SYNTHETIC_TASKS, check_settings
 
 
 def compose_config(overrides: list[str], output_dir: str | Path | None = None) -> DictConfig:
@@ -39,6 +36,23 @@ def compose_config(overrides: list[str], output_dir: str | Path | None = None) -
 
 
 def check_config(cfg: DictConfig) -> None:
+    """Every check of a composed config: its settings' types, the combinations of groups, the run directory
+    and a resume's checkpoint."""
+    check_settings(cfg)
+    check_combinations(cfg)
+    checkpoint = None
+    if cfg.get("ckpt_path") is not None:
+        # imported here: poslab.checkpoint loads torch, which a config refused above never needs
+        from poslab.checkpoint import resolve_checkpoint
+
+        checkpoint = resolve_checkpoint(cfg.get("ckpt_path"), cfg.paths.output_dir)
+    check_run_directory(Path(cfg.paths.output_dir), checkpoint)
+    if checkpoint is not None:
+        check_resume(cfg, checkpoint)
+
+
+def check_combinations(cfg: DictConfig) -> None:
+    """The checks that combine groups or need the machine (devices), none of which needs the run directory."""
     check_name(cfg.get("name"))
     task, corpus = cfg.task.name, cfg.corpus.name
     if task in SYNTHETIC_TASKS and corpus != "synthetic":
@@ -51,21 +65,8 @@ def check_config(cfg: DictConfig) -> None:
             f"task={task} needs a text corpus, but corpus=synthetic only generates the tasks "
             f"{', '.join(SYNTHETIC_TASKS)}; name a corpus (e.g. corpus=wikitext2)."
         )
-    lengths = list(cfg.task.get("eval_lengths", []))
-    train_length = cfg.task.get("train_length")
-    if train_length is not None and (train_length < 2 or any(n < 2 for n in lengths)):
-        raise ConfigError(
-            f"task.train_length={train_length} and task.eval_lengths={lengths} must all be at least 2 "
-            f"(log-length scaling divides by log(train_length))."
-        )
-    if cfg.trainer.get("max_steps", -1) is None or cfg.trainer.get("max_steps", -1) < 1:
-        raise ConfigError(f"trainer.max_steps={cfg.trainer.get('max_steps')} must be a positive number of steps.")
     check_devices(cfg.trainer)
     check_global_batches(cfg)
-    checkpoint = resolve_checkpoint(cfg.get("ckpt_path"), cfg.paths.output_dir)
-    check_run_directory(Path(cfg.paths.output_dir), checkpoint)
-    if checkpoint is not None:
-        check_resume(cfg, checkpoint)
 
 
 def check_name(name: Any) -> None:
@@ -129,6 +130,8 @@ def check_resume(cfg: DictConfig, checkpoint: Path) -> None:
             f"resume_allow_changes={allowed!r} must be a list of setting names or sections, e.g. "
             f"[optimizer, task.batch_size] or [encoding]."
         )
+    from poslab.checkpoint import checkpoint_config, config_changes  # torch: only for a resume
+
     saved = checkpoint_config(checkpoint)
     if saved is None:
         return  # a checkpoint from before poslab recorded its config: nothing to compare with

@@ -81,33 +81,73 @@ def run_in_own_process(job: int, overrides: list[str], job_dir: Path, devices: A
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     train_py = Path(__file__).resolve().parents[1] / "train.py"
-    command = [sys.executable, str(train_py), *overrides, f"hydra.run.dir={job_dir}"]
+    command = [sys.executable, str(train_py), *overrides, f"hydra.run.dir={quoted(str(job_dir))}"]
     return subprocess.run(command, env=env).returncode
 
 
+def quoted(value: str) -> str:
+    """``value`` quoted for Hydra's override parser, any character kept (``,`` ``=`` spaces and quotes)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+JOB_NAME_LENGTH = 80  # characters of a job folder's name after its number: `ls` shows them whole
+
+
+def job_folder(number: Any, overrides: Any = "") -> str:
+    """A multirun job's folder name: its number, then its overrides (Hydra's ``override_dirname``), made
+    safe for a filesystem, a shell and Hydra's own parser (``key-value`` items joined by ``_``: no ``=``, ``,``,
+    ``/``, spaces or quotes, so ``ckpt_path=<job dir>`` needs no quoting) and cut to ``JOB_NAME_LENGTH``
+    characters with a short hash of the whole (two long names never collide): ``3_encoding-rope_seed-1``."""
+    import hashlib
+    import re
+
+    text = re.sub(r"[^\w.+-]+", "_", str(overrides or "")).strip("_")
+    if len(text) > JOB_NAME_LENGTH:
+        text = text[: JOB_NAME_LENGTH - 9] + "~" + hashlib.sha1(text.encode()).hexdigest()[:8]
+    return f"{number}_{text}" if text else str(number)
+
+
 def register_resolvers() -> None:
-    """``${poslab_jobs:${trainer.devices}}`` for the local launcher's ``n_jobs``."""
+    """``${poslab_jobs:${trainer.devices}}`` for the local launcher's ``n_jobs``; ``${poslab_job_folder:...}``
+    for the multirun job folders (conf/hydra/default.yaml)."""
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver("poslab_jobs"):
         OmegaConf.register_new_resolver("poslab_jobs", lambda devices=1: parallel_jobs(devices))
+    if not OmegaConf.has_resolver("poslab_job_folder"):
+        OmegaConf.register_new_resolver("poslab_job_folder", job_folder)
 
 
 def summary_lines(sweep_dir: Path) -> tuple[list[str], bool]:
-    """One summary line for a multirun, then one per job that did not succeed; and whether all succeeded. The
-    jobs are read as the reports read them (``poslab.analysis.results.collect_runs``)."""
+    """One summary line for a multirun, then one per job (status, overrides, directory); and whether all
+    succeeded. The jobs are read as the reports read them (``poslab.analysis.results.collect_runs``)."""
     from poslab.analysis.results import SUCCESS, collect_runs
+    from poslab.run_files import natural_order
 
     runs = collect_runs([sweep_dir])
-    bad = [(status, path, "") for path, status in runs.not_success]
-    bad += [("failed", path, error) for path, error in runs.failed]
-    bad += [("no result", path, "neither results.json nor failed.json") for path in runs.missing]
-    counts = {SUCCESS: len(runs.counted)} if runs.counted else {}
-    for status, _, _ in bad:
+    jobs = [(SUCCESS, run.path, "") for run in runs.counted]
+    jobs += [(status, path, "") for path, status in runs.not_success]
+    jobs += [("failed", path, error) for path, error in runs.failed]
+    jobs += [("no result", path, "neither results.json nor failed.json") for path in runs.missing]
+    counts: dict[str, int] = {}
+    for status, _, _ in jobs:
         counts[status] = counts.get(status, 0) + 1
-    head = f"multirun {sweep_dir}: {sum(counts.values())} jobs, " + ", ".join(f"{n} {s}" for s, n in counts.items())
-    lines = [head + "."] + [f"  {status}: {job}" + (f": {detail}" if detail else "") for status, job, detail in bad]
-    return lines, not bad and bool(runs.counted)
+    head = f"multirun {sweep_dir}: {len(jobs)} jobs, " + ", ".join(f"{n} {s}" for s, n in counts.items())
+    lines = [head + "."]
+    for status, path, detail in sorted(jobs, key=lambda job: natural_order(job[1])):
+        lines.append(f"  {status:9s} {job_overrides(path):50s} {path}" + (f": {detail}" if detail else ""))
+    ok = bool(jobs) and all(status == SUCCESS for status, _, _ in jobs)
+    return lines, ok
+
+
+def job_overrides(path: Path) -> str:
+    """A job's overrides as its command line gave them (Hydra's ``.hydra/overrides.yaml``)."""
+    saved = path / ".hydra" / "overrides.yaml"
+    if not saved.is_file():
+        return ""
+    from omegaconf import OmegaConf
+
+    return " ".join(str(o) for o in OmegaConf.load(saved))
 
 
 try:  # Hydra's callback base class (hydra-core >= 1.1)
@@ -117,8 +157,11 @@ except ImportError:  # pragma: no cover
 
 
 class MultirunSummary(_HydraCallback):  # type: ignore[misc,valid-type]
-    """At the end of a multirun (any launcher), print one line of outcomes and one per job that did not
-    succeed, and end the command with exit status 1 when any job failed, diverged or left no result."""
+    """A multirun (any launcher) names its sweep directory first; at the end it prints one line of outcomes and
+    one per job, and ends the command with exit status 1 when any job failed, diverged or left no result."""
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        print(f"multirun into {config.hydra.sweep.dir}", flush=True)
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         lines, ok = summary_lines(Path(str(config.hydra.sweep.dir)))

@@ -1,4 +1,4 @@
-"""Lightning's CSV logger, made safe for resumed runs.
+"""Lightning's CSV logger, made safe for resumed runs; its W&B logger, without a warning at every run.
 
 Lightning's ``CSVLogger`` deletes an existing ``metrics.csv`` when its directory is not empty, so a run
 resumed in its own directory (``ckpt_path=last``) would lose the log of everything before the
@@ -9,8 +9,10 @@ and the interruption appear twice (the later rows are the resumed run's).
 from __future__ import annotations
 
 import csv
+from typing import Any
 
 from lightning.pytorch.loggers import CSVLogger as LightningCSVLogger
+from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
@@ -34,3 +36,12 @@ class CSVLogger(LightningCSVLogger):
             self._fs.makedirs(self.root_dir, exist_ok=True)
             self._experiment = AppendingExperimentWriter(log_dir=self.log_dir)
         return self._experiment
+
+
+class WandbLogger(LightningWandbLogger):
+    """``lightning.pytorch.loggers.WandbLogger`` without the ``anonymous`` argument it always passes to
+    ``wandb.init`` (W&B >= 0.19 warns at every run that the setting has no effect)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._wandb_init.pop("anonymous", None)

@@ -37,38 +37,20 @@ from torch import Tensor, nn
 from poslab.encodings import ModelShape, PositionEncoding, PositionInputs, build_encoding
 from poslab.encodings.rotary import Rotation
 from poslab.errors import ConfigError
-
-NORMS = ("layernorm", "rmsnorm")
-MLPS = ("gelu", "swiglu")
-BACKENDS = ("sdpa", "explicit", "flex")
+from poslab.settings import ModelSettings, check_dataclass
 
 
-@dataclass
-class ModelConfig:
+@dataclass(kw_only=True)
+class ModelConfig(ModelSettings):
+    """The model group's settings (``poslab.settings.ModelSettings``: their types and allowed values) plus
+    what the data and the encoding give."""
+
     vocab_size: int
     n_outputs: int
-    n_layers: int = 2
-    n_heads: int = 1
-    d_model: int = 64
-    norm: str = "layernorm"
-    mlp: str = "gelu"
-    mlp_hidden: int | None = None  # default 4 * d_model
-    bias: bool = True  # biases in linear layers
-    final_norm: bool = False  # the where_am_i model has none before its output layer
-    tie_embeddings: bool = False
-    attention: str = "sdpa"
-    init_std: float | None = None  # None: PyTorch's default initialisation
-    compile: bool = False  # torch.compile the model when training starts (poslab.lightning_modules.base)
     encoding: dict[str, Any] = field(default_factory=lambda: {"name": "none"})
 
     def __post_init__(self) -> None:
-        for key, value, allowed in (
-            ("norm", self.norm, NORMS),
-            ("mlp", self.mlp, MLPS),
-            ("attention", self.attention, BACKENDS),
-        ):
-            if value not in allowed:
-                raise ConfigError(f"model.{key}={value!r} is not supported; allowed: {', '.join(allowed)}.")
+        check_dataclass("model", self, ModelSettings)
         if self.d_model % self.n_heads:
             raise ConfigError(f"model.d_model={self.d_model} is not divisible by model.n_heads={self.n_heads}.")
         if self.tie_embeddings and self.vocab_size != self.n_outputs:

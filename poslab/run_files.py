@@ -9,7 +9,9 @@ multirun job that failed, ``failed.json``. Analyses write into ``analysis/<name>
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 from poslab.errors import MissingRunError
 
@@ -27,7 +29,13 @@ def directories_holding(directory: str | Path, name: str) -> list[Path]:
     """The directories at or below ``directory`` that hold ``name`` (a run's file), sorted; what analyses wrote
     (``analysis/``) does not count."""
     directory = Path(directory)
-    return sorted({p.parent for p in directory.rglob(name) if ANALYSIS_DIR not in p.relative_to(directory).parts})
+    found = {p.parent for p in directory.rglob(name) if ANALYSIS_DIR not in p.relative_to(directory).parts}
+    return sorted(found, key=natural_order)
+
+
+def natural_order(path: Path) -> list[Any]:
+    """Sort key putting job folders in job order: ``2_seed-0`` before ``10_seed-0`` (numbers as numbers)."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
 
 
 def find_runs(paths: list[str | Path], marker: str = MODEL_FILE) -> list[Path]:

@@ -29,10 +29,13 @@ def keep_freed_memory(limit_bytes: int = 1 << 30) -> bool:
 
 def wandb_offline_unless_key() -> str:
     """W&B runs online only when an API key is configured (WANDB_API_KEY, or `wandb login` in ~/.netrc);
-    otherwise WANDB_MODE=offline, so no network is touched. An explicit WANDB_MODE is respected."""
+    otherwise WANDB_MODE=offline, so no network is touched. An explicit WANDB_MODE is respected. W&B's console
+    chatter (a deprecation notice Lightning triggers, the run history and summary it prints at the end: poslab
+    prints its figures itself) is cut to its critical lines unless WANDB_QUIET is set."""
     import os
     from pathlib import Path
 
+    os.environ.setdefault("WANDB_QUIET", "true")
     if "WANDB_MODE" not in os.environ:
         netrc = Path.home() / ".netrc"
         has_key = bool(os.environ.get("WANDB_API_KEY")) or (netrc.is_file() and "api.wandb.ai" in netrc.read_text())

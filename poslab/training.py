@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import shutil
 import sys
 import time
 import warnings
@@ -32,19 +33,35 @@ from poslab.runtime import keep_freed_memory, wandb_offline_unless_key
 log = logging.getLogger("poslab")
 
 
+#: Lightning's start-up lines that say nothing about a poslab run (the accelerator poslab chose is in the config)
+LIGHTNING_NOISE = ("litlogger", "TPU available", "HPU available", "`Trainer.fit` stopped", "GPU available: False")
+
+
 def quiet_third_party_noise() -> None:
-    """Drop messages every run would print that say nothing about the run: Lightning's tip advertising
-    its cloud logger, a deprecation warning from inside Lightning's own code, and a checkpoint warning."""
+    """Each console line once, and none that does not apply: Lightning's logger has a console handler of its own
+    besides Hydra's (every line printed twice, once in each format): its lines go through Hydra's alone (and
+    into train.log); its tip advertising a cloud logger, the TPU/HPU lines, "GPU available: False" and "fit
+    stopped: max_steps reached" are dropped; so are warnings about states poslab owns on purpose."""
+    lightning_logger = logging.getLogger("lightning.pytorch")
+    if logging.getLogger().handlers:  # Hydra's handlers are installed: they print and log Lightning's lines
+        for handler in list(lightning_logger.handlers):
+            if type(handler) is logging.StreamHandler:
+                lightning_logger.removeHandler(handler)
+        lightning_logger.propagate = True
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
-        lambda record: "litlogger" not in record.getMessage()
+        lambda record: not any(noise in record.getMessage() for noise in LIGHTNING_NOISE)
     )
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     # ModelCheckpoint warns, under manual optimisation, that its checkpoints hold the state after the
     # optimizer step: that (step N done, global_step N) is exactly the state a resume continues from.
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
+    # a resumed run's checkpoints/ holds its own earlier checkpoints: poslab's check_run_directory allows it so
+    warnings.filterwarnings("ignore", message=".*Checkpoint directory .* exists and is not empty")
     # the evaluation figures are torchmetrics metrics, reduced across DDP ranks by compute(); self.log's
     # sync_dist would reduce them a second time
     warnings.filterwarnings("ignore", message="It is recommended to use `self.log")
+    # the language-model dataloaders are in-process windows of a memory-mapped cache: workers would only copy
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
@@ -118,6 +135,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             save_model(output_dir / MODEL_FILE, module.model, results["config"])
         write_json_atomic(output_dir / RESULTS_FILE, results)
         log.info("%s %s seed %s: %s", cfg.task.name, label, cfg.seed, format_figures(module.figures))
+        for note in results.get("data_notes", []):
+            log.warning("note: %s", note)  # again beside the figures it qualifies
+        log.info("results: %s (run directory %s)", output_dir / RESULTS_FILE, output_dir)
     if diverged is not None:
         raise diverged
     if status != "success":
@@ -174,6 +194,7 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
             sys.exit(1)
     except PoslabError as error:  # a bad setting, a missing corpus or run: its message, no traceback
         if not multirun:
+            remove_if_only_hydra_wrote(Path(cfg.paths.output_dir), Path(cfg.paths.log_dir))
             stop(error)
         log.error("this job failed: %s", error)  # to the console and the job's train.log; the others go on
         _record_failure(cfg, error)
@@ -183,6 +204,24 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
         log.exception("this job failed; the other jobs of the multirun go on")
         _record_failure(cfg, error)
     return None
+
+
+def remove_if_only_hydra_wrote(output_dir: Path, log_dir: Path) -> None:
+    """A run that stopped before it trained leaves no directory: Hydra made it and wrote ``.hydra/`` and the
+    job's log, nothing else; anything more (a checkpoint, metrics, results) is kept."""
+    if not output_dir.is_dir():
+        return
+    entries = list(output_dir.iterdir())
+    if all(e.name == ".hydra" or (e.is_file() and e.suffix == ".log") for e in entries):
+        logging.shutdown()  # the job's log file is open: close it before its directory goes
+        shutil.rmtree(output_dir, ignore_errors=True)
+        for parent in output_dir.parents:  # and the folders Hydra made for it (runs/, the log dir), if now empty
+            if log_dir.resolve() not in (parent.resolve(), *parent.resolve().parents):
+                break
+            try:
+                parent.rmdir()
+            except OSError:
+                break
 
 
 def job_needs_own_process(cfg: DictConfig) -> bool:

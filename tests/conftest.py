@@ -74,3 +74,10 @@ def compose_cfg(tmp_path):
         return compose_config(list(overrides), tmp_path)
 
     return make
+
+
+def job_dir(sweep: Path, job: int) -> Path:
+    """Job ``job``'s folder of a multirun: ``<job>_<its overrides>`` (conf/hydra/default.yaml)."""
+    matches = [p for p in sweep.iterdir() if p.is_dir() and p.name.split("_", 1)[0] == str(job)]
+    assert len(matches) == 1, f"job {job} of {sweep}: {sorted(p.name for p in sweep.iterdir())}"
+    return matches[0]

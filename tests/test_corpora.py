@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import os
@@ -196,8 +197,17 @@ def test_a_fake_site_packages_inside_stdlib_is_left_out_and_meta_records_version
     source = {"pattern": "{stdlib}/**/*.py", "format": "python", "include_tests": False}
     corpus = {"name": "code", "validation_fraction": 0.5, "groups": {"main": {"local": [source]}}}
     (group,) = prepare_corpus(corpus, tmp_path, tmp_path / "cache")
-    expected = {"files": 2, "file_bytes": sum(p.stat().st_size for p in (lib / "json/decoder.py", lib / "os.py"))}
-    assert group.meta["source_files"] == {**expected, "python_version": platform.python_version()}
+    read = (lib / "json/decoder.py", lib / "os.py")
+    expected = {"files": 2, "file_bytes": sum(p.stat().st_size for p in read)}
+    sources = group.meta["source_files"]
+    expected["python_version"] = platform.python_version()
+    assert {k: sources[k] for k in expected} == expected
+    # each file read: its path, size, content hash and the split it feeds (cut per document here)
+    assert sorted((f["path"], f["bytes"], f["sha256"], f["split"]) for f in sources["listing"]) == sorted(
+        (str(p), p.stat().st_size, hashlib.sha256(p.read_bytes()).hexdigest(), "train+validation (by document)")
+        for p in read
+    )
+    assert sources["test_files_trained_on"] == []  # test/test_z.py is left out with the test packages
     meta = json.loads((group.directory / "meta.json").read_text())
     assert meta["source_files"] == group.meta["source_files"]
 

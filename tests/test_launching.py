@@ -10,7 +10,7 @@ import pytest
 
 from poslab import launching
 
-from .conftest import run_train
+from .conftest import job_dir, run_train
 
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
@@ -47,7 +47,7 @@ def test_a_local_multirun_on_faked_gpus_runs_each_job_on_its_own_gpu(tmp_path, m
     assert result.returncode == 0, result.stderr[-3000:]
     assert "n_jobs=2" in result.stdout + result.stderr  # one job per (faked) GPU at once
     for job in range(3):
-        saved = json.loads((sweep / str(job) / "results.json").read_text())
+        saved = json.loads((job_dir(sweep, job) / "results.json").read_text())
         assert saved["seed"] == job and saved["environment"]["cuda_visible_devices"] == str(job % 2)
 
 
@@ -55,20 +55,25 @@ def test_a_local_multirun_on_faked_gpus_runs_each_job_on_its_own_gpu(tmp_path, m
 def test_ddp_inside_a_multirun_runs_its_ranks_in_the_jobs_directory(tmp_path):
     sweep, result = multirun(tmp_path, "trainer=ddp_cpu", "seed=3", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    saved = json.loads((sweep / "0" / "results.json").read_text())
+    saved = json.loads((job_dir(sweep, 0) / "results.json").read_text())
     assert saved["seed"] == 3 and saved["config"]["trainer"]["devices"] == 2 and saved["steps"] == 2
-    assert [p.parent for p in tmp_path.rglob("results.json")] == [sweep / "0"]  # no rank wrote elsewhere
+    assert [p.parent for p in tmp_path.rglob("results.json")] == [job_dir(sweep, 0)]  # no rank wrote elsewhere
 
 
 def test_a_multirun_with_a_failed_job_says_so_and_exits_nonzero(tmp_path):
-    # job 1's slopes do not fit the model: it fails its config check; jobs 0 and 2 train
-    sweep, result = multirun(tmp_path, "encoding=alibi", "encoding.slopes=[0.5],[0.5,0.25],[0.25]")
+    # job 1 resumes from a checkpoint that does not exist: it fails inside the job; jobs 0 and 2 train
+    missing = tmp_path / "nowhere.ckpt"
+    sweep, result = multirun(tmp_path, f"ckpt_path=null,{missing},null")
     assert result.returncode == 1, result.stderr[-3000:]
     summary = [line for line in result.stderr.splitlines() if line.startswith(f"multirun {sweep}: ")]
     assert summary == [f"multirun {sweep}: 3 jobs, 2 success, 1 failed."], result.stderr[-3000:]
-    assert f"  failed: {sweep / '1'}: ConfigError: " in result.stderr
-    assert "this job failed:" in (sweep / "1" / "train.log").read_text()  # the reason is in the job's log too
-    assert (sweep / "0" / "results.json").is_file() and (sweep / "2" / "results.json").is_file()
+    jobs = [line for line in result.stderr.splitlines() if line.startswith("  ")]  # one per job, in job order
+    assert [job.split()[0] for job in jobs] == ["success", "failed", "success"], result.stderr[-3000:]
+    assert jobs[0].endswith(str(job_dir(sweep, 0))) and jobs[2].endswith(str(job_dir(sweep, 2)))
+    assert f"ckpt_path={missing} " in jobs[1]  # its overrides, then its directory and the reason
+    assert f"{job_dir(sweep, 1)}: ConfigError: ckpt_path={missing} does not exist" in jobs[1]
+    assert "this job failed:" in (job_dir(sweep, 1) / "train.log").read_text()  # the reason is in the job's log too
+    assert (job_dir(sweep, 0) / "results.json").is_file() and (job_dir(sweep, 2) / "results.json").is_file()
 
 
 def test_a_multirun_whose_jobs_all_succeed_exits_zero_with_its_summary(tmp_path):

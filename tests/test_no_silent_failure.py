@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from poslab.cli import main as poslab_main
 
-from .conftest import compose_config, run_train
+from .conftest import compose_config, job_dir, run_train
 from .test_corpora import make_corpus
 
 FAST = ["debug=fast", "~callbacks.progress_bar", "threads=1", "trainer.max_steps=4"]
@@ -112,7 +112,7 @@ def grid_sweep(tmp_path_factory) -> Path:
     (sweep / "7" / ".hydra").mkdir(parents=True)
     (sweep / "7" / "failed.json").write_text(json.dumps({"error": "ConfigError: something was wrong\nmore"}))
     (sweep / "8" / ".hydra").mkdir(parents=True)  # started, never finished
-    diverged = json.loads((sweep / "0" / "results.json").read_text())
+    diverged = json.loads((job_dir(sweep, 0) / "results.json").read_text())
     diverged["status"], diverged["figures"] = "diverged", {k: None for k in diverged["figures"]}
     write_results(sweep / "9", **diverged)
     return sweep
@@ -135,7 +135,9 @@ def test_a_multirun_into_a_directory_of_finished_runs_stops_before_any_job(grid_
     args = ["-m", "encoding=rope", "seed=0,1", *FAST, "~logger", f"hydra.sweep.dir={grid_sweep}"]
     result = run_train(args, tmp_path)
     assert result.returncode == 2
-    assert f"hydra.sweep.dir={grid_sweep} already holds runs (0, 1, 2, 3, 9)" in one_message(result.stderr)
+    message = one_message(result.stderr)
+    jobs = ", ".join(sorted(p.parent.name for p in grid_sweep.glob("*/results.json")))
+    assert f"hydra.sweep.dir={grid_sweep} already holds runs ({jobs})" in message, message
     assert snapshot(grid_sweep) == before
 
 

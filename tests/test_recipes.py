@@ -113,9 +113,7 @@ def write_source(data_dir: Path, source: LocalSource) -> None:
     """Fixture files for one local source of a corpus config, in its format: several documents with paragraphs
     and sentences (Chinese where the pattern says zh)."""
     chinese = "zh" in source.pattern.lower()
-    texts = [
-        ("\n\n".join(chinese_document(i) if chinese else english_document(i)), i) for i in range(DOCUMENTS)
-    ]
+    texts = [("\n\n".join(chinese_document(i) if chinese else english_document(i)), i) for i in range(DOCUMENTS)]
     wildcard = any(c in source.pattern for c in "*?[")
     fmt = source.file_format(Path(concrete(source.pattern, 0)))
     if fmt == "jsonl":

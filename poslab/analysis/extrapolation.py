@@ -109,7 +109,7 @@ def grid_run(run: FinishedRun, keys: list[str]) -> GridRun:
     result = run.result
     figures = {int(n): row for n, row in result["figures"].items()}
     longest = max(figures)
-    job = run.path.name
+    job = run.path.name.split("_", 1)[0]  # a multirun job folder: <number>_<its overrides>
     return GridRun(
         task=result["task"],
         label=result["label"],

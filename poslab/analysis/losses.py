@@ -35,6 +35,14 @@ def is_language_model_result(result: dict[str, Any]) -> bool:
     return "val_loss" in (result.get("figures") or {})
 
 
+def data_cell(result: dict[str, Any]) -> str:
+    """What a reader of the run's figures must know about its data (``results.json``'s ``data_notes``)."""
+    notes = " ".join(result.get("data_notes") or [])
+    if "trains on" in notes:
+        return "trained on a test split (see below)"
+    return "validated on a test split" if "validates on" in notes else ""
+
+
 def report_losses(directories: list[str | Path]) -> AnalysisResult:
     """The runs' validation figures side by side; ``losses.md`` for the first directory's ``analysis/losses/``."""
     found = collect_runs(list(directories), keep=is_language_model_result)
@@ -60,6 +68,7 @@ def report_losses(directories: list[str | Path]) -> AnalysisResult:
         "parameters",
         "val loss (nats)",
         "val bits/byte",
+        "data",
         "run",
     ]
     steps = {str(run.path): training_steps(run.path, run.result) for run in runs}
@@ -71,7 +80,7 @@ def report_losses(directories: list[str | Path]) -> AnalysisResult:
         groups[(*labels(run), *values)].append(run)
         cells = [*labels(run), *values, str(result["seed"]), steps_cell(*steps[str(run.path)])]
         cells += [f"{validation_documents(result):,}", f"{result.get('parameters', 0):,}"]
-        cells += [f"{figures['val_loss']:.4f}", f"{figures['val_bpb']:.4f}", str(run.path)]
+        cells += [f"{figures['val_loss']:.4f}", f"{figures['val_bpb']:.4f}", data_cell(result), str(run.path)]
         lines.append("| " + " | ".join(cells) + " |")
     if any(len(members) > 1 for members in groups.values()):  # several seeds of one config: their means
         header = ["corpus", "encoding", *keys, "seeds", "mean val loss (nats)", "mean val bits/byte"]
@@ -84,7 +93,8 @@ def report_losses(directories: list[str | Path]) -> AnalysisResult:
         few_documents_warning({str(run.path): validation_documents(run.result) for run in runs}),
         short_run_warning(steps),
     ]
-    notes = [line for line in warnings if line] + found.notes()
+    data_notes = dict.fromkeys(note for run in runs for note in run.result.get("data_notes") or [])
+    notes = [line for line in warnings if line] + [f"data: {note}" for note in data_notes] + found.notes()
     report = "\n".join(lines + (["", *notes] if notes else []))
     result = AnalysisResult("losses", report, default_analysis_dir("losses", list(directories), [r.path for r in runs]))
     result.add_text("losses.md", report)

@@ -18,11 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
+from poslab.settings import DECODE_ERRORS
+
 BYTE_VALUES = 256
 SEPARATOR = 256  # the byte tokenizer's document separator (after each document in the token array)
 BYTE_VOCAB = 257  # the 256 byte values and the separator
 ENCODING, ERRORS = "utf-8", "surrogateescape"
-DECODE_ERRORS = ("strict", "replace")  # corpus.decode_errors: what reading a data file does with invalid UTF-8
 COUNTING_REPLACE = "poslab.counting_replace"  # the codec error handler behind decode_errors=replace
 _replaced = [0]  # sequences COUNTING_REPLACE has replaced in this process (a reader takes the difference)
 

@@ -72,13 +72,14 @@ from poslab.datamodules.codec import (
 from poslab.datamodules.segmentation import STYLES, segment
 from poslab.datamodules.tokenization import BpeTokenizer, Tokenizer, load_tokenizer
 from poslab.errors import ConfigError, DataError
+from poslab.launching import quoted
+from poslab.settings import FORMATS, VERIFY_CACHE
 
 __all__ = ["SEPARATOR", "decode_bytes", "encode_bytes"]  # the byte codec (codec.py), re-exported for its users here
 
 CACHE_VERSION = 4  # 2: paragraph and sentence coordinates; 3: tokenizers (bytes, bpe), bytes per split;
 # 4: boundary offsets instead of per-token int32 coordinates (14 -> ~2.1 bytes a token)
 SPLITS = ("train", "validation")
-FORMATS = ("jsonl", "text", "wikitext", "parquet", "python")
 DEFAULT_SEGMENTATION = {
     "jsonl": "blank_lines",
     "text": "blank_lines",
@@ -299,6 +300,27 @@ def is_validation(group: str, ordinal: int, fraction: float) -> bool:
     return int.from_bytes(digest[:4], "little") / 2**32 < fraction
 
 
+LISTED_FILES = 20  # files listed one by one in meta.json and results.json; a larger group shows its first ones
+SPLIT_BY_DOCUMENT = "train+validation (by document)"  # a source not pinned to a split feeds both, per document
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def split_of(source: LocalSource) -> str:
+    return SPLIT_BY_DOCUMENT if source.split in ("both", None) else source.split
+
+
+def is_test_file(path: str) -> bool:
+    """A file whose name marks it as a test split (``wiki.test.raw``, ``test.jsonl``, ``x-test-00.parquet``)."""
+    return "test" in re.split(r"[._\-]+", Path(path).name.lower())
+
+
 @dataclass(frozen=True)
 class CorpusDocument:
     """One document of a source group, as every reader of a corpus sees it."""
@@ -336,7 +358,22 @@ class ResolvedGroup:
         version whose standard library a ``{stdlib}`` source is), or the hub dataset."""
         if self.use_hub:
             return {"hub": f"{self.group.hub.path}" + (f" ({self.group.hub.name})" if self.group.hub.name else "")}
-        out: dict[str, Any] = {"files": len(self.files), "file_bytes": sum(p.stat().st_size for _, p in self.files)}
+        listing = [
+            {"path": str(path), "bytes": path.stat().st_size, "sha256": file_sha256(path), "split": split_of(source)}
+            for source, path in self.files
+        ]
+        whole = hashlib.sha256("".join(f["sha256"] for f in listing).encode()).hexdigest()
+        tests = [f for f in listing if is_test_file(f["path"])]
+        out: dict[str, Any] = {
+            "files": len(self.files),
+            "file_bytes": sum(f["bytes"] for f in listing),
+            "sha256": whole,  # of the files' own sha256s in reading order: one hash for the group's data
+            # each file (the first LISTED_FILES of a large group): path, bytes, sha256 and the split it feeds
+            "listing": listing[:LISTED_FILES],
+            # files whose name says they are a test split, read here for training: a run must say so
+            "test_files_trained_on": [f["path"] for f in tests if f["split"] != "validation"],
+            "test_files_validated_on": [f["path"] for f in tests if f["split"] != "train"],
+        }
         if any(source.pattern.startswith(STDLIB) for source, _ in self.files):
             out["python_version"] = platform.python_version()
         return out
@@ -459,8 +496,7 @@ def local_overrides(path: str) -> list[str]:
     ends with (``docs/*.jsonl``: jsonl; anything else: text). For commands that take a path, not a config."""
     suffixes = {suffix: kind for kind, suffix in LOCAL_SUFFIX.items()}
     kind = suffixes.get(Path(path).suffix.lstrip(".").lower(), "text") if not os.path.isdir(path) else "text"
-    quoted = "'" + path.replace("\\", "\\\\").replace("'", "\\'") + "'"  # any character survives Hydra's parser
-    return ["corpus=local", f"corpus.path={quoted}", f"corpus.format={kind}"]
+    return ["corpus=local", f"corpus.path={quoted(path)}", f"corpus.format={kind}"]
 
 
 def check_local_corpus(corpus: dict[str, Any]) -> None:
@@ -527,8 +563,6 @@ COORDINATES = ("documents", "paragraphs", "sentences")
 #: what the cache stores per split beside the uint16 tokens: ``{split}.{name}.bin``, dtypes in meta.json's ``arrays``
 BOUNDARY_ARRAYS = ("document_starts", "document_ordinals", "paragraph_starts", "sentence_starts")
 PROGRESS_SECONDS = 5.0  # a long preparation logs a line this often
-#: corpus.verify_cache: when the arrays' checksums are compared with meta.json's (their sizes always are)
-VERIFY_CACHE = ("first_use", "always", "never")
 CHECKSUM = "sha256"  # of each array file, in meta.json's ``files``: hashlib's sha256 ran at 1.7 GB/s here, blake2b 0.75
 _CHUNK = 1 << 23  # bytes read at a time when checksumming
 #: cache directories whose checksums this process has verified (or written), as (path, meta.json inode, mtime): a
@@ -850,13 +884,17 @@ def prepare_group(
                 aside = _move_aside(final)
                 log.warning(
                     "prepared cache %s: %s %s; moved it aside to %s and preparing it again",
-                    final, bad.file, bad.problem, aside.name,
+                    final,
+                    bad.file,
+                    bad.problem,
+                    aside.name,
                 )
         if prepared is None:
             _write_group(resolved, final, settings, validation_fraction, tokenizer)
             prepared = load_prepared(final, group.weight, "never")
             _verified.add(_identity(final))  # its checksums were just computed from the files on disk
-    prepared.meta.setdefault("source_files", resolved.summary())  # a cache written before it was recorded
+    if "sha256" not in prepared.meta.get("source_files", {}):  # a cache written before its sources were hashed
+        prepared.meta["source_files"] = resolved.summary()
     replaced = prepared.meta.get("decode", {}).get("replaced", 0)
     if replaced:
         log.info("%s: %d invalid UTF-8 sequences were read as U+FFFD (meta.json 'decode')", final.name, replaced)
@@ -1108,6 +1146,40 @@ def describe(prepared: list[PreparedGroup]) -> str:
         s = group.meta["splits"]
         parts.append(
             f"{group.name}: {s['train']['tokens']:,} train / {s['validation']['tokens']:,} validation tokens "
-            f"({s['train']['documents']:,} / {s['validation']['documents']:,} documents), weight {group.weight}"
+            f"({s['train']['documents']:,} / {s['validation']['documents']:,} documents), weight {group.weight}, "
+            f"from {describe_sources(group.meta.get('source_files') or {})}"
         )
     return "; ".join(parts)
+
+
+def describe_sources(sources: dict[str, Any]) -> str:
+    """``1 file (wiki.test.raw: 1.3 MB, train+validation (by document)), sha256 1a2b3c4d``, or the hub dataset."""
+    if "hub" in sources:
+        return f"the hub dataset {sources['hub']}"
+    listing = sources.get("listing") or []
+    shown = ", ".join(f"{Path(f['path']).name}: {f['bytes'] / 1e6:.1f} MB, {f['split']}" for f in listing[:3])
+    more = f", and {sources.get('files', 0) - 3} more" if sources.get("files", 0) > 3 else ""
+    count = sources.get("files", 0)
+    return (
+        f"{count} file{'s' if count != 1 else ''} ({shown}{more}), {sources.get('file_bytes', 0) / 1e6:.1f} MB, "
+        f"sha256 {str(sources.get('sha256', '?'))[:8]}"
+    )
+
+
+def data_notes(corpus: str, prepared: list[PreparedGroup]) -> list[str]:
+    """One sentence per thing a reader of this corpus's figures must know: training on a test split's files
+    (and validating on them too, where a split is cut per document from the same files)."""
+    notes = []
+    for group in prepared:
+        sources = group.meta.get("source_files") or {}
+        trained = [Path(p).name for p in sources.get("test_files_trained_on", [])]
+        if trained:
+            notes.append(
+                f"corpus {corpus} ({group.name}) trains on {', '.join(trained)}, a test split (its training and "
+                f"validation documents both come from it): these figures are not comparable with results "
+                f"published on that test split."
+            )
+        validated = [Path(p).name for p in sources.get("test_files_validated_on", []) if Path(p).name not in trained]
+        if validated:
+            notes.append(f"corpus {corpus} ({group.name}) validates on {', '.join(validated)}, a test split.")
+    return notes

@@ -21,7 +21,14 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
 from poslab.datamodules.codec import BYTE_VOCAB
-from poslab.datamodules.corpora import PreparedGroup, PreparedSplit, check_local_corpus, describe, prepare_corpus
+from poslab.datamodules.corpora import (
+    PreparedGroup,
+    PreparedSplit,
+    check_local_corpus,
+    data_notes,
+    describe,
+    prepare_corpus,
+)
 from poslab.datamodules.synthetic import assign_rank, batch_generator
 from poslab.datamodules.tokenization import check_tokenizer
 from poslab.errors import ConfigError
@@ -173,6 +180,8 @@ class LanguageModelDataModule(L.LightningDataModule):
             "groups": {g.name: g.meta["splits"] for g in self.groups},
             # what each group was read from: file count and bytes (python_code: and the Python version)
             "sources": {g.name: g.meta.get("source_files") for g in self.groups},
+            # what a reader of the figures must know about the data (e.g. trained on a test split): one line each
+            "data_notes": data_notes(self.corpus["name"], self.groups),
         }
 
     @property
@@ -222,6 +231,8 @@ class LanguageModelDataModule(L.LightningDataModule):
         if not self.groups:
             self.groups = prepare_corpus(self.corpus, self.data_dir, self.cache_dir)
             log.info("corpus %s: %s", self.corpus["name"], describe(self.groups))
+            for note in data_notes(self.corpus["name"], self.groups):
+                log.warning("note: %s", note)
             self.train_windows = TrainingWindows(self.groups, self.batch_size, self.context_length, self.seed)
             self.validation = ValidationWindows(self.groups, self.val_windows, self.context_length)
         assign_rank(self.train_windows, self.trainer, self.batch_size)

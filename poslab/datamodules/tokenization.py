@@ -25,8 +25,8 @@ from filelock import FileLock
 
 from poslab.datamodules.codec import BYTE_VOCAB, SEPARATOR, decode_text, encode_bytes, utf8_lengths
 from poslab.errors import ConfigError
+from poslab.settings import TOKENIZERS
 
-TOKENIZERS = ("bytes", "bpe")
 BPE_SEPARATOR = "<|sep|>"
 MAX_VOCAB = 65536  # the token array is uint16
 

@@ -14,15 +14,7 @@ from torch import Tensor
 from poslab.checkpoint import rng_states, set_rng_states
 from poslab.errors import ConfigError, DivergedError
 from poslab.model import ModelConfig, Transformer
-
-SCHEDULES = ("constant", "cosine")
-
-#: ``trainer.precision`` values poslab trains with, and the spellings Lightning takes for them. Mixed precision
-#: keeps fp32 weights and optimizer moments (autocast computes in bf16/fp16); the "-true" half precisions would
-#: store the weights, AdamW's moments and the RoPE frequencies in 16 bits, which loses the updates and rounds
-#: positions, so they are refused rather than trained unfaithfully.
-PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
-PRECISION_ALIASES = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed"}
+from poslab.settings import PRECISION_ALIASES, PRECISIONS
 
 
 def check_precision(precision: Any) -> str:

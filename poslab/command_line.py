@@ -1,0 +1,255 @@
+"""``train.py``'s command line checked before Hydra runs anything: every job's config composed and checked.
+
+A bad command stops here with one sentence (exit status 2) and nothing written: a misspelled key or group
+gets the closest valid one suggested (Hydra alone says "To append to your config use +..."), an unknown
+option lists the options, and every setting is checked against its declared type (``poslab.settings``).
+A multirun's jobs are expanded as Hydra's basic sweeper would and each is checked, so a sweep with one bad
+value starts no job. Light until the configs pass: torch is imported only for the encodings' own
+``validate`` checks, last.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from poslab.errors import ConfigError
+from poslab.settings import CONF_DIR, RootSettings, max_length, schema_types, suggestion
+
+#: Hydra's flags after which poslab checks nothing itself (help, config printing, completion, ...)
+RUN_FLAGS = ("-m", "--multirun")
+NOT_CHECKED_GROUPS = ("hydra",)  # Hydra's own groups: Hydra reports their errors
+
+
+def config_groups(conf_dir: Path = CONF_DIR) -> dict[str, list[str]]:
+    """Each config group (a folder of ``conf/``) and its options (its YAML files)."""
+    groups = {}
+    for folder in sorted(p for p in conf_dir.iterdir() if p.is_dir() and p.name not in NOT_CHECKED_GROUPS):
+        groups[folder.name] = sorted(p.stem for p in folder.glob("*.yaml"))
+    return groups
+
+
+def compose(overrides: list[str], hydra_node: bool = False) -> DictConfig:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return hydra_compose(config_name="train", overrides=overrides, return_hydra_config=hydra_node)
+
+
+def parse(overrides: list[str]) -> list[Any]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    try:
+        return OverridesParser.create().parse_overrides(overrides)
+    except OverrideParseException as error:
+        raise ConfigError(f"the command line does not parse: {str(error).splitlines()[0]}") from None
+
+
+def job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
+    """The overrides of each job the command would run: one job, or the basic sweeper's expansion of the
+    command line's sweeps together with the config's ``hydra.sweeper.params`` (the command line wins)."""
+    parsed = parse(overrides)
+    if not multirun:
+        return [overrides]
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
+    base = compose_explained(fixed, hydra_node=True)
+    if "BasicSweeper" not in str(OmegaConf.select(base, "hydra.sweeper._target_", default="")):
+        return [fixed]  # another sweeper chooses its own jobs: check what every job shares
+    params = OmegaConf.select(base, "hydra.sweeper.params", default=None) or {}
+    lines = [f"{key}={value}" for key, value in params.items()] + overrides
+    batches = BasicSweeper.split_arguments(parse(lines), None)
+    return [list(job) for batch in batches for job in batch]
+
+
+def compose_explained(overrides: list[str], hydra_node: bool = False) -> DictConfig:
+    """``compose``, with Hydra's composition errors said as poslab's: the bad key or option, a suggestion."""
+    try:
+        return compose(overrides, hydra_node)
+    except Exception as error:  # noqa: BLE001  (Hydra's and OmegaConf's composition errors alike)
+        explain(overrides, error)
+        raise AssertionError("unreachable") from None
+
+
+def explain(overrides: list[str], error: Exception) -> None:
+    """Raise a ``ConfigError`` saying which override Hydra could not apply, and what would be valid."""
+    groups = config_groups()
+    parsed = [o for o in parse(overrides) if not o.is_hydra_override()]
+    for override in parsed:
+        group = override.key_or_group
+        if group in groups and not override.is_delete():
+            value = str(override.value())
+            if value not in groups[group]:
+                raise ConfigError(
+                    f"{override.input_line}: {group} has no option {value!r};{suggestion(value, groups[group])} "
+                    f"allowed: {', '.join(groups[group])}."
+                ) from None
+    group_choices = [o.input_line for o in parsed if o.key_or_group in groups]
+    try:
+        base = compose(group_choices)
+    except Exception:  # noqa: BLE001  (the groups themselves do not compose: Hydra's own words)
+        raise ConfigError(first_line(error)) from None
+    for override in parsed:
+        key = override.key_or_group
+        if key in groups or override.is_add() or override.is_force_add():
+            continue
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(base, parent) if parent else base
+        if isinstance(node, DictConfig) and leaf in node:
+            continue
+        if not isinstance(node, DictConfig):
+            raise ConfigError(f"{override.input_line}: there is no section {parent!r} in the config.") from None
+        known = [str(k) for k in node if not str(k).startswith("_") and not (parent == "encoding" and k == "name")]
+        if not parent:
+            options = sorted(set(known) | set(groups))
+            raise ConfigError(
+                f"{override.input_line}: there is no group or setting {key!r};{suggestion(key, options)} groups: "
+                f"{', '.join(groups)}; settings: {', '.join(k for k in schema_types(RootSettings))}."
+            ) from None
+        raise ConfigError(
+            f"{override.input_line}: {parent} has no setting {leaf!r};{suggestion(leaf, known)} its settings: "
+            f"{', '.join(known)} (to add a new key on purpose: +{override.input_line})."
+        ) from None
+    raise ConfigError(first_line(error)) from None
+
+
+def first_line(error: BaseException) -> str:
+    """Hydra's message in one line: its first, and the options it lists after "Available options" joined."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    listed = [i for i, line in enumerate(lines) if line.startswith("Available options")]
+    if listed:
+        options = [line for line in lines[listed[0] + 1 :] if not line.endswith(":")]
+        return f"{lines[0].rstrip('.')}; {lines[listed[0]].rstrip(':')}: {', '.join(options)}."
+    return lines[0]
+
+
+def check_job(cfg: DictConfig) -> None:
+    """What can be checked of one job's config without its run directory (the run guard checks that)."""
+    from poslab.config import check_combinations
+    from poslab.settings import check_settings
+
+    check_settings(cfg)
+    check_combinations(cfg)
+
+
+def check_encoding(cfg: DictConfig) -> None:
+    """The encoding's own ``validate`` (ranges, sizes against the model): imports torch, so it runs last."""
+    from poslab.encodings import encoding_class
+    from poslab.encodings.base import ModelShape
+
+    settings = OmegaConf.to_container(cfg.encoding, resolve=True)
+    assert isinstance(settings, dict)
+    name = str(settings.pop("name", "none"))
+    settings.pop("_target_", None)
+    model = cfg.model
+    shape = ModelShape(int(model.d_model), int(model.n_heads), int(model.n_layers), int(model.d_model // model.n_heads))
+    task = OmegaConf.to_container(cfg.task, resolve=False)
+    assert isinstance(task, dict)
+    encoding_class(name).validate(settings, shape, max_length(task))
+
+
+def check_command_line(argv: list[str]) -> None:
+    """Check the jobs ``python train.py ARGV`` would run; a bad one stops the command (one message, exit 2)."""
+    flags = [a for a in argv if a.startswith("-")]
+    if any(flag not in RUN_FLAGS for flag in flags):
+        return  # --cfg, --info, -cn, ...: Hydra's own modes, left to Hydra
+    from poslab.run_guard import stop
+
+    overrides = [a for a in argv if not a.startswith("-")]
+    try:
+        jobs = job_overrides(overrides, multirun=bool(flags))
+        configs = [compose_explained(job) for job in jobs]
+        for cfg in configs:
+            check_job(cfg)
+        for cfg in configs:
+            check_encoding(cfg)
+    except ConfigError as error:
+        stop(error)
+
+
+# ---- python train.py --help -----------------------------------------------------------------------------------
+def option_description(path: Path) -> str:
+    """The first sentence of the comment a config file opens with (``# @package`` lines aside)."""
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        text = line.lstrip("#").strip()
+        if not text.startswith("@package"):
+            lines.append(text)
+    joined = " ".join(lines)
+    sentence = joined.split(". ")[0].rstrip(".")
+    return sentence if len(sentence) <= 110 else sentence[:107].rstrip() + "..."
+
+
+GROUP_HELP = {
+    "experiment": "a whole recipe of a write-up (patches only what it changes)",
+    "encoding": "the position encoding",
+    "task": "what is trained: a synthetic task, or language modelling (lm, set by a corpus)",
+    "corpus": "the text to model (task=lm); corpus=local corpus.path=DIR for any folder of text",
+    "model": "the transformer's size and parts",
+    "scheme": "an encoding with one setting, as the extrapolation grid names them (+scheme=...)",
+    "recipe": "shared sizes of the *_cpu experiments",
+    "optimizer": "AdamW, its schedule and clipping",
+    "trainer": "Lightning's Trainer: device, precision, steps",
+    "logger": "where metrics go (CSV by default; W&B offline unless a key is set)",
+    "callbacks": "progress bar, throughput/MFU, checkpoints",
+    "paths": "data, cache and log directories (POSLAB_DATA_DIR, POSLAB_CACHE_DIR, POSLAB_LOG_DIR)",
+    "debug": "a few steps and small evaluation sets",
+}
+
+
+def yaml_value(value: Any) -> str:
+    """A value as a command line writes it: null, true, [], 0."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def help_text() -> str:
+    """``python train.py --help``: the groups with their options, the top-level settings, examples, outputs."""
+    groups = config_groups()
+    lines = [
+        "poslab: train small transformers with interchangeable position encodings.",
+        "",
+        "usage: python train.py [-m] [group=option ...] [key=value ...]",
+        "  -m/--multirun sweeps comma-separated values (encoding=rope,alibi seed=0,1); every job's config is",
+        "  checked before any starts. Hydra's own flags: --cfg job, --info, --hydra-help.",
+        "",
+        "config groups (group=option):",
+    ]
+    for group in sorted(groups, key=lambda g: list(GROUP_HELP).index(g) if g in GROUP_HELP else len(GROUP_HELP)):
+        lines.append(f"  {group}: {GROUP_HELP.get(group, '')}")
+        for option in groups[group]:
+            lines.append(f"      {option:24s} {option_description(CONF_DIR / group / f'{option}.yaml')}")
+    root = OmegaConf.load(CONF_DIR / "train.yaml")
+    lines += ["", "top-level settings (key=value):"]
+    defaults = OmegaConf.to_container(root, resolve=False)
+    assert isinstance(defaults, dict)
+    for key in schema_types(RootSettings):
+        lines.append(f"  {key}={yaml_value(defaults.get(key))}")
+    lines += [
+        "  any setting of a group: optimizer.lr=3e-4, trainer.max_steps=500, encoding.base=500000, ...",
+        "  (python train.py GROUPS --cfg job prints the whole composed config)",
+        "",
+        "examples:",
+        "  python train.py encoding=rope task=seen                        one synthetic run (seconds)",
+        "  python train.py encoding=hrope_axial corpus=wikitext2          a language model on WikiText-2",
+        "  python train.py -m experiment=extrapolation_grid               the where_am_i grid (28 runs)",
+        "",
+        "results: a run writes <paths.log_dir>/runs/<time>_<name>/ (results.json, model.pt, metrics, checkpoints);",
+        "a multirun <paths.log_dir>/multirun/<time>/<job>_<overrides>/; paths.log_dir is $POSLAB_LOG_DIR or ./logs.",
+        "The last line of a run names its results.json; `poslab --help` lists the reports and analyses.",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,429 @@
+"""Typed settings: the schema of each config group, checked when a config is composed, before anything runs.
+
+Each group's settings are declared once, as a dataclass below: a field's type says what a value may be
+(``int`` refuses ``2.5`` and ``"abc"``, ``float`` takes whole numbers too, ``Literal[...]`` lists the allowed
+options), and ``Annotated[..., AtLeast(1)]`` its bounds. ``check_settings`` walks a composed config against
+them; a bad value stops with one sentence naming the key, the value and what is allowed, with the closest
+valid key or option suggested. A new setting is checked by being declared here; a closed group (``closed``
+below) also refuses keys it does not declare. An encoding's settings take the type of their default in the
+encoding's YAML (``conf/encoding/<name>.yaml``); its ``validate`` checks their ranges.
+
+Light by design (no torch): ``train.py`` runs these checks before importing torch, so a typo costs a second.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, is_dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from poslab.errors import ConfigError
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+# ---- the enumerated settings: each list of options is defined here, once ------------------------------------
+SYNTHETIC_TASKS = ("lag", "seen")
+SCHEDULES = ("constant", "cosine")
+#: ``trainer.precision`` values poslab trains with. Mixed precision keeps fp32 weights and optimizer moments
+#: (autocast computes in bf16/fp16); the "-true" half precisions would store the weights, AdamW's moments and
+#: the RoPE frequencies in 16 bits, which loses the updates and rounds positions: refused.
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
+PRECISION_ALIASES = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed"}
+NORMS = ("layernorm", "rmsnorm")
+MLPS = ("gelu", "swiglu")
+BACKENDS = ("sdpa", "explicit", "flex")  # model.attention
+TOKENIZERS = ("bytes", "bpe")
+FORMATS = ("jsonl", "text", "wikitext", "parquet", "python")  # corpus.format
+SEGMENTATIONS = ("blank_lines", "wikitext", "lines", "code")  # corpus.segmentation (null: by format)
+DECODE_ERRORS = ("strict", "replace")  # corpus.decode_errors: what reading a data file does with invalid UTF-8
+VERIFY_CACHE = ("first_use", "always", "never")  # corpus.verify_cache: when array checksums are compared
+
+
+@dataclass(frozen=True)
+class AtLeast:
+    bound: float
+
+
+@dataclass(frozen=True)
+class Above:
+    bound: float
+
+
+@dataclass(frozen=True)
+class AtMost:
+    bound: float
+
+
+@dataclass(frozen=True)
+class Below:
+    bound: float
+
+
+Count = Annotated[int, AtLeast(1)]  # sizes, steps, lengths: no zero, no negatives
+NonNegative = Annotated[int, AtLeast(0)]
+PositiveFloat = Annotated[float, Above(0)]
+Fraction = Annotated[float, AtLeast(0), AtMost(1)]
+OpenFraction = Annotated[float, Above(0), Below(1)]
+
+
+@dataclass
+class RootSettings:
+    seed: int = 0
+    threads: Count | None = None
+    name: str = ""
+    keep_freed_memory: bool = True
+    save_model: bool = True
+    ckpt_path: str | None = None
+    resume_allow_changes: list[str] | None = None
+
+
+@dataclass
+class TrainerSettings:
+    """The Trainer arguments poslab's configs set; any other Lightning Trainer argument may be added (open)."""
+
+    accelerator: Literal["cpu", "gpu", "cuda", "mps", "tpu", "auto"] = "cpu"
+    devices: Any = 1  # a count, device indices or auto: checked by poslab.config.check_devices
+    precision: Literal[PRECISIONS + tuple(PRECISION_ALIASES) + (32, 16)] = "32-true"  # noqa: RUF005
+    max_steps: Count = 2000
+    max_epochs: int = -1
+    log_every_n_steps: Count = 50
+    num_sanity_val_steps: NonNegative = 0
+    enable_model_summary: bool = False
+    deterministic: bool = False
+    strategy: str = "auto"
+    num_nodes: Count = 1
+
+
+@dataclass
+class OptimizerSettings:
+    lr: Annotated[float, AtLeast(0)] = 1e-3  # 0: the weights stay as they are (evaluation-only runs, tests)
+    weight_decay: Annotated[float, AtLeast(0)] = 0.01
+    betas: list[Annotated[float, AtLeast(0), Below(1)]] | None = None
+    eps: PositiveFloat = 1e-8
+    schedule: Literal[SCHEDULES] = "constant"
+    warmup_steps: NonNegative = 0
+    min_lr_ratio: Fraction = 0.0
+    fused: bool = True
+    grad_clip: PositiveFloat | None = None
+    skip_nonfinite_steps: NonNegative = 0
+    total_steps: Count = 2000
+
+
+@dataclass
+class ModelSettings:
+    """The ``model`` group; ``poslab.model.ModelConfig`` is these plus what the data and encoding give."""
+
+    n_layers: Count = 2
+    n_heads: Count = 1
+    d_model: Count = 64
+    norm: Literal[NORMS] = "layernorm"
+    mlp: Literal[MLPS] = "gelu"
+    mlp_hidden: Count | None = None  # default 4 * d_model
+    bias: bool = True  # biases in linear layers
+    final_norm: bool = False  # the where_am_i model has none before its output layer
+    tie_embeddings: bool = False
+    attention: Literal[BACKENDS] = "sdpa"
+    init_std: PositiveFloat | None = None  # None: PyTorch's default initialisation
+    compile: bool = False  # torch.compile the model when training starts (poslab.lightning_modules.base)
+
+
+@dataclass
+class TaskSettings:
+    _target_: str = ""
+    module: str = ""
+    name: str = ""
+    batch_size: Count = 64
+    eval_batch_size: Count = 256
+
+
+@dataclass
+class SyntheticTaskSettings(TaskSettings):
+    k: Count = 3
+    vocab_size: Annotated[int, AtLeast(2)] = 16
+    train_length: Annotated[int, AtLeast(2)] = 32  # log-length scaling divides by log(train_length)
+    eval_lengths: list[Annotated[int, AtLeast(2)]] | None = None
+    eval_size: Count = 256
+    eval_seed: int = 12345
+
+
+@dataclass
+class LanguageTaskSettings(TaskSettings):
+    context_length: Count = 512
+    val_windows: Count = 64
+    val_every_n_steps: Count = 500
+    corpus: Any = None
+    data_dir: str = ""
+    cache_dir: str = ""
+
+
+@dataclass
+class CorpusSettings:
+    """The settings every text corpus shares; a corpus may declare more (its groups, sources): open."""
+
+    name: str = ""
+    tokenizer: Literal[TOKENIZERS] = "bytes"
+    vocab_size: Annotated[int, AtLeast(258)] | None = None  # bpe: 256 bytes + the separator + merges
+    validation_fraction: OpenFraction = 0.05
+    decode_errors: Literal[DECODE_ERRORS] = "strict"
+    verify_cache: Literal[VERIFY_CACHE] = "first_use"
+    format: Literal[FORMATS] = "text"
+    segmentation: Literal[SEGMENTATIONS] | None = None
+    path: str | None = None
+    field: str = "text"
+    document_start: str | None = None
+    include_tests: bool = False
+    max_bytes: Count | None = None
+
+
+#: (config path, schema, closed: keys it does not declare are refused)
+SECTIONS: tuple[tuple[str, type, bool], ...] = (
+    ("", RootSettings, False),
+    ("trainer", TrainerSettings, False),
+    ("optimizer", OptimizerSettings, True),
+    ("model", ModelSettings, True),
+)
+TASK_SCHEMAS = {"lag": SyntheticTaskSettings, "seen": SyntheticTaskSettings, "lm": LanguageTaskSettings}
+
+
+# ---- messages -------------------------------------------------------------------------------------------------
+def suggestion(word: Any, candidates: Sequence[Any]) -> str:
+    """`` did you mean X?`` for the candidate closest to ``word``, or nothing."""
+    names = [str(c) for c in candidates]
+    close = difflib.get_close_matches(str(word), names, n=1, cutoff=0.6)
+    return f" did you mean {close[0]}?" if close else ""
+
+
+def check_choice(key: str, value: Any, allowed: Sequence[Any]) -> None:
+    """One sentence for an enumerated setting whose value is not one of ``allowed``."""
+    if value not in allowed:
+        listed = ", ".join(dict.fromkeys(str(a) for a in allowed))
+        raise ConfigError(f"{key}={value!r} is not allowed;{suggestion(value, allowed)} allowed: {listed}.")
+
+
+def describe(annotation: Any) -> str:
+    """What a value of ``annotation`` is, in words: ``a whole number of at least 1``, ``one of a, b``."""
+    base, bounds = unannotated(annotation)
+    origin = typing.get_origin(base)
+    if origin in (Union, types.UnionType):
+        parts = [describe(a) for a in typing.get_args(base) if a is not type(None)]
+        text = " or ".join(parts)
+        return f"{text} or null" if type(None) in typing.get_args(base) else text
+    if origin is Literal:
+        return "one of " + ", ".join(dict.fromkeys(str(a) for a in typing.get_args(base)))
+    if origin is list:
+        (item,) = typing.get_args(base) or (Any,)
+        return f"a list of {describe(item).removeprefix('a ').removeprefix('an ')}s" if item is not Any else "a list"
+    words = {int: "a whole number", float: "a number", bool: "true or false", str: "a string"}.get(base, "a value")
+    limits = []
+    for bound in bounds:
+        limits.append(
+            {AtLeast: "at least", Above: "greater than", AtMost: "at most", Below: "less than"}[type(bound)]
+            + f" {bound.bound:g}"
+        )
+    return words + (", " + " and ".join(limits) if limits else "")
+
+
+def unannotated(annotation: Any) -> tuple[Any, list[Any]]:
+    if typing.get_origin(annotation) is Annotated:
+        base, *extras = typing.get_args(annotation)
+        return base, [e for e in extras if isinstance(e, (AtLeast, Above, AtMost, Below))]
+    return annotation, []
+
+
+def value_fits(value: Any, annotation: Any) -> bool:
+    """Whether ``value`` is of the declared type and within its bounds."""
+    base, bounds = unannotated(annotation)
+    origin = typing.get_origin(base)
+    if base is Any:
+        return True
+    if origin in (Union, types.UnionType):
+        return any(value_fits(value, a) for a in typing.get_args(base))
+    if base is type(None):
+        return value is None
+    if origin is Literal:
+        return value in typing.get_args(base) and not isinstance(value, bool)
+    if origin is list:
+        (item,) = typing.get_args(base) or (Any,)
+        return isinstance(value, (list, tuple, ListConfig)) and all(value_fits(v, item) for v in value)
+    if base is bool:
+        return isinstance(value, bool)
+    if base is int:
+        fits = isinstance(value, int) and not isinstance(value, bool)
+    elif base is float:
+        fits = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif base is str:
+        fits = isinstance(value, (str, int, float)) and not isinstance(value, bool)  # name=123 is a fine name
+    else:
+        fits = isinstance(value, base)
+    return fits and all(within(value, bound) for bound in bounds)
+
+
+def within(value: float, bound: Any) -> bool:
+    if isinstance(bound, AtLeast):
+        return value >= bound.bound
+    if isinstance(bound, Above):
+        return value > bound.bound
+    if isinstance(bound, AtMost):
+        return value <= bound.bound
+    return value < bound.bound
+
+
+def check_value(key: str, value: Any, annotation: Any) -> None:
+    if value_fits(value, annotation):
+        return
+    base, _ = unannotated(annotation)
+    choices = [a for u in _union_members(base) if typing.get_origin(u) is Literal for a in typing.get_args(u)]
+    hint = suggestion(value, choices) if choices and isinstance(value, str) else ""
+    written = ""
+    if isinstance(value, float) and value.is_integer() and "whole number" in describe(annotation):
+        written = f" (write {int(value)}, without a decimal point)"
+    raise ConfigError(f"{key}={value!r} is not allowed{written};{hint} {key} takes {describe(annotation)}.")
+
+
+def _union_members(annotation: Any) -> tuple[Any, ...]:
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        return tuple(m for a in typing.get_args(annotation) for m in _union_members(unannotated(a)[0]))
+    return (annotation,)
+
+
+def schema_types(schema: type) -> dict[str, Any]:
+    assert is_dataclass(schema)
+    hints = typing.get_type_hints(schema, include_extras=True)
+    return {f.name: hints[f.name] for f in fields(schema)}
+
+
+def readable(node: DictConfig, key: str) -> tuple[bool, Any]:
+    """(True, value) for a key whose value resolves here; (False, None) for one that needs Hydra's runtime
+    (``${hydra:...}``) or another resolver not registered in this process: its consumer checks it."""
+    try:
+        value = node[key]
+    except Exception:  # noqa: BLE001  (an interpolation that resolves only inside the job)
+        return False, None
+    if isinstance(value, (DictConfig, ListConfig)):
+        try:
+            return True, OmegaConf.to_container(value, resolve=True)
+        except Exception:  # noqa: BLE001
+            return False, None
+    return True, value
+
+
+def check_dataclass(prefix: str, instance: Any, schema: type) -> None:
+    """The declared fields of a dataclass instance (e.g. a ``ModelConfig`` made in Python) against ``schema``."""
+    for key, annotation in schema_types(schema).items():
+        check_value(f"{prefix}.{key}", getattr(instance, key), annotation)
+
+
+def check_section(prefix: str, node: Any, schema: type, closed: bool) -> None:
+    """Every declared key of ``node`` against its type; with ``closed``, no undeclared keys."""
+    if not isinstance(node, DictConfig):
+        return
+    declared = schema_types(schema)
+    dotted = f"{prefix}." if prefix else ""
+    for key in node:
+        key = str(key)
+        if key in declared:
+            present, value = readable(node, key)
+            if present:
+                check_value(f"{dotted}{key}", value, declared[key])
+        elif closed:
+            raise ConfigError(
+                f"{dotted}{key} is not a setting of {prefix or 'the config'};{suggestion(key, list(declared))} "
+                f"allowed: {', '.join(k for k in declared if not k.startswith('_'))}."
+            )
+
+
+# ---- encodings: typed by their YAML defaults ------------------------------------------------------------------
+def encoding_defaults() -> dict[str, dict[str, Any]]:
+    """Each encoding's settings as its YAML declares them (``shared/`` files it includes first), by name."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted((CONF_DIR / "encoding").glob("*.yaml")):
+        merged = _yaml_with_defaults(path)
+        if "name" in merged:
+            found[str(merged["name"])] = merged
+    return found
+
+
+def _yaml_with_defaults(path: Path) -> dict[str, Any]:
+    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    assert isinstance(raw, dict)
+    merged: dict[str, Any] = {}
+    for entry in raw.pop("defaults", []) or []:
+        name = str(entry).split("@", 1)[0]
+        if name != "_self_":
+            merged.update(_yaml_with_defaults(path.parent / f"{name}.yaml"))
+    merged.update(raw)
+    return merged
+
+
+def default_type(default: Any) -> Any:
+    """The type a YAML default declares: a number's kind, a string, a flag, a list; null: any value."""
+    if default is None or (isinstance(default, str) and default.startswith("${")):
+        return Any
+    if isinstance(default, bool):
+        return bool
+    if isinstance(default, (int, float)):  # a number (YAML writes 10000 for RoPE's float base): ranges in validate
+        return float
+    if isinstance(default, list):
+        return list[Any]
+    return str
+
+
+def check_encoding_settings(node: Any) -> None:
+    if not isinstance(node, DictConfig):
+        return
+    present, name = readable(node, "name")
+    declared = encoding_defaults()
+    if not present:
+        return
+    if name not in declared:
+        check_choice("encoding.name", name, sorted(declared))
+    defaults = declared[name]
+    for key in node:
+        key = str(key)
+        if key in ("name", "_target_"):
+            continue
+        if key not in defaults:
+            allowed = ", ".join(k for k in defaults if k != "name") or "none"
+            raise ConfigError(
+                f"encoding.{key} is not a setting of encoding {name!r};{suggestion(key, list(defaults))} "
+                f"its settings: {allowed}."
+            )
+        present, value = readable(node, key)
+        if present and value is not None:
+            check_value(f"encoding.{key}", value, default_type(defaults[key]))
+
+
+# ---- the whole config -----------------------------------------------------------------------------------------
+def check_settings(cfg: DictConfig) -> None:
+    """Every group of a composed config against its schema (see the module's docstring)."""
+    for prefix, schema, closed in SECTIONS:
+        check_section(prefix, cfg if not prefix else cfg.get(prefix), schema, closed)
+    task = cfg.get("task")
+    if isinstance(task, DictConfig):
+        present, name = readable(task, "name")
+        if present:
+            check_choice("task.name", name, list(TASK_SCHEMAS))
+            check_section("task", task, TASK_SCHEMAS[name], closed=True)
+    corpus = cfg.get("corpus")
+    if isinstance(corpus, DictConfig) and corpus.get("name") != "synthetic":
+        check_section("corpus", corpus, CorpusSettings, closed=False)
+    model = cfg.get("model")
+    if isinstance(model, DictConfig) and not model.d_model % model.n_heads == 0:
+        raise ConfigError(
+            f"model.d_model={model.d_model} is not divisible by model.n_heads={model.n_heads}: each head takes "
+            f"d_model / n_heads features; allowed: n_heads among the divisors of {model.d_model}."
+        )
+    check_encoding_settings(cfg.get("encoding"))
+
+
+def max_length(task: Mapping[str, Any]) -> int:
+    """The longest sequence a task's model sees: its context, or the longest evaluation length."""
+    if "context_length" in task:
+        return int(task["context_length"])
+    return max([int(task["train_length"]), *(int(n) for n in task.get("eval_lengths") or [])])

@@ -1,0 +1,187 @@
+"""Typed settings (poslab/settings.py) and train.py's command-line check (poslab/command_line.py): a bad command
+stops with one short message naming the key and the value, exit status 2, no traceback, nothing written."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from poslab.command_line import check_command_line, config_groups, help_text, option_description
+from poslab.config import compose_config
+from poslab.errors import ConfigError
+from poslab.settings import CONF_DIR, check_settings, describe, schema_types, value_fits
+
+from .conftest import run_train
+
+# (command line, what the message must name: the key or option, and the value)
+BAD_COMMANDS = [
+    (["trainer.max_steps=abc"], ["trainer.max_steps", "'abc'", "whole number"]),
+    (["trainer.max_steps=2.5"], ["trainer.max_steps", "2.5", "whole number"]),
+    (["trainer.max_steps=0"], ["trainer.max_steps", "0", "at least 1"]),
+    (["trainer.max_steps=1e4"], ["trainer.max_steps", "10000.0", "write 10000"]),
+    (["trainer.log_every_n_steps=-1"], ["trainer.log_every_n_steps", "-1"]),
+    (["trainer.precision=bf17"], ["trainer.precision", "'bf17'", "bf16"]),
+    (["trainer.max_step=50"], ["trainer.max_step=50", "max_steps"]),
+    (["optimizer.lr=fast"], ["optimizer.lr", "'fast'", "number"]),
+    (["optimizer.lr=-1"], ["optimizer.lr", "-1", "at least 0"]),
+    (["optimizer.schedule=cosin"], ["optimizer.schedule", "'cosin'", "did you mean cosine"]),
+    (["optimizer.warmup_steps=1.5"], ["optimizer.warmup_steps", "1.5"]),
+    (["optimizer.min_lr_ratio=2"], ["optimizer.min_lr_ratio", "2", "at most 1"]),
+    (["optimizer.grad_clip=-1"], ["optimizer.grad_clip", "-1"]),
+    (["optimizer.betas=[0.9,1.5]"], ["optimizer.betas", "1.5"]),
+    (["optimizer.fused=maybe"], ["optimizer.fused", "'maybe'", "true or false"]),
+    (["+optimizer.lrr=1"], ["optimizer.lrr", "did you mean lr"]),
+    (["optimizer.lrr=1"], ["optimizer.lrr=1", "did you mean lr"]),
+    (["seed=abc"], ["seed", "'abc'", "whole number"]),
+    (["threads=0"], ["threads", "0"]),
+    (["save_model=sometimes"], ["save_model", "'sometimes'"]),
+    (["model.d_model=0"], ["model.d_model", "0", "at least 1"]),
+    (["model.d_model=30", "model.n_heads=4"], ["model.d_model=30", "model.n_heads=4"]),
+    (["model.n_layers=two"], ["model.n_layers", "'two'"]),
+    (["model.norm=batchnorm"], ["model.norm", "'batchnorm'", "layernorm, rmsnorm"]),
+    (["model.mlp=swiglue"], ["model.mlp", "'swiglue'", "did you mean swiglu"]),
+    (["model.attention=fast"], ["model.attention", "'fast'", "sdpa"]),
+    (["model.compile=yes"], ["model.compile", "'yes'"]),
+    (["encodng=rope"], ["encodng=rope", "did you mean encoding"]),
+    (["encoding=ropee"], ["encoding=ropee", "did you mean rope"]),
+    (["model=huge"], ["model=huge", "allowed: byte, hrope, hrope_cpu, tiny"]),
+    (["experiment=hrope"], ["experiment=hrope", "hrope_axial"]),
+    (["encoding=rope", "encoding.base=abc"], ["encoding.base", "'abc'", "number"]),
+    (["encoding=rope", "encoding.bas=3"], ["encoding.bas=3", "did you mean base"]),
+    (["encoding=rope", "encoding.base=-5"], ["encoding.base=-5", "greater than 1"]),
+    (["encoding=rope", "encoding.pairing=halves"], ["encoding.pairing", "'halves'"]),
+    (["encoding=alibi", "+encoding.slope=0.5"], ["encoding.slope", "did you mean slopes"]),
+    (["task=lag", "task.k=0"], ["task.k", "0"]),
+    (["task=lag", "task.eval_lengths=[32,1]"], ["task.eval_lengths", "1"]),
+    (["task=lag", "task.train_length=abc"], ["task.train_length", "'abc'"]),
+    (["corpus=wikitext2", "corpus.tokenizer=bp"], ["corpus.tokenizer", "'bp'", "did you mean bpe"]),
+    (["corpus=wikitext2", "corpus.validation_fraction=1.5"], ["corpus.validation_fraction", "1.5"]),
+    (["corpus=wikitext2", "corpus.verify_cache=sometimes"], ["corpus.verify_cache", "'sometimes'"]),
+    (["corpus=wikitext2", "task.context_length=0"], ["task.context_length", "0"]),
+    (["corpus=wikitext2", "task=lag"], ["task=lag", "corpus=wikitext2"]),
+    (["name=../x"], ["name='../x'"]),
+    (["trainer.devices=64"], ["trainer.devices=64"]),
+    (["trainer.max_steps=[1,2]"], ["trainer.max_steps"]),
+    (["-m", "encoding=rope,alibi", "optimizer.lr=fast"], ["optimizer.lr", "'fast'"]),
+    (["-m", "encoding=rope,alibx"], ["encoding=alibx", "did you mean alibi"]),
+    (["-m", "seed=0,1", "trainer.max_steps=0"], ["trainer.max_steps", "0"]),
+]
+
+
+@pytest.mark.parametrize(("argv", "named"), BAD_COMMANDS, ids=[" ".join(a) for a, _ in BAD_COMMANDS])
+def test_a_bad_command_stops_with_one_short_message_naming_key_and_value(argv, named, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("POSLAB_LOG_DIR", str(tmp_path))
+    with pytest.raises(SystemExit) as stopped:
+        check_command_line(argv)
+    assert stopped.value.code == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert 1 <= len(lines) <= 3 and not captured.out, captured.err
+    assert lines[0].startswith("poslab: configuration error: ")
+    assert "Traceback" not in captured.err
+    for fragment in named:
+        assert fragment in captured.err, (fragment, captured.err)
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_the_table_covers_every_item_the_issue_names():
+    assert len(BAD_COMMANDS) >= 30
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["trainer.max_steps=abc"],
+        ["encoding=rope", "encoding.base=-5"],
+        ["corpus=local", "corpus.path=/nonexistent/corpus"],  # refused inside the run: Hydra's directory is removed
+        ["-m", "encoding=rope,alibi", "trainer.max_step=3"],
+    ],
+)
+def test_train_py_refuses_a_bad_command_and_leaves_no_directory(argv, tmp_path):
+    result = run_train([*argv, f"paths.log_dir={tmp_path / 'logs'}"], tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    err = [line for line in result.stderr.splitlines() if line.startswith("poslab:")]
+    assert len(err) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    left = [p for p in (tmp_path / "logs").rglob("*")] if (tmp_path / "logs").exists() else []
+    assert left == [], left
+
+
+def test_every_composable_recipe_passes_the_checks():
+    groups = config_groups()
+    for experiment in groups["experiment"]:
+        check_settings(compose_config([f"experiment={experiment}"]))
+    for encoding in groups["encoding"]:
+        check_settings(compose_config([f"encoding={encoding}"]))
+    for corpus in groups["corpus"]:
+        if corpus != "local":
+            check_settings(compose_config([f"corpus={corpus}"]))
+    check_settings(compose_config(["corpus=local", "corpus.path=/tmp"]))
+
+
+@pytest.mark.parametrize(
+    ("value", "annotation_of", "fits"),
+    [
+        (3, "trainer.max_steps", True),
+        (True, "trainer.max_steps", False),  # a flag is not a count
+        (3.0, "trainer.max_steps", False),
+        (3, "optimizer.lr", True),  # a whole number is a number
+        ("1e-3", "optimizer.lr", False),
+        (None, "optimizer.grad_clip", True),
+        (None, "optimizer.lr", False),
+        ("cosine", "optimizer.schedule", True),
+        ("bf16", "trainer.precision", True),
+        (32, "trainer.precision", True),
+    ],
+)
+def test_declared_types_accept_exactly_their_values(value, annotation_of, fits):
+    from poslab.settings import OptimizerSettings, TrainerSettings
+
+    group, key = annotation_of.split(".")
+    schema = {"trainer": TrainerSettings, "optimizer": OptimizerSettings}[group]
+    assert value_fits(value, schema_types(schema)[key]) is fits
+
+
+def test_a_setting_is_checked_by_being_declared(monkeypatch):
+    """A new field in a schema is checked with no new code: add one and give it a bad value."""
+    from dataclasses import make_dataclass
+
+    from poslab import settings
+    from poslab.settings import Count, OptimizerSettings
+
+    extended = make_dataclass("Extended", [("accumulate", Count, 1)], bases=(OptimizerSettings,))
+    monkeypatch.setattr(settings, "SECTIONS", (("optimizer", extended, True),))
+    cfg = compose_config([])
+    OmegaConf.set_struct(cfg, False)
+    cfg.optimizer.accumulate = 0
+    with pytest.raises(ConfigError, match=r"optimizer.accumulate=0 is not allowed; optimizer.accumulate takes a whole"):
+        check_settings(cfg)
+    assert describe(Count) == "a whole number, at least 1"
+
+
+def test_model_config_made_in_python_is_checked_the_same_way():
+    from poslab.model import ModelConfig
+
+    with pytest.raises(ConfigError, match=r"model.norm='batchnorm' is not allowed"):
+        ModelConfig(vocab_size=4, n_outputs=4, norm="batchnorm")
+    with pytest.raises(ConfigError, match=r"model.n_layers=0 is not allowed"):
+        ModelConfig(vocab_size=4, n_outputs=4, n_layers=0)
+
+
+def test_train_py_help_lists_every_group_option_with_a_description_and_examples():
+    text = help_text()
+    for group, options in config_groups().items():
+        assert f"  {group}: " in text
+        for option in options:
+            assert option_description(CONF_DIR / group / f"{option}.yaml"), f"conf/{group}/{option}.yaml"
+            assert f"      {option} " in text
+    assert "examples:" in text and "python train.py -m experiment=extrapolation_grid" in text
+    assert "results: a run writes" in text
+    for key in ("seed=0", "threads=null", "save_model=true"):
+        assert key in text
+
+
+def test_train_py_help_is_poslabs_own(tmp_path):
+    result = run_train(["--help"], tmp_path)
+    assert result.returncode == 0
+    assert result.stdout.startswith("poslab: train small transformers")
+    assert "config groups (group=option):" in result.stdout
