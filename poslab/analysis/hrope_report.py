@@ -25,6 +25,7 @@ from poslab.analysis.logging import log_analysis
 from poslab.analysis.output import (
     REFERENCE_LABEL,
     AnalysisResult,
+    data_lines,
     few_documents_warning,
     short_run_warning,
     steps_cell,
@@ -32,7 +33,8 @@ from poslab.analysis.output import (
 )
 from poslab.analysis.results import SUCCESS, run_status
 from poslab.errors import MissingRunError
-from poslab.run_files import default_analysis_dir, find_runs
+from poslab.io import read_json
+from poslab.run_files import RESULTS_FILE, default_analysis_dir, find_runs
 
 log = logging.getLogger("poslab")
 
@@ -188,7 +190,8 @@ def sample_lines(analyses: list[RunAnalysis]) -> list[str]:
         )
         if line
     ]
-    return lines
+    saved = [Path(a.run_dir) / RESULTS_FILE for a in analyses]
+    return lines + data_lines([read_json(path) for path in saved if path.is_file()])
 
 
 def plot_wells(analyses: list[RunAnalysis], shuffled: bool = False) -> Any:

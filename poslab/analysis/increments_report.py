@@ -30,6 +30,7 @@ from poslab.analysis import increments as inc
 from poslab.analysis.logging import log_analysis
 from poslab.analysis.output import (
     AnalysisResult,
+    data_lines,
     few_documents_warning,
     short_run_warning,
     steps_cell,
@@ -151,6 +152,7 @@ def analyze_increments(
         lines.append(f"Held-out text: up to {max_bytes:,} bytes per group from {documents:,} validation documents.")
         lines += [line for line in (few_documents_warning({str(run_dir): documents}),) if line]
     lines += [line for line in (short_run_warning({str(run_dir): steps}),) if line]
+    lines += data_lines([read_json(results_path)] if results_path.is_file() else [])
 
     # 2. the picture
     pictures = []

@@ -15,6 +15,7 @@ from typing import Any
 
 from poslab.analysis.output import (
     AnalysisResult,
+    data_lines,
     few_documents_warning,
     short_run_warning,
     steps_cell,
@@ -93,8 +94,7 @@ def report_losses(directories: list[str | Path]) -> AnalysisResult:
         few_documents_warning({str(run.path): validation_documents(run.result) for run in runs}),
         short_run_warning(steps),
     ]
-    data_notes = dict.fromkeys(note for run in runs for note in run.result.get("data_notes") or [])
-    notes = [line for line in warnings if line] + [f"data: {note}" for note in data_notes] + found.notes()
+    notes = [line for line in warnings if line] + data_lines([run.result for run in runs]) + found.notes()
     report = "\n".join(lines + (["", *notes] if notes else []))
     result = AnalysisResult("losses", report, default_analysis_dir("losses", list(directories), [r.path for r in runs]))
     result.add_text("losses.md", report)

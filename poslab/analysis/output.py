@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from poslab.datamodules.corpora import describe_sources
 from poslab.errors import OutputNotWritableError
 from poslab.io import read_json, write_atomic
 from poslab.run_files import RESULTS_FILE
@@ -161,3 +162,17 @@ def steps_cell(done: int | None, recipe: int | None) -> str:
     if done is None:
         return "n/a"
     return f"{done} of {recipe}" if recipe and recipe != done else str(done)
+
+
+def data_lines(results: list[dict[str, Any]]) -> list[str]:
+    """The data the runs' figures come from, once per corpus and source group: its files (sizes, sha256, the
+    split each fed) from ``results.json``'s ``sources``, and each of its ``data_notes`` (e.g. trained on a test
+    split)."""
+    lines: dict[str, None] = {}
+    for result in results:
+        for group, sources in (result.get("sources") or {}).items():
+            if sources:
+                lines[f"data: {result.get('corpus', '?')}/{group}: {describe_sources(sources)}"] = None
+        for note in result.get("data_notes") or []:
+            lines[f"data: {note}"] = None
+    return list(lines)

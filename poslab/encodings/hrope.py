@@ -49,6 +49,7 @@ from torch import Tensor
 from poslab.encodings.base import ModelShape, PositionInputs, register
 from poslab.encodings.rotary import RotaryEncoding, exact_positions, inverse_frequencies
 from poslab.errors import ConfigError
+from poslab.settings import check_choice
 
 FREQUENCIES = ("split", "full")
 EVAL_PARAGRAPHS = ("real", "random")
@@ -133,10 +134,7 @@ class HRopeEncoding(RotaryEncoding):
         super().validate(settings, shape, max_length)
         rotary_dim = settings.get("rotary_dim") or shape.head_dim
         frequencies = settings.get("frequencies", "split")
-        if frequencies not in FREQUENCIES:
-            raise ConfigError(
-                f"encoding.frequencies={frequencies!r} is not allowed; allowed: {', '.join(FREQUENCIES)}."
-            )
+        check_choice("encoding.frequencies", frequencies, FREQUENCIES)
         blocks = settings.get("blocks")
         if blocks is None:
             if rotary_dim < 6:
@@ -202,10 +200,7 @@ class RandAxialEncoding(HRopeEncoding):
         super().validate(settings, shape, max_length)
         check_density(settings, cls.name)  # type: ignore[attr-defined]
         mode = settings.get("eval_paragraphs", "real")
-        if mode not in EVAL_PARAGRAPHS:
-            raise ConfigError(
-                f"encoding.eval_paragraphs={mode!r} is not allowed; allowed: {', '.join(EVAL_PARAGRAPHS)}."
-            )
+        check_choice("encoding.eval_paragraphs", mode, EVAL_PARAGRAPHS)
 
     def random_paragraphs(self, inputs: PositionInputs, generator: torch.Generator | None = None) -> Tensor:
         """Bernoulli(density) boundaries before every token but the first, cumulated: ``[B, T]`` int64 from 0.

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from poslab.encodings.base import ModelShape, PositionEncoding, PositionInputs
 from poslab.errors import ConfigError
+from poslab.settings import check_choice
 
 PAIRINGS = ("interleaved", "half")
 
@@ -113,8 +114,7 @@ class RotaryEncoding(PositionEncoding):
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         pairing = settings.get("pairing", "interleaved")
-        if pairing not in PAIRINGS:
-            raise ConfigError(f"encoding.pairing={pairing!r} is not a RoPE pairing; allowed: {', '.join(PAIRINGS)}.")
+        check_choice("encoding.pairing", pairing, PAIRINGS)
         base = settings.get("base", 10_000.0)
         if not base or float(base) <= 1.0:
             raise ConfigError(f"encoding.base={base!r} must be a number greater than 1 (e.g. 10000 or 1000000).")
