@@ -36,6 +36,9 @@ def compose(overrides: list[str], hydra_node: bool = False) -> DictConfig:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    from poslab.config import register_config_resolvers
+
+    register_config_resolvers()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return hydra_compose(config_name="train", overrides=overrides, return_hydra_config=hydra_node)

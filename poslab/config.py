@@ -18,13 +18,22 @@ from poslab.run_files import CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULT
 from poslab.settings import CONF_DIR, SYNTHETIC_TASKS, check_settings
 
 
+def register_config_resolvers() -> None:
+    """The resolvers the configs use, as train.py registers them at import: the launcher's
+    ``${poslab_jobs:...}`` and job folders, corpus=local's name and path."""
+    from poslab.datamodules.corpora import register_resolvers as register_corpus_resolvers
+
+    register_resolvers()
+    register_corpus_resolvers()
+
+
 def compose_config(overrides: list[str], output_dir: str | Path | None = None) -> DictConfig:
     """The config ``train.py`` would run with ``overrides`` (for tests, benchmarks and notebooks), its outputs
     (run directory and logs) redirected to ``output_dir`` when given."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    register_resolvers()  # the launcher configs use ${poslab_jobs:...}, as train.py registers it
+    register_config_resolvers()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)

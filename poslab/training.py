@@ -42,12 +42,13 @@ def quiet_third_party_noise() -> None:
     besides Hydra's (every line printed twice, once in each format): its lines go through Hydra's alone (and
     into train.log); its tip advertising a cloud logger, the TPU/HPU lines, "GPU available: False" and "fit
     stopped: max_steps reached" are dropped; so are warnings about states poslab owns on purpose."""
-    lightning_logger = logging.getLogger("lightning.pytorch")
     if logging.getLogger().handlers:  # Hydra's handlers are installed: they print and log Lightning's lines
-        for handler in list(lightning_logger.handlers):
-            if type(handler) is logging.StreamHandler:
-                lightning_logger.removeHandler(handler)
-        lightning_logger.propagate = True
+        for name in ("lightning", "lightning.pytorch", "lightning.fabric"):  # each has a console handler of its own
+            lightning_logger = logging.getLogger(name)
+            for handler in list(lightning_logger.handlers):
+                if type(handler) is logging.StreamHandler:
+                    lightning_logger.removeHandler(handler)
+            lightning_logger.propagate = True
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
         lambda record: not any(noise in record.getMessage() for noise in LIGHTNING_NOISE)
     )

@@ -185,3 +185,16 @@ def test_train_py_help_is_poslabs_own(tmp_path):
     assert result.returncode == 0
     assert result.stdout.startswith("poslab: train small transformers")
     assert "config groups (group=option):" in result.stdout
+
+
+def test_a_run_prints_each_line_once_and_ends_with_where_its_results_are(tmp_path):
+    args = ["task=lag", "trainer.max_steps=3", "task.eval_size=32", "trainer.precision=bf16-mixed"]
+    result = run_train(args, tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [line for line in (result.stdout + result.stderr).replace("\r", "\n").splitlines() if line.strip()]
+    logged = [line for line in lines if line.startswith("[")]
+    assert any("Using bfloat16 Automatic Mixed Precision" in line for line in logged)  # a line that applies stays
+    assert not any(line.startswith("INFO:") for line in lines)  # not a second time in Lightning's own format
+    assert not any("TPU available" in line or "GPU available: False" in line for line in lines)
+    (run_dir,) = (tmp_path / "logs" / "runs").iterdir()
+    assert logged[-1].endswith(f"results: {run_dir / 'results.json'} (run directory {run_dir})")
