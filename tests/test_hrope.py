@@ -78,7 +78,7 @@ def test_coordinates_are_counted_within_the_window_and_shared_by_layers():
     assert torch.equal(positions[0][0, :, 2], torch.arange(T).float())  # token
 
 
-@pytest.mark.parametrize("frequencies", ["split", "full"])
+@pytest.mark.parametrize("frequencies", ["split", "full", "token_first", "interleaved"])
 @pytest.mark.parametrize("pairing", ["interleaved", "half"])
 def test_blocks_do_not_mix(frequencies, pairing):
     enc = build_encoding(
@@ -93,6 +93,36 @@ def test_blocks_do_not_mix(frequencies, pairing):
         assert changed.nonzero().flatten().tolist() == list(band)
     if frequencies == "full":  # each block has its own complete ladder
         assert torch.equal(enc.inv_freq[7:], inverse_frequencies(10, 10_000.0))
+
+
+@pytest.mark.parametrize("blocks", [[8, 8, 8], [2, 4, 18]])
+def test_frequency_allocations_hand_out_ropes_ladder(blocks):
+    """split, token_first and interleaved use each rung of RoPE's ladder once; split gives the paragraph block
+    the fastest band, token_first the token block; interleaved deals rungs token, sentence, paragraph in turn,
+    so every axis spans the spectrum. Pairs stay in their block's place (paragraph pairs first)."""
+    ladder = inverse_frequencies(sum(blocks), 10_000.0)
+    pairs = [b // 2 for b in blocks]
+    bands = {}
+    for frequencies in ("split", "token_first", "interleaved"):
+        enc = build_encoding({"name": "hrope_axial", "blocks": blocks, "frequencies": frequencies}, SHAPE, 64)
+        assert torch.equal(enc.inv_freq.sort().values, ladder.sort().values)  # every rung exactly once
+        assert enc.pair_axis.tolist() == [0] * pairs[0] + [1] * pairs[1] + [2] * pairs[2]
+        bands[frequencies] = [enc.inv_freq[enc.pair_axis == a] for a in range(3)]
+        assert enc.label() == ("hrope_axial" if frequencies == "split" else f"hrope_axial:{frequencies}")
+    paragraph, sentence, token = bands["split"]
+    assert paragraph.min() > sentence.max() and sentence.min() > token.max() and paragraph.max() == 1.0
+    paragraph, sentence, token = bands["token_first"]
+    assert token.min() > sentence.max() and sentence.min() > paragraph.max() and token.max() == 1.0
+    paragraph, sentence, token = bands["interleaved"]
+    assert token.max() == ladder[0] and sentence.max() == ladder[1] and paragraph.max() == ladder[2]
+    for band in (paragraph, sentence, token):
+        assert torch.all(band[1:] < band[:-1])  # down the spectrum in feature order
+    if len(set(pairs)) == 1:  # equal blocks: token, sentence, paragraph take every third rung from 0, 1, 2
+        n = pairs[0]
+        for start, band in ((0, token), (1, sentence), (2, paragraph)):
+            assert torch.equal(band, ladder[start : 3 * n : 3])
+    else:  # [2, 4, 18]: a full block is skipped, the others share the rest of the spectrum
+        assert torch.equal(paragraph, ladder[2:3]) and torch.equal(sentence, ladder[torch.tensor([1, 4])])
 
 
 def test_sdpa_and_explicit_attention_agree():
@@ -112,7 +142,7 @@ def test_sdpa_and_explicit_attention_agree():
         ({"blocks": [0, 12, 12]}, r"blocks=\[0, 12, 12\]"),
         ({"blocks": [8, 8, 8], "rotary_dim": 12}, r"rotated dimension 12"),
         ({"rotary_dim": 4}, r"rotated dimension 4 is too small for three even blocks"),
-        ({"frequencies": "mixed"}, r"frequencies='mixed' is not allowed; allowed: split, full"),
+        ({"frequencies": "mixed"}, r"frequencies='mixed' is not allowed; allowed: split, full, token_first, interl"),
     ],
 )
 def test_bad_settings_say_what_is_allowed(settings, message):

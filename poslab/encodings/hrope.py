@@ -18,6 +18,15 @@ Frequencies (``frequencies``):
   so fine token order is coarser than in RoPE; use ``full`` when that matters.
 - ``full``: each block its own complete ladder ``inverse_frequencies(block_size, base)``: every level has high
   and low frequencies, but it no longer reduces to RoPE.
+- ``token_first``: RoPE's ladder in bands as ``split``, but the token block takes the highest band, then the
+  sentence block, and the paragraph block the lowest: fine token order keeps RoPE's fastest pairs.
+- ``interleaved``: RoPE's ladder dealt to the axes in turn along the spectrum (token, sentence, paragraph,
+  token, ...; an axis whose block is full is skipped), so each axis spans high and low frequencies, as the
+  successors of M-RoPE interleave their axes. The token axis takes the fastest pair.
+
+``split``, ``token_first`` and ``interleaved`` use each frequency of RoPE's ladder exactly once; they differ only
+in which axis a frequency follows. A block keeps its place in the features (paragraph pairs first) whatever
+frequencies it takes.
 
 Coordinates: ``layer_positions`` returns one ``[B, T, 3]`` fp32 tensor (paragraph, sentence, token), the same
 object for every layer (the model builds one rotation). Paragraph and sentence indices come from
@@ -51,7 +60,7 @@ from poslab.encodings.rotary import RotaryEncoding, exact_positions, inverse_fre
 from poslab.errors import ConfigError
 from poslab.settings import check_choice
 
-FREQUENCIES = ("split", "full")
+FREQUENCIES = ("split", "full", "token_first", "interleaved")
 EVAL_PARAGRAPHS = ("real", "random")
 AXES = ("paragraph", "sentence", "token")
 #: seed of the random paragraph boundaries rand_axial uses in evaluation with eval_paragraphs=random
@@ -66,13 +75,36 @@ def default_blocks(rotary_dim: int) -> list[int]:
 
 def pair_frequencies(blocks: Sequence[int], base: float, frequencies: str) -> tuple[Tensor, Tensor]:
     """Per pair: its frequency ``[P]`` (fp32) and the axis it rotates by ``[P]`` (0 paragraph, 1 sentence, 2 token)."""
-    rotary_dim = sum(blocks)
-    if frequencies == "split":
-        inv_freq = inverse_frequencies(rotary_dim, base)  # consecutive bands: exactly RoPE's ladder
-    else:
-        inv_freq = torch.cat([inverse_frequencies(size, base) for size in blocks])
-    axis = torch.cat([torch.full((size // 2,), a, dtype=torch.long) for a, size in enumerate(blocks)])
-    return inv_freq, axis
+    pairs = [size // 2 for size in blocks]
+    axis = torch.cat([torch.full((n,), a, dtype=torch.long) for a, n in enumerate(pairs)])
+    if frequencies == "full":
+        return torch.cat([inverse_frequencies(size, base) for size in blocks]), axis
+    ladder = inverse_frequencies(sum(blocks), base)  # RoPE's: highest frequency first
+    taken = ladder_indices(pairs, frequencies)
+    return torch.cat([ladder[torch.tensor(indices, dtype=torch.long)] for indices in taken]), axis
+
+
+def ladder_indices(pairs: Sequence[int], frequencies: str) -> list[list[int]]:
+    """Which rungs of RoPE's ladder (0 = fastest) each axis's pairs take, in feature order, for ``split``,
+    ``token_first`` and ``interleaved``; every rung exactly once."""
+    total = sum(pairs)
+    if frequencies in ("split", "token_first"):
+        order = (0, 1, 2) if frequencies == "split" else (2, 1, 0)
+        starts, start = {}, 0
+        for a in order:
+            starts[a] = start
+            start += pairs[a]
+        return [list(range(starts[a], starts[a] + pairs[a])) for a in range(3)]
+    taken: list[list[int]] = [[], [], []]
+    turn = [2, 1, 0]  # token, sentence, paragraph, token, ...
+    rung, k = 0, 0
+    while rung < total:
+        a = turn[k % 3]
+        k += 1
+        if len(taken[a]) < pairs[a]:
+            taken[a].append(rung)
+            rung += 1
+    return taken
 
 
 def window_coordinate(inputs: PositionInputs, key: str, encoding: str) -> Tensor:
@@ -172,7 +204,7 @@ class HRopeEncoding(RotaryEncoding):
 
     def label(self) -> str:
         label = super().label()
-        return label if self.frequencies == "split" else f"{label}:full"
+        return label if self.frequencies == "split" else f"{label}:{self.frequencies}"
 
 
 @register("rand_axial")
