@@ -32,16 +32,9 @@ def config_groups(conf_dir: Path = CONF_DIR) -> dict[str, list[str]]:
 
 
 def compose(overrides: list[str], hydra_node: bool = False) -> DictConfig:
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from poslab.config import compose_config
 
-    from poslab.config import register_config_resolvers
-
-    register_config_resolvers()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return hydra_compose(config_name="train", overrides=overrides, return_hydra_config=hydra_node)
+    return compose_config(overrides, hydra_node=hydra_node)
 
 
 def parse(overrides: list[str]) -> list[Any]:
@@ -145,19 +138,20 @@ def check_job(cfg: DictConfig) -> None:
 
 
 def check_encoding(cfg: DictConfig) -> None:
-    """The encoding's own ``validate`` (ranges, sizes against the model): imports torch, so it runs last."""
-    from poslab.encodings import encoding_class
-    from poslab.encodings.base import ModelShape
+    """The encoding's own ``validate`` (ranges, sizes against the model): imports torch, so it runs last. A
+    setting the task's data fills in (rand_axial's ``paragraph_density`` on a text corpus) may still be null."""
+    import hydra
 
-    settings = OmegaConf.to_container(cfg.encoding, resolve=True)
-    assert isinstance(settings, dict)
-    name = str(settings.pop("name", "none"))
-    settings.pop("_target_", None)
+    from poslab.encodings.base import ModelShape, validate_encoding
+
     model = cfg.model
-    shape = ModelShape(int(model.d_model), int(model.n_heads), int(model.n_layers), int(model.d_model // model.n_heads))
+    shape = ModelShape.of(int(model.d_model), int(model.n_heads), int(model.n_layers))
+    datamodule = hydra.utils.get_class(str(cfg.task._target_))
     task = OmegaConf.to_container(cfg.task, resolve=False)
     assert isinstance(task, dict)
-    encoding_class(name).validate(settings, shape, max_length(task))
+    settings = OmegaConf.to_container(cfg.encoding, resolve=True)
+    assert isinstance(settings, dict)
+    validate_encoding(settings, shape, max_length(task), filled_by_data=lambda key: hasattr(datamodule, key))
 
 
 def check_command_line(argv: list[str]) -> None:

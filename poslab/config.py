@@ -27,16 +27,17 @@ def register_config_resolvers() -> None:
     register_corpus_resolvers()
 
 
-def compose_config(overrides: list[str], output_dir: str | Path | None = None) -> DictConfig:
-    """The config ``train.py`` would run with ``overrides`` (for tests, benchmarks and notebooks), its outputs
-    (run directory and logs) redirected to ``output_dir`` when given."""
+def compose_config(overrides: list[str], output_dir: str | Path | None = None, hydra_node: bool = False) -> DictConfig:
+    """The config ``train.py`` would run with ``overrides`` (for tests, benchmarks, notebooks and train.py's own
+    check), its outputs (run directory and logs) redirected to ``output_dir`` when given; ``hydra_node``: with
+    Hydra's own settings (``hydra.sweeper.params``, ...)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     register_config_resolvers()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides)
+        cfg = compose(config_name="train", overrides=overrides, return_hydra_config=hydra_node)
     if output_dir is not None:
         with open_dict(cfg):
             cfg.paths.output_dir = str(output_dir)

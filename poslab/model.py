@@ -60,7 +60,7 @@ class ModelConfig(ModelSettings):
 
     @property
     def shape(self) -> ModelShape:
-        return ModelShape(self.d_model, self.n_heads, self.n_layers, self.d_model // self.n_heads)
+        return ModelShape.of(self.d_model, self.n_heads, self.n_layers)
 
     @property
     def hidden(self) -> int:

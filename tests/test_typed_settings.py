@@ -12,6 +12,7 @@ from poslab.errors import ConfigError
 from poslab.settings import CONF_DIR, check_settings, describe, schema_types, value_fits
 
 from .conftest import run_train
+from .test_bf16 import DENSITY
 
 # (command line, what the message must name: the key or option, and the value)
 BAD_COMMANDS = [
@@ -106,16 +107,22 @@ def test_train_py_refuses_a_bad_command_and_leaves_no_directory(argv, tmp_path):
     assert left == [], left
 
 
-def test_every_composable_recipe_passes_the_checks():
+def test_every_recipe_and_encoding_passes_train_pys_check():
+    """Every experiment, and every encoding under a synthetic task and a text corpus, passes what train.py checks
+    before running (types, combinations, the encoding's validate): a setting the corpus fills in (rand_axial's
+    paragraph_density) may be null on a text corpus, and must be given on a synthetic task."""
     groups = config_groups()
-    for experiment in groups["experiment"]:
-        check_settings(compose_config([f"experiment={experiment}"]))
+    commands = [[f"experiment={e}", "trainer.accelerator=cpu"] for e in groups["experiment"]]  # GPU recipes too
     for encoding in groups["encoding"]:
-        check_settings(compose_config([f"encoding={encoding}"]))
-    for corpus in groups["corpus"]:
-        if corpus != "local":
-            check_settings(compose_config([f"corpus={corpus}"]))
-    check_settings(compose_config(["corpus=local", "corpus.path=/tmp"]))
+        table = ["encoding.max_positions=512"] if encoding == "learned" else []  # as long as the context
+        commands.append([f"encoding={encoding}", "corpus=wikitext2", *table])
+        commands.append([f"encoding={encoding}", "task=lag", *DENSITY.get(encoding, [])])
+    commands += [[f"corpus={c}"] for c in groups["corpus"] if c != "local"]
+    commands.append(["corpus=local", "corpus.path=/tmp"])
+    for command in commands:
+        check_command_line(command)  # a refusal exits
+    with pytest.raises(SystemExit):
+        check_command_line(["encoding=rand_axial", "task=lag"])  # no corpus to take the density from
 
 
 @pytest.mark.parametrize(

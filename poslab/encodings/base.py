@@ -42,6 +42,10 @@ class ModelShape:
     n_layers: int
     head_dim: int
 
+    @classmethod
+    def of(cls, d_model: int, n_heads: int, n_layers: int) -> ModelShape:
+        return cls(d_model, n_heads, n_layers, d_model // n_heads)
+
 
 @dataclass
 class PositionInputs:
@@ -163,13 +167,39 @@ def accepted_settings(cls: type[PositionEncoding]) -> list[str]:
     return names
 
 
+def own_settings(settings: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(the encoding's name, its constructor's settings) from an ``encoding`` config."""
+    settings = dict(settings)
+    settings.pop("_target_", None)
+    return str(settings.pop("name", None)), settings
+
+
+def validate_encoding(
+    settings: dict[str, Any],
+    shape: ModelShape,
+    max_length: int,
+    filled_by_data: Callable[[str], bool] = lambda key: False,
+) -> type[PositionEncoding]:
+    """Check an ``encoding`` config (``name`` picks the class) against the model and the longest sequence,
+    before anything is built: the encoding's ``validate`` (which checks the values given), then that each of
+    its ``corpus_settings`` is given or ``filled_by_data`` (the task's data will fill it in: train.py checks a
+    command before any data is read)."""
+    name, own = own_settings(settings)
+    cls = encoding_class(name)
+    cls.validate(own, shape, max_length)
+    for key in cls.corpus_settings:
+        if own.get(key) is None and not filled_by_data(key):
+            raise ConfigError(
+                f"encoding {name!r} needs encoding.{key}: set encoding.{key} or let the corpus fill it in (null "
+                f"takes it from a text corpus's training data, and this task has none)."
+            )
+    return cls
+
+
 def build_encoding(settings: dict[str, Any], shape: ModelShape, max_length: int) -> PositionEncoding:
     """Validate ``settings`` (the ``encoding`` config; ``name`` picks the class) and build the encoding."""
-    settings = dict(settings)
-    name = settings.pop("name", None)
-    settings.pop("_target_", None)
-    cls = encoding_class(str(name))
-    cls.validate(settings, shape, max_length)
+    cls = validate_encoding(settings, shape, max_length)
+    name, settings = own_settings(settings)
     try:
         return cls(shape, **settings)
     except TypeError as error:  # an unexpected key: say which ones are allowed

@@ -123,20 +123,18 @@ def window_coordinate(inputs: PositionInputs, key: str, encoding: str) -> Tensor
     return values - values[:, :1]  # subtract in integers (exact), convert later
 
 
-def check_density(settings: dict[str, Any], encoding: str) -> float:
+def check_density(settings: dict[str, Any]) -> None:
+    """A given ``paragraph_density`` (null: the corpus fills it in, ``corpus_settings``; base.validate_encoding
+    checks that something does)."""
     density = settings.get("paragraph_density")
     if density is None:
-        raise ConfigError(
-            f"encoding {encoding!r} needs encoding.paragraph_density (paragraph boundaries per token, the real "
-            f"segmentation's density): set encoding.paragraph_density or let the corpus fill it in."
-        )
+        return
     if isinstance(density, bool) or not isinstance(density, (int, float)) or not 0 < density < 1:
         raise ConfigError(
             f"encoding.paragraph_density={density!r} must be a number strictly between 0 and 1 "
             f"(paragraph boundaries per token); 0 means the corpus has no paragraph boundaries at all, so there "
             f"is no density to match: pick a corpus with paragraphs or set encoding.paragraph_density."
         )
-    return float(density)
 
 
 @register("hrope_axial")
@@ -230,7 +228,7 @@ class RandAxialEncoding(HRopeEncoding):
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         super().validate(settings, shape, max_length)
-        check_density(settings, cls.name)  # type: ignore[attr-defined]
+        check_density(settings)
         mode = settings.get("eval_paragraphs", "real")
         check_choice("encoding.eval_paragraphs", mode, EVAL_PARAGRAPHS)
 
@@ -286,7 +284,7 @@ class PeriodAxialEncoding(HRopeEncoding):
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         super().validate(settings, shape, max_length)
-        check_density(settings, cls.name)  # type: ignore[attr-defined]
+        check_density(settings)
 
     @property
     def period(self) -> int:
