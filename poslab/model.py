@@ -37,7 +37,7 @@ from torch import Tensor, nn
 from poslab.encodings import ModelShape, PositionEncoding, PositionInputs, build_encoding
 from poslab.encodings.rotary import Rotation
 from poslab.errors import ConfigError
-from poslab.settings import ModelSettings, check_dataclass
+from poslab.settings import ModelSettings, check_dataclass, check_heads
 
 
 @dataclass(kw_only=True)
@@ -51,8 +51,7 @@ class ModelConfig(ModelSettings):
 
     def __post_init__(self) -> None:
         check_dataclass("model", self, ModelSettings)
-        if self.d_model % self.n_heads:
-            raise ConfigError(f"model.d_model={self.d_model} is not divisible by model.n_heads={self.n_heads}.")
+        check_heads(self.d_model, self.n_heads)
         if self.tie_embeddings and self.vocab_size != self.n_outputs:
             raise ConfigError(
                 f"model.tie_embeddings needs as many outputs as input symbols ({self.n_outputs} != {self.vocab_size})."

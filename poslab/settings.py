@@ -2,7 +2,7 @@
 
 Each group's settings are declared once, as a dataclass below: a field's type says what a value may be
 (``int`` refuses ``2.5`` and ``"abc"``, ``float`` takes whole numbers too, ``Literal[...]`` lists the allowed
-options), and ``Annotated[..., AtLeast(1)]`` its bounds. ``check_settings`` walks a composed config against
+options), and ``Annotated[..., Bound(">=", 1)]`` its bounds. ``check_settings`` walks a composed config against
 them; a bad value stops with one sentence naming the key, the value and what is allowed, with the closest
 valid key or option suggested. A new setting is checked by being declared here; a closed group (``closed``
 below) also refuses keys it does not declare. An encoding's settings take the type of their default in the
@@ -14,9 +14,11 @@ Light by design (no torch): ``train.py`` runs these checks before importing torc
 from __future__ import annotations
 
 import difflib
+import functools
+import operator
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -45,31 +47,34 @@ DECODE_ERRORS = ("strict", "replace")  # corpus.decode_errors: what reading a da
 VERIFY_CACHE = ("first_use", "always", "never")  # corpus.verify_cache: when array checksums are compared
 
 
-@dataclass(frozen=True)
-class AtLeast:
-    bound: float
+#: a bound's comparison: its words in a message, and its test
+COMPARISONS: dict[str, tuple[str, Callable[[float, float], bool]]] = {
+    ">=": ("at least", operator.ge),
+    ">": ("greater than", operator.gt),
+    "<=": ("at most", operator.le),
+    "<": ("less than", operator.lt),
+}
 
 
 @dataclass(frozen=True)
-class Above:
-    bound: float
+class Bound:
+    """A bound on a number setting, in ``Annotated[int, Bound(">=", 1)]``."""
+
+    comparison: str
+    value: float
+
+    def holds(self, number: float) -> bool:
+        return COMPARISONS[self.comparison][1](number, self.value)
+
+    def __str__(self) -> str:
+        return f"{COMPARISONS[self.comparison][0]} {self.value:g}"
 
 
-@dataclass(frozen=True)
-class AtMost:
-    bound: float
-
-
-@dataclass(frozen=True)
-class Below:
-    bound: float
-
-
-Count = Annotated[int, AtLeast(1)]  # sizes, steps, lengths: no zero, no negatives
-NonNegative = Annotated[int, AtLeast(0)]
-PositiveFloat = Annotated[float, Above(0)]
-Fraction = Annotated[float, AtLeast(0), AtMost(1)]
-OpenFraction = Annotated[float, Above(0), Below(1)]
+Count = Annotated[int, Bound(">=", 1)]  # sizes, steps, lengths: no zero, no negatives
+NonNegative = Annotated[int, Bound(">=", 0)]
+PositiveFloat = Annotated[float, Bound(">", 0)]
+Fraction = Annotated[float, Bound(">=", 0), Bound("<=", 1)]
+OpenFraction = Annotated[float, Bound(">", 0), Bound("<", 1)]
 
 
 @dataclass
@@ -102,9 +107,9 @@ class TrainerSettings:
 
 @dataclass
 class OptimizerSettings:
-    lr: Annotated[float, AtLeast(0)] = 1e-3  # 0: the weights stay as they are (evaluation-only runs, tests)
-    weight_decay: Annotated[float, AtLeast(0)] = 0.01
-    betas: list[Annotated[float, AtLeast(0), Below(1)]] | None = None
+    lr: Annotated[float, Bound(">=", 0)] = 1e-3  # 0: the weights stay as they are (evaluation-only runs, tests)
+    weight_decay: Annotated[float, Bound(">=", 0)] = 0.01
+    betas: list[Annotated[float, Bound(">=", 0), Bound("<", 1)]] | None = None
     eps: PositiveFloat = 1e-8
     schedule: Literal[SCHEDULES] = "constant"
     warmup_steps: NonNegative = 0
@@ -145,9 +150,9 @@ class TaskSettings:
 @dataclass
 class SyntheticTaskSettings(TaskSettings):
     k: Count = 3
-    vocab_size: Annotated[int, AtLeast(2)] = 16
-    train_length: Annotated[int, AtLeast(2)] = 32  # log-length scaling divides by log(train_length)
-    eval_lengths: list[Annotated[int, AtLeast(2)]] | None = None
+    vocab_size: Annotated[int, Bound(">=", 2)] = 16
+    train_length: Annotated[int, Bound(">=", 2)] = 32  # log-length scaling divides by log(train_length)
+    eval_lengths: list[Annotated[int, Bound(">=", 2)]] | None = None
     eval_size: Count = 256
     eval_seed: int = 12345
 
@@ -168,7 +173,7 @@ class CorpusSettings:
 
     name: str = ""
     tokenizer: Literal[TOKENIZERS] = "bytes"
-    vocab_size: Annotated[int, AtLeast(258)] | None = None  # bpe: 256 bytes + the separator + merges
+    vocab_size: Annotated[int, Bound(">=", 258)] | None = None  # bpe: 256 bytes + the separator + merges
     validation_fraction: OpenFraction = 0.05
     decode_errors: Literal[DECODE_ERRORS] = "strict"
     verify_cache: Literal[VERIFY_CACHE] = "first_use"
@@ -220,19 +225,13 @@ def describe(annotation: Any) -> str:
         (item,) = typing.get_args(base) or (Any,)
         return f"a list of {describe(item).removeprefix('a ').removeprefix('an ')}s" if item is not Any else "a list"
     words = {int: "a whole number", float: "a number", bool: "true or false", str: "a string"}.get(base, "a value")
-    limits = []
-    for bound in bounds:
-        limits.append(
-            {AtLeast: "at least", Above: "greater than", AtMost: "at most", Below: "less than"}[type(bound)]
-            + f" {bound.bound:g}"
-        )
-    return words + (", " + " and ".join(limits) if limits else "")
+    return words + (", " + " and ".join(map(str, bounds)) if bounds else "")
 
 
 def unannotated(annotation: Any) -> tuple[Any, list[Any]]:
     if typing.get_origin(annotation) is Annotated:
         base, *extras = typing.get_args(annotation)
-        return base, [e for e in extras if isinstance(e, (AtLeast, Above, AtMost, Below))]
+        return base, [e for e in extras if isinstance(e, Bound)]
     return annotation, []
 
 
@@ -261,17 +260,7 @@ def value_fits(value: Any, annotation: Any) -> bool:
         fits = isinstance(value, (str, int, float)) and not isinstance(value, bool)  # name=123 is a fine name
     else:
         fits = isinstance(value, base)
-    return fits and all(within(value, bound) for bound in bounds)
-
-
-def within(value: float, bound: Any) -> bool:
-    if isinstance(bound, AtLeast):
-        return value >= bound.bound
-    if isinstance(bound, Above):
-        return value > bound.bound
-    if isinstance(bound, AtMost):
-        return value <= bound.bound
-    return value < bound.bound
+    return fits and all(bound.holds(value) for bound in bounds)
 
 
 def check_value(key: str, value: Any, annotation: Any) -> None:
@@ -281,7 +270,7 @@ def check_value(key: str, value: Any, annotation: Any) -> None:
     choices = [a for u in _union_members(base) if typing.get_origin(u) is Literal for a in typing.get_args(u)]
     hint = suggestion(value, choices) if choices and isinstance(value, str) else ""
     written = ""
-    if isinstance(value, float) and value.is_integer() and "whole number" in describe(annotation):
+    if isinstance(value, float) and value.is_integer() and int in _union_members(base):
         written = f" (write {int(value)}, without a decimal point)"
     raise ConfigError(f"{key}={value!r} is not allowed{written};{hint} {key} takes {describe(annotation)}.")
 
@@ -319,28 +308,30 @@ def check_dataclass(prefix: str, instance: Any, schema: type) -> None:
         check_value(f"{prefix}.{key}", getattr(instance, key), annotation)
 
 
-def check_section(prefix: str, node: Any, schema: type, closed: bool) -> None:
-    """Every declared key of ``node`` against its type; with ``closed``, no undeclared keys."""
+def check_section(prefix: str, node: Any, declared: Mapping[str, Any], closed: bool, owner: str = "") -> None:
+    """Every key of ``node`` that ``declared`` types (key -> annotation) against its type; with ``closed``, no
+    other keys (``name`` and ``_target_`` aside). ``owner`` names the section in a message (default: ``prefix``)."""
     if not isinstance(node, DictConfig):
         return
-    declared = schema_types(schema)
     dotted = f"{prefix}." if prefix else ""
-    for key in node:
-        key = str(key)
+    for key in map(str, node):
         if key in declared:
             present, value = readable(node, key)
             if present:
                 check_value(f"{dotted}{key}", value, declared[key])
-        elif closed:
+        elif closed and key not in ("name", "_target_"):
+            allowed = ", ".join(k for k in declared if not k.startswith("_") and k != "name") or "none"
             raise ConfigError(
-                f"{dotted}{key} is not a setting of {prefix or 'the config'};{suggestion(key, list(declared))} "
-                f"allowed: {', '.join(k for k in declared if not k.startswith('_'))}."
+                f"{dotted}{key} is not a setting of {owner or prefix or 'the config'};{suggestion(key, list(declared))}"
+                f" allowed: {allowed}."
             )
 
 
 # ---- encodings: typed by their YAML defaults ------------------------------------------------------------------
+@functools.cache
 def encoding_defaults() -> dict[str, dict[str, Any]]:
-    """Each encoding's settings as its YAML declares them (``shared/`` files it includes first), by name."""
+    """Each encoding's settings as its YAML declares them (``shared/`` files it includes first), by name; read
+    once per process (a multirun's check asks for every job)."""
     found: dict[str, dict[str, Any]] = {}
     for path in sorted((CONF_DIR / "encoding").glob("*.yaml")):
         merged = _yaml_with_defaults(path)
@@ -375,51 +366,45 @@ def default_type(default: Any) -> Any:
 
 
 def check_encoding_settings(node: Any) -> None:
+    """An encoding's settings typed by their YAML defaults; a key its YAML does not declare is refused."""
     if not isinstance(node, DictConfig):
         return
     present, name = readable(node, "name")
-    declared = encoding_defaults()
     if not present:
         return
-    if name not in declared:
-        check_choice("encoding.name", name, sorted(declared))
-    defaults = declared[name]
-    for key in node:
-        key = str(key)
-        if key in ("name", "_target_"):
-            continue
-        if key not in defaults:
-            allowed = ", ".join(k for k in defaults if k != "name") or "none"
-            raise ConfigError(
-                f"encoding.{key} is not a setting of encoding {name!r};{suggestion(key, list(defaults))} "
-                f"its settings: {allowed}."
-            )
-        present, value = readable(node, key)
-        if present and value is not None:
-            check_value(f"encoding.{key}", value, default_type(defaults[key]))
+    declared = encoding_defaults()
+    check_choice("encoding.name", name, sorted(declared))
+    types_of = {key: default_type(default) for key, default in declared[name].items() if key != "name"}
+    check_section("encoding", node, types_of, closed=True, owner=f"encoding {name!r}")
 
 
 # ---- the whole config -----------------------------------------------------------------------------------------
 def check_settings(cfg: DictConfig) -> None:
     """Every group of a composed config against its schema (see the module's docstring)."""
     for prefix, schema, closed in SECTIONS:
-        check_section(prefix, cfg if not prefix else cfg.get(prefix), schema, closed)
+        check_section(prefix, cfg if not prefix else cfg.get(prefix), schema_types(schema), closed)
     task = cfg.get("task")
     if isinstance(task, DictConfig):
         present, name = readable(task, "name")
         if present:
             check_choice("task.name", name, list(TASK_SCHEMAS))
-            check_section("task", task, TASK_SCHEMAS[name], closed=True)
+            check_section("task", task, schema_types(TASK_SCHEMAS[name]), closed=True)
     corpus = cfg.get("corpus")
     if isinstance(corpus, DictConfig) and corpus.get("name") != "synthetic":
-        check_section("corpus", corpus, CorpusSettings, closed=False)
+        check_section("corpus", corpus, schema_types(CorpusSettings), closed=False)
     model = cfg.get("model")
-    if isinstance(model, DictConfig) and not model.d_model % model.n_heads == 0:
-        raise ConfigError(
-            f"model.d_model={model.d_model} is not divisible by model.n_heads={model.n_heads}: each head takes "
-            f"d_model / n_heads features; allowed: n_heads among the divisors of {model.d_model}."
-        )
+    if isinstance(model, DictConfig):
+        check_heads(model.d_model, model.n_heads)
     check_encoding_settings(cfg.get("encoding"))
+
+
+def check_heads(d_model: int, n_heads: int) -> None:
+    """Each head takes ``d_model / n_heads`` features: the width must divide among the heads."""
+    if d_model % n_heads:
+        raise ConfigError(
+            f"model.d_model={d_model} is not divisible by model.n_heads={n_heads}: each head takes d_model / "
+            f"n_heads features; allowed: n_heads among the divisors of {d_model}."
+        )
 
 
 def max_length(task: Mapping[str, Any]) -> int:
