@@ -25,9 +25,7 @@ from poslab.analysis.logging import log_analysis
 from poslab.analysis.output import (
     REFERENCE_LABEL,
     AnalysisResult,
-    data_lines,
-    few_documents_warning,
-    short_run_warning,
+    sample_notes,
     steps_cell,
     training_steps,
 )
@@ -166,7 +164,8 @@ def sample_lines(analyses: list[RunAnalysis]) -> list[str]:
     sample too small for the intervals or the comparison with the write-up."""
     documents = [a.documents for a in analyses]
     pairs = [cross_pairs(a) for a in analyses]
-    steps = {run_label(a): training_steps(a.run_dir) for a in analyses}
+    saved = {a.run_dir: read_json(path) for a in analyses if (path := Path(a.run_dir) / RESULTS_FILE).is_file()}
+    steps = {run_label(a): training_steps(a.run_dir, saved.get(a.run_dir, {})) for a in analyses}
     trained = [done for done, _ in steps.values() if done is not None]
 
     def span(values: list[int]) -> str:
@@ -182,16 +181,7 @@ def sample_lines(analyses: list[RunAnalysis]) -> list[str]:
         f"Sample: {len(analyses)} run(s); per run {span(documents)} held-out documents, {span(pairs)} query/key "
         f"pairs across paragraphs, {span(trained)} training steps (per run: the last table)."
     ]
-    lines += [
-        line
-        for line in (
-            few_documents_warning({run_label(a): a.documents for a in analyses}),
-            short_run_warning(steps),
-        )
-        if line
-    ]
-    saved = [Path(a.run_dir) / RESULTS_FILE for a in analyses]
-    return lines + data_lines([read_json(path) for path in saved if path.is_file()])
+    return lines + sample_notes(steps, list(saved.values()), {run_label(a): a.documents for a in analyses})
 
 
 def plot_wells(analyses: list[RunAnalysis], shuffled: bool = False) -> Any:

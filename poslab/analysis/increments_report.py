@@ -30,9 +30,7 @@ from poslab.analysis import increments as inc
 from poslab.analysis.logging import log_analysis
 from poslab.analysis.output import (
     AnalysisResult,
-    data_lines,
-    few_documents_warning,
-    short_run_warning,
+    sample_notes,
     steps_cell,
     training_steps,
 )
@@ -125,7 +123,8 @@ def analyze_increments(
     model, context = module.model, int(cfg.task.get("context_length", 512))
     result = AnalysisResult("increments", "", Path(run_dir) / ANALYSIS_DIR / "increments")
     results_path = Path(run_dir) / RESULTS_FILE
-    steps = training_steps(run_dir, read_json(results_path) if results_path.is_file() else {})
+    saved = read_json(results_path) if results_path.is_file() else {}
+    steps = training_steps(run_dir, saved)
     lines = [
         f"run {run_dir}: encoding {cfg.encoding.name}, corpus {cfg.corpus.name}, {steps_cell(*steps)} training steps"
     ]
@@ -147,12 +146,13 @@ def analyze_increments(
         f"byte left out):",
         inc.format_category_table(rows),
     ]
+    documents = None
     if not text_file:  # held-out text: the documents of the run's validation split behind the table
-        documents = validation_documents(read_json(results_path)) if results_path.is_file() else 0
-        lines.append(f"Held-out text: up to {max_bytes:,} bytes per group from {documents:,} validation documents.")
-        lines += [line for line in (few_documents_warning({str(run_dir): documents}),) if line]
-    lines += [line for line in (short_run_warning({str(run_dir): steps}),) if line]
-    lines += data_lines([read_json(results_path)] if results_path.is_file() else [])
+        documents = {str(run_dir): validation_documents(saved) if saved else 0}
+        lines.append(
+            f"Held-out text: up to {max_bytes:,} bytes per group from {documents[str(run_dir)]:,} validation documents."
+        )
+    lines += sample_notes({str(run_dir): steps}, [saved] if saved else [], documents)
 
     # 2. the picture
     pictures = []

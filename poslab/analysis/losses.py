@@ -15,9 +15,7 @@ from typing import Any
 
 from poslab.analysis.output import (
     AnalysisResult,
-    data_lines,
-    few_documents_warning,
-    short_run_warning,
+    sample_notes,
     steps_cell,
     training_steps,
 )
@@ -90,11 +88,8 @@ def report_losses(directories: list[str | Path]) -> AnalysisResult:
             loss = mean(m.result["figures"]["val_loss"] for m in members)
             bpb = mean(m.result["figures"]["val_bpb"] for m in members)
             lines.append("| " + " | ".join([*group, str(len(members)), f"{loss:.4f}", f"{bpb:.4f}"]) + " |")
-    warnings = [
-        few_documents_warning({str(run.path): validation_documents(run.result) for run in runs}),
-        short_run_warning(steps),
-    ]
-    notes = [line for line in warnings if line] + data_lines([run.result for run in runs]) + found.notes()
+    documents = {str(run.path): validation_documents(run.result) for run in runs}
+    notes = sample_notes(steps, [run.result for run in runs], documents) + found.notes()
     report = "\n".join(lines + (["", *notes] if notes else []))
     result = AnalysisResult("losses", report, default_analysis_dir("losses", list(directories), [r.path for r in runs]))
     result.add_text("losses.md", report)

@@ -10,6 +10,7 @@ naming the directory and ``--output-dir``. Nothing is written into the current d
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from collections.abc import Callable
@@ -139,22 +140,31 @@ def training_steps(run_dir: str | Path, result: dict[str, Any] | None = None) ->
     overrides_path = run_dir / OVERRIDES_FILE
     recipe = own
     if overrides_path.is_file():
-        from hydra.errors import HydraException
         from omegaconf import OmegaConf
-        from omegaconf.errors import OmegaConfBaseException
 
-        from poslab.config import compose_config
-
-        overrides = [str(o) for o in OmegaConf.load(overrides_path) if not _sets_max_steps(str(o))]
-        try:
-            recipe = compose_config(overrides).trainer.get("max_steps")
-        except (HydraException, OmegaConfBaseException):  # the configs changed since: the recipe is unknown
-            recipe = None
+        recipe = recipe_steps(tuple(str(o) for o in OmegaConf.load(overrides_path) if not _ignored(str(o))))
     return (None if done is None else int(done)), (None if recipe is None else int(recipe))
 
 
-def _sets_max_steps(override: str) -> bool:
-    return override.lstrip("+~").split("=")[0] == "trainer.max_steps"
+@functools.cache
+def recipe_steps(overrides: tuple[str, ...]) -> int | None:
+    """``trainer.max_steps`` of the config these overrides compose, or None if they no longer compose; once per
+    distinct set of overrides (a multirun's seeds share one)."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from poslab.config import compose_config
+
+    try:
+        steps = compose_config(list(overrides)).trainer.get("max_steps")
+    except (HydraException, OmegaConfBaseException):  # the configs changed since: the recipe is unknown
+        return None
+    return None if steps is None else int(steps)
+
+
+def _ignored(override: str) -> bool:
+    """Overrides that cannot change the recipe's steps: the steps themselves, and the seed."""
+    return override.lstrip("+~").split("=")[0] in ("trainer.max_steps", "seed")
 
 
 def steps_cell(done: int | None, recipe: int | None) -> str:
@@ -176,3 +186,14 @@ def data_lines(results: list[dict[str, Any]]) -> list[str]:
         for note in result.get("data_notes") or []:
             lines[f"data: {note}"] = None
     return list(lines)
+
+
+def sample_notes(
+    steps: dict[str, tuple[int | None, int | None]],
+    results: list[dict[str, Any]],
+    documents: dict[str, int] | None = None,
+) -> list[str]:
+    """What every report says under its tables about its sample: the few-documents warning (when the figures
+    rest on documents), the short-run warning, and the data the runs read (``data_lines``)."""
+    warnings = [few_documents_warning(documents) if documents is not None else None, short_run_warning(steps)]
+    return [line for line in warnings if line] + data_lines(results)
