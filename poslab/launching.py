@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -122,32 +123,21 @@ def summary_lines(sweep_dir: Path) -> tuple[list[str], bool]:
     """One summary line for a multirun, then one per job (status, overrides, directory); and whether all
     succeeded. The jobs are read as the reports read them (``poslab.analysis.results.collect_runs``)."""
     from poslab.analysis.results import SUCCESS, collect_runs
-    from poslab.run_files import natural_order
+    from poslab.run_files import natural_order, run_overrides
 
     runs = collect_runs([sweep_dir])
     jobs = [(SUCCESS, run.path, "") for run in runs.counted]
     jobs += [(status, path, "") for path, status in runs.not_success]
     jobs += [("failed", path, error) for path, error in runs.failed]
     jobs += [("no result", path, "neither results.json nor failed.json") for path in runs.missing]
-    counts: dict[str, int] = {}
-    for status, _, _ in jobs:
-        counts[status] = counts.get(status, 0) + 1
+    counts = Counter(status for status, _, _ in jobs)
     head = f"multirun {sweep_dir}: {len(jobs)} jobs, " + ", ".join(f"{n} {s}" for s, n in counts.items())
     lines = [head + "."]
     for status, path, detail in sorted(jobs, key=lambda job: natural_order(job[1])):
-        lines.append(f"  {status:9s} {job_overrides(path):50s} {path}" + (f": {detail}" if detail else ""))
+        overrides = " ".join(run_overrides(path) or [])
+        lines.append(f"  {status:9s} {overrides:50s} {path}" + (f": {detail}" if detail else ""))
     ok = bool(jobs) and all(status == SUCCESS for status, _, _ in jobs)
     return lines, ok
-
-
-def job_overrides(path: Path) -> str:
-    """A job's overrides as its command line gave them (Hydra's ``.hydra/overrides.yaml``)."""
-    saved = path / ".hydra" / "overrides.yaml"
-    if not saved.is_file():
-        return ""
-    from omegaconf import OmegaConf
-
-    return " ".join(str(o) for o in OmegaConf.load(saved))
 
 
 try:  # Hydra's callback base class (hydra-core >= 1.1)

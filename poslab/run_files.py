@@ -74,3 +74,18 @@ def default_analysis_dir(name: str, paths: list[str | Path], runs: list[Path]) -
     if len(runs) == 1:
         return first / ANALYSIS_DIR / name
     return (multirun_directory(first) or first.parent) / ANALYSIS_DIR / name
+
+
+#: the command-line overrides a train.py run was composed with (Hydra writes them into the run directory)
+OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
+
+
+def run_overrides(run_dir: str | Path) -> list[str] | None:
+    """The overrides a run or multirun job was composed with, as its command line gave them; None for a run
+    made without Hydra (a config composed in Python)."""
+    path = Path(run_dir) / OVERRIDES_FILE
+    if not path.is_file():
+        return None
+    from omegaconf import OmegaConf
+
+    return [str(o) for o in OmegaConf.load(path)]

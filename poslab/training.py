@@ -37,6 +37,10 @@ log = logging.getLogger("poslab")
 LIGHTNING_NOISE = ("litlogger", "TPU available", "HPU available", "`Trainer.fit` stopped", "GPU available: False")
 
 
+def not_lightning_noise(record: logging.LogRecord) -> bool:
+    return not any(noise in record.getMessage() for noise in LIGHTNING_NOISE)
+
+
 def quiet_third_party_noise() -> None:
     """Each console line once, and none that does not apply: Lightning's logger has a console handler of its own
     besides Hydra's (every line printed twice, once in each format): its lines go through Hydra's alone (and
@@ -49,9 +53,7 @@ def quiet_third_party_noise() -> None:
                 if type(handler) is logging.StreamHandler:
                     lightning_logger.removeHandler(handler)
             lightning_logger.propagate = True
-    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
-        lambda record: not any(noise in record.getMessage() for noise in LIGHTNING_NOISE)
-    )
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(not_lightning_noise)  # once: same object
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     # ModelCheckpoint warns, under manual optimisation, that its checkpoints hold the state after the
     # optimizer step: that (step N done, global_step N) is exactly the state a resume continues from.

@@ -16,13 +16,13 @@ from poslab.analysis.losses import report_losses
 from poslab.analysis.output import (
     MIN_DOCUMENTS,
     MIN_RECIPE_FRACTION,
-    OVERRIDES_FILE,
     REFERENCE_LABEL,
     few_documents_warning,
     short_run_warning,
     training_steps,
 )
 from poslab.cli import main
+from poslab.run_files import OVERRIDES_FILE
 
 from .test_corpus_statistics import cli_corpora
 

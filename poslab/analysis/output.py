@@ -21,7 +21,7 @@ from typing import Any
 from poslab.datamodules.corpora import describe_sources
 from poslab.errors import OutputNotWritableError
 from poslab.io import read_json, write_atomic
-from poslab.run_files import RESULTS_FILE
+from poslab.run_files import RESULTS_FILE, run_overrides
 
 #: runs after the files are written, with their directory: e.g. log the figures to the runs' loggers
 AfterWrite = Callable[[Path], "str | None"]
@@ -120,10 +120,6 @@ def short_run_warning(steps: dict[str, tuple[int | None, int | None]]) -> str | 
     )
 
 
-#: the command-line overrides a train.py run was composed with (Hydra writes them into the run directory)
-OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
-
-
 def training_steps(run_dir: str | Path, result: dict[str, Any] | None = None) -> tuple[int | None, int | None]:
     """(steps the run trained, its recipe's ``trainer.max_steps``), either None when unknown.
 
@@ -137,12 +133,8 @@ def training_steps(run_dir: str | Path, result: dict[str, Any] | None = None) ->
         result = read_json(path) if path.is_file() else {}
     done = result.get("steps")
     own = ((result.get("config") or {}).get("trainer") or {}).get("max_steps")
-    overrides_path = run_dir / OVERRIDES_FILE
-    recipe = own
-    if overrides_path.is_file():
-        from omegaconf import OmegaConf
-
-        recipe = recipe_steps(tuple(str(o) for o in OmegaConf.load(overrides_path) if not _ignored(str(o))))
+    overrides = run_overrides(run_dir)
+    recipe = own if overrides is None else recipe_steps(tuple(o for o in overrides if not _ignored(o)))
     return (None if done is None else int(done)), (None if recipe is None else int(recipe))
 
 
