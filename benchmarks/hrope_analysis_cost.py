@@ -49,7 +49,7 @@ result = analyze_documents(model, documents(), progress=False, bootstrap=1000)
 seconds = time.perf_counter() - start
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"documents": result["documents"], "seconds": seconds, "peak_kb": after, "added_kb": after - before,
-                  "U*": result["well"].depth}))
+                  "U*": result["depths"]["main"].well.depth}))
 """
 
 

@@ -143,6 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
     hrope.add_argument("--min-pairs", type=int, default=200, help="pairs a displacement needs to count for U*")
     hrope.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples of documents")
     hrope.add_argument("--seed", type=int, default=0, help="seed of the shuffles and the bootstrap")
+    hrope.add_argument(
+        "--shuffle-all",
+        action="store_true",
+        help="shuffle every paragraph, the first and the truncated last too (default: only the whole paragraphs "
+        "between them, the write-up's test)",
+    )
     _add_output_dir(hrope, "RUN_DIR/analysis/hrope, or the first multirun directory's analysis/hrope")
 
     waves = _parser(commands, "wavelengths", "RoPE wavelengths per pair, and the pairs that never turn in a context")
@@ -210,6 +216,7 @@ def analysis_of(args: argparse.Namespace):
         min_pairs=args.min_pairs,
         bootstrap=args.bootstrap,
         seed=args.seed,
+        keep_ends=not args.shuffle_all,
     )
 
 

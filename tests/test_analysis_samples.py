@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from poslab.analysis.hrope import RunAnalysis, Well
+from poslab.analysis.hrope import RunAnalysis
 from poslab.analysis.hrope_report import depth_table, sample_lines
 from poslab.analysis.losses import report_losses
 from poslab.analysis.output import (
@@ -87,11 +86,15 @@ def test_report_losses_states_documents_and_steps_and_warns_for_small_runs(tmp_p
 
 
 def analysis(run_dir: Path, documents: int) -> RunAnalysis:
-    well = Well(np.array([0.0, -0.3, -0.1]), np.array([900, 400, 200]), -0.3, 1, np.zeros(2))
-    no_interval = (float("nan"), float("nan"))
-    return RunAnalysis(
-        str(run_dir), "hrope_axial", "openwebtext", 0, documents, well, well, (-0.4, -0.2), 0.1, no_interval,
-        0.0, no_interval, 0.0, no_interval,
+    no_interval = [float("nan"), float("nan")]
+    return RunAnalysis.from_summary(
+        {
+            "run_dir": str(run_dir), "encoding": "hrope_axial", "corpus": "openwebtext", "seed": 0,
+            "documents": documents, "U*": -0.3, "U*_at": 1, "U*_ci": [-0.4, -0.2], "shuffled_U*": -0.2,
+            "shuffle_change": 0.1, "shuffle_ci": no_interval, "merge_change": 0.0, "merge_ci": no_interval,
+            "split_change": 0.0, "split_ci": no_interval, "residual": [0.0, -0.3, -0.1],
+            "shuffled_residual": [0.0, -0.2, -0.1], "pairs": [900, 400, 200],
+        }
     )  # fmt: skip
 
 
@@ -99,7 +102,8 @@ def test_hrope_sample_lines_count_documents_pairs_and_steps(tmp_path):
     small = analysis(fake_run(tmp_path / "short", 50, 3, [*RECIPE, "trainer.max_steps=50"]), documents=3)
     lines = sample_lines([small])
     assert lines[0] == (
-        "Sample: 1 run(s); per run 3 held-out documents, 600 query/key pairs across paragraphs, 50 training steps "
+        "Sample: 1 run(s); per run 3 held-out documents (3 with four or more paragraphs for the shuffle test), "
+        "600 query/key pairs across paragraphs, 50 training steps "
         "(per run: the last table)."
     )
     assert len(lines) == 3 and "hrope_axial/OpenWebText seed 0: 3" in lines[1] and "50 of 480" in lines[2]

@@ -20,7 +20,7 @@ from matplotlib.transforms import Bbox
 from poslab.analysis import increments as inc
 from poslab.analysis.corpus_statistics import QUANTITIES, compare_to_ustar, plot_statistics
 from poslab.analysis.extrapolation import parse_lines, plot_grid
-from poslab.analysis.hrope import RunAnalysis, Well
+from poslab.analysis.hrope import RunAnalysis
 from poslab.analysis.hrope_report import plot_wells
 from poslab.analysis.increments_report import DEFAULT_SENTENCES
 from poslab.fonts import CJK_FAMILY, bundled_font_file, cjk_font, find_cjk_font, has_glyph
@@ -39,27 +39,7 @@ def positions_picture(text: str) -> Any:
 
 def run_analysis(summary: dict[str, Any]) -> RunAnalysis:
     """A RunAnalysis back from its ``hrope_runs.json`` entry (``RunAnalysis.summary``)."""
-
-    def well(residual: list[float | None], depth: float) -> Well:
-        curve = np.array([np.nan if v is None else v for v in residual], dtype=float)
-        return Well(curve, np.asarray(summary["pairs"]), depth, summary["U*_at"], np.asarray([0.0]))
-
-    return RunAnalysis(
-        run_dir=summary["run_dir"],
-        encoding=summary["encoding"],
-        corpus=summary["corpus"],
-        seed=summary["seed"],
-        documents=summary["documents"],
-        well=well(summary["residual"], summary["U*"]),
-        shuffled_well=well(summary["shuffled_residual"], summary["shuffled_U*"]),
-        depth_interval=tuple(summary["U*_ci"]),
-        shuffle_change=summary["shuffle_change"],
-        shuffle_interval=tuple(summary["shuffle_ci"]),
-        merge_change=summary["merge_change"],
-        merge_interval=tuple(summary["merge_ci"]),
-        split_change=summary["split_change"],
-        split_interval=tuple(summary["split_ci"]),
-    )
+    return RunAnalysis.from_summary(summary)
 
 
 def docs_wells() -> list[RunAnalysis]:

@@ -85,11 +85,12 @@ def test_interventions_in_the_analysis_leave_tokens_and_sentences_alone():
             assert torch.equal(variant["tokens"], base["tokens"])
             assert torch.equal(variant["sentence"], base["sentence"])
             assert not torch.equal(variant["paragraph"], base["paragraph"])
+        same = result["interventions"]["same_pairs"]
         if expect_zero:
-            assert result["merge_change"] == 0.0 and result["split_change"] == 0.0
+            assert same["merge"].value == 0.0 and same["split"].value == 0.0
         else:
-            assert abs(result["merge_change"]) > 1e-4 and abs(result["split_change"]) > 1e-4
-        assert result["documents"] == 3 and np.isfinite(result["well"].depth)
+            assert abs(same["merge"].value) > 1e-4 and abs(same["split"].value) > 1e-4
+        assert result["documents"] == 3 and np.isfinite(result["depths"]["main"].well.depth)
 
 
 def test_crossing_pairs_are_the_two_paragraphs_meeting_at_the_boundary():
@@ -98,19 +99,41 @@ def test_crossing_pairs_are_the_two_paragraphs_meeting_at_the_boundary():
     assert queries.tolist() == [5, 6] and keys.tolist() == [2, 3, 4]
 
 
+def paragraph_pieces(d: Document) -> list[tuple[int, ...]]:
+    starts = np.concatenate(([0], boundaries(d.paragraph), [len(d)]))
+    return [tuple(d.tokens[a:b]) for a, b in zip(starts[:-1], starts[1:])]
+
+
 def test_shuffle_keeps_the_multiset_of_paragraphs():
     doc = document([3, 8, 5, 2, 6], seed=1)
     mixed = shuffle_paragraphs(doc, np.random.default_rng(0))
+    assert mixed is not None
 
     def pieces(d: Document) -> Counter:
-        starts = np.concatenate(([0], boundaries(d.paragraph), [len(d)]))
-        return Counter(tuple(d.tokens[a:b]) for a, b in zip(starts[:-1], starts[1:]))
+        return Counter(paragraph_pieces(d))
 
     assert pieces(mixed) == pieces(doc) and len(mixed) == len(doc)
     assert mixed.n_paragraphs == doc.n_paragraphs and not np.array_equal(mixed.tokens, doc.tokens)
     assert mixed.paragraph[0] == 0 and np.all(np.diff(mixed.paragraph) >= 0)
     assert mixed.sentence[0] == 0 and np.all(np.diff(mixed.sentence) >= 0)
     assert len(np.unique(mixed.sentence)) == len(np.unique(doc.sentence))
+
+
+def test_the_write_ups_shuffle_keeps_the_first_and_the_truncated_last_paragraph_in_place():
+    doc = document([4, 6, 3, 5, 7, 9], seed=2)
+    before = paragraph_pieces(doc)
+    for seed in range(20):
+        mixed = shuffle_paragraphs(doc, np.random.default_rng(seed))
+        after = paragraph_pieces(mixed)
+        assert after[0] == before[0] and after[-1] == before[-1]  # token 0 and the window's cut-off paragraph
+        assert after[1:-1] != before[1:-1] and sorted(after[1:-1]) == sorted(before[1:-1])
+        assert mixed.tokens[0] == doc.tokens[0]
+    # three paragraphs leave one in the middle: nothing to permute, the document is not used
+    assert shuffle_paragraphs(document([4, 6, 3]), np.random.default_rng(0)) is None
+    # every paragraph may move when asked (the old test): the first and last do move for some seed
+    moved = [paragraph_pieces(shuffle_paragraphs(doc, np.random.default_rng(s), keep_ends=False)) for s in range(20)]
+    assert any(p[0] != before[0] for p in moved) and any(p[-1] != before[-1] for p in moved)
+    assert shuffle_paragraphs(document([4, 6]), np.random.default_rng(0), keep_ends=False) is not None
 
 
 def planted_attention(

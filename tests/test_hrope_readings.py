@@ -1,0 +1,184 @@
+"""The hRoPE analyses' readings: what "cross-paragraph attention" means under an intervention, the U* readings
+of the robustness table, and intervals over seeds and documents together. Each on planted attention whose
+answer is known."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from poslab.analysis.hrope import (
+    INTERVENTION_READINGS,
+    Document,
+    Estimate,
+    analyze_documents,
+    fake_merge,
+    fake_split,
+    intervention_readings,
+    merge_boundary,
+    nested_difference,
+    nested_interval,
+    pair_statistics,
+    split_position,
+    u_readings,
+    well_from,
+)
+
+from .test_hrope_analysis import document, planted_attention
+
+
+class PlantedModel(torch.nn.Module):
+    """Causal attention ``softmax_j(-penalty[k] - 0.01 d)``, ``k`` the paragraph displacement between key and
+    query by the paragraph coordinate it is given (``penalty``: displacement -> logit penalty; 0 beyond the
+    dict's largest key uses its last value), ``d`` the token distance. ``{}``: blind to paragraphs."""
+
+    def __init__(self, penalty: dict[int, float]) -> None:
+        super().__init__()
+        self.penalty = penalty
+
+    def forward(self, tokens: torch.Tensor, coordinates: dict[str, torch.Tensor], return_attention: bool = True):
+        T = tokens.shape[1]
+        p = coordinates["paragraph"]
+        k = (p[:, :, None] - p[:, None, :]).clamp_min(0)
+        top = max(self.penalty, default=0)
+        table = torch.tensor([self.penalty.get(min(v, top), 0.0) for v in range(int(k.max()) + 1)])
+        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        logits = -table[k] - 0.01 * (i - j)
+        logits = logits.masked_fill(j > i, float("-inf"))
+        return SimpleNamespace(attention=[torch.softmax(logits.double(), dim=-1)[:, None]])
+
+
+def documents(n: int = 6) -> list[Document]:
+    return [document([7 + s, 9, 6 + (s % 3), 8, 5 + s], seed=s) for s in range(n)]
+
+
+def interventions(model: torch.nn.Module) -> dict[str, dict[str, float]]:
+    result = analyze_documents(model, iter(documents()), batch_size=3, min_pairs=1, bootstrap=50, progress=False)
+    return {r: {kind: e.value for kind, e in by_kind.items()} for r, by_kind in result["interventions"].items()}
+
+
+def test_each_intervention_reading_has_its_sign_on_a_model_that_suppresses_attention_across_paragraphs():
+    """A boundary costs attention (penalty 1 at every displacement >= 1). Merging a real boundary lifts the
+    pairs across it, and the softmax takes that mass from everything else; splitting does the opposite."""
+    readings = interventions(PlantedModel({1: 1.0}))
+    assert set(readings) == set(INTERVENTION_READINGS)
+    # same pairs: the pairs across the boundary gain when it is merged away, lose when one is inserted
+    assert readings["same_pairs"]["merge"] > 0.1 and readings["same_pairs"]["split"] < -0.1
+    # persistent cross mass: keys in another paragraph before and after lose to the merged pairs, gain from the
+    # split ones (the write-up's sentence: merge lowers, split raises cross-paragraph attention)
+    assert readings["persistent_mass"]["merge"] < -0.005 and readings["persistent_mass"]["split"] > 0.005
+    # real cross mass: merged, the queries attend more outside their real paragraph (the merged pairs are
+    # across a real boundary); split, their own paragraph's first half is now penalised: more outside it too
+    assert readings["real_cross_mass"]["merge"] > 0.005 and readings["real_cross_mass"]["split"] > 0.005
+
+
+def test_every_intervention_reading_is_exactly_zero_for_a_model_blind_to_the_paragraph_index():
+    readings = interventions(PlantedModel({}))
+    assert all(value == 0.0 for by_kind in readings.values() for value in by_kind.values())
+
+
+def test_mass_by_the_labels_after_the_intervention_moves_for_a_blind_model_so_it_is_not_a_reading():
+    """Why poslab offers no "cross mass by the new labels": relabelling alone moves it."""
+    doc = documents(1)[0]
+    blind = PlantedModel({})
+    tokens = torch.as_tensor(doc.tokens)[None]
+    attention = blind(tokens, {"paragraph": torch.as_tensor(doc.paragraph)[None]}).attention[0][0, 0]
+    at = merge_boundary(doc.paragraph)
+    merged = fake_merge(doc.paragraph, at)
+    queries = np.flatnonzero(merged == merged[at])
+    queries = queries[queries >= at]
+
+    def cross_mass(labels: np.ndarray) -> float:
+        mask = torch.as_tensor(labels[queries][:, None] != labels[None, :]) & torch.as_tensor(
+            np.arange(len(labels))[None, :] <= queries[:, None]
+        )
+        return float((attention[torch.as_tensor(queries)] * mask).sum(dim=1).mean())
+
+    assert abs(cross_mass(merged) - cross_mass(doc.paragraph)) > 0.05  # the attention did not move at all
+    readings = intervention_readings(attention, attention, doc.paragraph, merged, at)
+    assert all(v == 0.0 for v in readings.values())
+
+
+def test_intervention_readings_use_the_queries_just_after_the_boundary():
+    """Only queries after the manipulated boundary can change; a split's readings use its queries."""
+    doc = documents(1)[0]
+    model = PlantedModel({1: 2.0})
+    at = split_position(doc.paragraph)
+    split = fake_split(doc.paragraph, at)
+
+    def attention(paragraph: np.ndarray) -> torch.Tensor:
+        return model(torch.as_tensor(doc.tokens)[None], {"paragraph": torch.as_tensor(paragraph)[None]}).attention[0][
+            0, 0
+        ]
+
+    before, after = attention(doc.paragraph), attention(split)
+    assert torch.allclose(before[:at], after[:at])  # queries before the new boundary: untouched
+    readings = intervention_readings(before, after, doc.paragraph, split, at)
+    queries = np.flatnonzero((doc.paragraph == doc.paragraph[at]) & (np.arange(len(doc)) >= at))
+    keys = np.flatnonzero((doc.paragraph == doc.paragraph[at]) & (np.arange(len(doc)) < at))
+    expected = (torch.log(after[queries][:, keys]) - torch.log(before[queries][:, keys])).mean()
+    assert readings["same_pairs"] == pytest.approx(float(expected))
+
+
+def test_each_u_reading_recovers_a_well_planted_for_it():
+    planted = {1: -0.3, 2: -0.6, 3: -0.9, 4: -0.6, 5: -0.3}
+    readings = {r.name: r for r in u_readings("linear")}
+    assert list(readings) == ["main", "no_log_n", "no_key_0", "same_paragraph_trend", "log_trend"]
+    attention, doc = planted_attention([12] * 16, planted)
+
+    def depth(reading_name: str, a: torch.Tensor) -> float:
+        r = readings[reading_name]
+        stats = pair_statistics(a, [len(doc)], [doc.paragraph], r, max_displacement=10)
+        return well_from(stats, min_pairs=1, trend_on=r.trend_on).depth
+
+    for name in ("main", "same_paragraph_trend", "log_trend"):
+        assert depth(name, attention) == pytest.approx(-0.9, abs=1e-9), name
+    # a planted sink: key 0 gets 3x its attention. Only the reading without key 0 still finds the well exactly
+    sink = attention.clone()
+    sink[..., 0] *= 3.0
+    assert depth("main", sink) != pytest.approx(-0.9, abs=1e-3)
+    assert depth("no_key_0", sink) == pytest.approx(-0.9, abs=1e-9)
+    # attention planted without the 1/n of a softmax over n keys: the reading without + log n finds it
+    i = torch.arange(len(doc), dtype=torch.float64)[:, None]
+    raw = attention * (i + 1)
+    assert depth("no_log_n", raw) == pytest.approx(-0.9, abs=1e-9)
+    assert depth("main", raw) != pytest.approx(-0.9, abs=1e-3)
+    assert [r.name for r in u_readings("log")][-1] == "linear_trend"
+
+
+def test_the_trend_fitted_on_same_paragraph_pairs_ignores_the_cross_paragraph_pairs():
+    """A trend fitted on all pairs alone absorbs part of a well; on same-paragraph pairs it cannot."""
+    attention, doc = planted_attention([12] * 16, {k: -0.5 for k in range(1, 12)}, slope=-0.01)
+    r = u_readings("linear")[3]
+    stats = pair_statistics(attention, [len(doc)], [doc.paragraph], r, max_displacement=12)
+    well = well_from(stats, min_pairs=1, trend_on="same_paragraph")
+    assert np.allclose(well.coefficients, [0.5, -0.01], atol=1e-9)
+    assert np.allclose(well.residual[1:12], -0.5, atol=1e-9)
+
+
+def test_the_interval_over_seeds_and_documents_holds_the_spread_of_seeds():
+    rng = np.random.default_rng(0)
+    tight = [Estimate.of(v, v + 0.01 * rng.standard_normal(500)) for v in (-0.6, -0.3, 0.0)]
+    mean, (low, high) = nested_interval(tight)
+    assert mean == pytest.approx(-0.3)
+    # documents alone say +-0.02 per seed; the seeds spread 0.6: the interval spans most of it
+    assert low < -0.45 and high > -0.15 and low > -0.61 and high < 0.01
+    one = nested_interval(tight[:1])
+    assert one[0] == pytest.approx(-0.6) and one[1][1] - one[1][0] < 0.06
+    assert math.isnan(nested_interval([Estimate(0.1, (0.0, 0.2))])[1][0])  # no replicates: no interval
+
+
+def test_a_difference_paired_by_documents_is_tighter_than_either_side():
+    """ΔU* of an arm minus RoPE's: every run of a corpus uses the same document resamples, so replicate m of
+    each run moves with the documents of resample m; the document noise they share cancels."""
+    rng = np.random.default_rng(1)
+    shared = rng.standard_normal(800) * 0.2  # what resample m's documents do to any model
+    arm = [Estimate.of(0.10 + s * 0.005, 0.10 + s * 0.005 + shared) for s in range(3)]
+    rope = [Estimate.of(0.04 + s * 0.005, 0.04 + s * 0.005 + shared) for s in range(3)]
+    difference, (low, high) = nested_difference(arm, rope)
+    assert difference == pytest.approx(0.06)
+    assert 0.0 < low < 0.06 < high and high - low < 0.5 * np.subtract(*nested_interval(arm)[1][::-1])
