@@ -4,6 +4,7 @@ answer is known."""
 
 from __future__ import annotations
 
+import json
 import math
 from types import SimpleNamespace
 
@@ -13,8 +14,11 @@ import torch
 
 from poslab.analysis.hrope import (
     INTERVENTION_READINGS,
+    Depth,
     Document,
     Estimate,
+    RunAnalysis,
+    Well,
     analyze_documents,
     fake_merge,
     fake_split,
@@ -27,6 +31,7 @@ from poslab.analysis.hrope import (
     u_readings,
     well_from,
 )
+from poslab.analysis.hrope_report import robustness_tables, summary_table
 
 from .test_hrope_analysis import document, planted_attention
 
@@ -182,3 +187,52 @@ def test_a_difference_paired_by_documents_is_tighter_than_either_side():
     difference, (low, high) = nested_difference(arm, rope)
     assert difference == pytest.approx(0.06)
     assert 0.0 < low < 0.06 < high and high - low < 0.5 * np.subtract(*nested_interval(arm)[1][::-1])
+
+
+def fake_analysis(tmp_path, encoding: str, corpus: str, seed: int, depths: dict[str, float], shuffle: float,
+                  frequencies: str | None = None, bpb: float = 2.0) -> RunAnalysis:  # fmt: skip
+    """A run's analysis with the given U* per reading and ΔU* (replicates: the value plus shared noise)."""
+    run_dir = tmp_path / f"{encoding}_{frequencies}_{corpus}_{seed}"
+    run_dir.mkdir()
+    (run_dir / "results.json").write_text(json.dumps({"status": "success", "figures": {"val_bpb": bpb}}))
+    noise = np.random.default_rng(0).standard_normal(300) * 0.01  # the same document resamples in every run
+    well = Well(np.array([0.0, -0.2]), np.array([1000, 500]), -0.2, 1, np.zeros(2))
+    readings = {
+        name: Depth(well, well, Estimate.of(value, value + noise), Estimate.of(shuffle, shuffle + noise))
+        for name, value in depths.items()
+    }
+    zero = Estimate.of(0.0, np.zeros(300))
+    return RunAnalysis(
+        str(run_dir), encoding, corpus, seed, 30, 25, readings,
+        {r: {"merge": zero, "split": zero} for r in INTERVENTION_READINGS}, frequencies,
+    )  # fmt: skip
+
+
+def test_the_report_says_under_which_readings_a_claim_holds_and_compares_each_shuffle_with_ropes(tmp_path):
+    names = [r.name for r in u_readings("linear")]
+    runs = []
+    for seed in range(3):
+        # hrope_axial deeper than rand_axial under every reading but the last; its shuffle moves 0.10, RoPE's 0.04
+        hrope = dict(zip(names, [-0.8, -0.7, -0.8, -0.6, -0.1]))
+        rand = dict(zip(names, [-0.5, -0.4, -0.5, -0.3, -0.4]))
+        runs.append(fake_analysis(tmp_path, "hrope_axial", "python_code", seed, hrope, 0.10, "split"))
+        runs.append(fake_analysis(tmp_path, "rand_axial", "python_code", seed, rand, 0.04, "split"))
+        runs.append(fake_analysis(tmp_path, "hrope_axial", "python_code", seed, hrope, 0.04, "interleaved", 1.9))
+        runs.append(fake_analysis(tmp_path, "rope", "python_code", seed, dict.fromkeys(names, -0.3), 0.04))
+    text = robustness_tables(runs)
+    assert "Code: hrope_axial:split deeper than rand_axial:split (seed means): holds under main, no_log_n, " \
+        "no_key_0, same_paragraph_trend; not under log_trend" in text  # fmt: skip
+    assert "the shuffle moves hrope_axial:split's U* beyond RoPE's (interval of the difference excludes 0): " \
+        "holds under all 5 readings" in text  # fmt: skip
+    assert "the shuffle moves rand_axial:split's U* beyond RoPE's (interval of the difference excludes 0): " \
+        "holds under none" in text  # fmt: skip
+    table = summary_table(runs).splitlines()
+    row = next(line for line in table if line.startswith("| hrope_axial:split | Code | 3 | 2.000 |"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[4].startswith("−0.80 [") and cells[5].startswith("+0.10 [") and cells[6].startswith("+0.06 [")
+    low, high = (float(v.replace("−", "-")) for v in cells[6].split("[")[1].rstrip("]").split(","))
+    assert 0.059 < low <= high < 0.061  # the document noise, the same in every run here, cancels exactly
+    arm_low, arm_high = (float(v.replace("−", "-")) for v in cells[5].split("[")[1].rstrip("]").split(","))
+    assert arm_high - arm_low > 0.02  # while each arm's own interval carries it
+    assert any(line.startswith("| hrope_axial:interleaved | Code | 3 | 1.900 |") for line in table)
+    assert any(line.startswith("| rope | Code | 3 |") and "| — |" in line for line in table)

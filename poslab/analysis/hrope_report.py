@@ -289,6 +289,20 @@ def robustness_tables(analyses: list[RunAnalysis], trend: str = "linear") -> str
                         },
                     )
                 )
+    for arm in ordered_models({m for m, _ in groups}):
+        present = [c for c in corpora if (arm, c) in groups]
+        if arm.startswith("hrope_axial"):  # the write-up's corpus ordering of its depth: Code < WikiText-2 < ...
+            for deeper, shallower in zip(present, present[1:]):
+                claims.append(
+                    (
+                        f"{arm}: deeper on {deeper} than on {shallower} (seed means)",
+                        {
+                            name: seed_mean([r.depths[name].depth for r in groups[(arm, deeper)]])
+                            < seed_mean([r.depths[name].depth for r in groups[(arm, shallower)]])
+                            for name in readings
+                        },
+                    )
+                )
     lines = [f"- {text}: {holds_under(verdicts)}" for text, verdicts in claims]
     return "\n\n".join(
         [
