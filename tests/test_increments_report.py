@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from poslab.analysis import increments as inc
 from poslab.cli import main as poslab_main
 
 from .conftest import compose_config, make_unwritable
-from .test_corpora import make_corpus
+from .test_corpora import make_corpus, write_jsonl
 
 ZH = "人工智能是计算机科学的一个分支。它研究如何让机器像人一样思考和学习。自然语言处理是人工智能的重要方向。"
+WIKI = "北京是中华人民共和国的首都，也是全国的政治中心和文化中心。"
 
 
 @pytest.fixture(scope="module")
@@ -21,6 +24,9 @@ def trained_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     data = root / "data"
     corpus = make_corpus(data)
+    # a second Chinese source, read first: Wikipedia articles beside the novel's chapters (ordinals 1 and 15
+    # of these 20 are held out at the fixture's validation fraction)
+    write_jsonl(data / "zh" / "zhwiki_tiny.jsonl", [f"{WIKI}第{i}条。\n\n{WIKI}" for i in range(20)])
     runs = {}
     for encoding in ("rope", "increments_shared", "increments_layer"):
         out = root / encoding
@@ -42,7 +48,8 @@ def trained_runs(tmp_path_factory):
             "trainer.log_every_n_steps=2",
             "~callbacks",
             "corpus.groups.en.local=[{pattern: 'en/*.jsonl'}]",
-            "corpus.groups.zh.local=[{pattern: 'zh/*.txt', format: text, document_start: '^第.{1,8}回'}]",
+            "corpus.groups.zh.local=[{pattern: 'zh/*.jsonl'}, "
+            "{pattern: 'zh/*.txt', format: text, document_start: '^第.{1,8}回'}]",
             f"corpus.validation_fraction={corpus['validation_fraction']}",
         ]
         if encoding != "increments_layer":  # that one keeps the CSV logger: the analysis logs to it too
@@ -61,22 +68,55 @@ def test_analyze_increments_writes_the_table_picture_and_aucs(trained_runs, tmp_
     out = capsys.readouterr().out
     assert "English (lowercase)" in out and "Chinese (lead byte)" in out and "(mean " in out
     layers = ["shared"] if encoding == "increments_shared" else ["L0", "L1"]
-    assert all(f"  {name}: " in out for name in layers)
+    assert all(f"| {name} | " in out for name in layers)
+    assert "| all | " in out and "| wikipedia | " not in out  # a --zh-text file has no sources
+    assert "ceiling: lead byte" in out and "built in" in out  # shared and L0: δ of the byte alone
     written = run_dir / "analysis" / "increments"  # with no --output-dir: beside the run
-    assert out.strip().splitlines()[-1].startswith(f"increments: 4 files written to {written}: ")
+    assert out.strip().splitlines()[-1].startswith(f"increments: 5 files written to {written}: ")
     summary = json.loads((written / "increments_analysis.json").read_text())
     assert list(summary["boundary_auc"]) == layers
     assert all(0.0 <= auc <= 1.0 for auc in summary["boundary_auc"].values())
+    every = summary["boundaries"]["subsets"]["all"]
+    assert every["auc"]["lead"] == summary["boundary_auc"]  # today's figure is the all/lead reading
+    assert list(every["auc"]["char"]) == layers and set(every["ceilings"]) == set(inc.CEILING_BYTES)
+    assert every["gaps"] > 0 and 0 < every["word_starts"] < every["gaps"]
+    boundaries_csv = (written / "increments_boundaries.csv").read_text()
+    assert boundaries_csv.startswith("subset,reading,layer,gaps,word_starts,auc,values\n")
     assert (written / "increments_categories.csv").stat().st_size > 100
     assert (written / "increments_positions_0.png").stat().st_size > 1000
     assert (written / "increments_positions_1.png").stat().st_size > 1000
     if encoding == "increments_layer":  # its run has a CSV logger: the analysis is logged there as well
         logged = (run_dir / "csv" / "analysis" / "metrics.csv").read_text()
         assert "analysis/boundary_auc/L0" in logged and "analysis/delta/L1/en_lower" in logged
+        assert "analysis/boundary_auc/all/char/L1" in logged and "analysis/boundary_ceiling/all/lead_byte" in logged
+        assert "analysis/boundary_gaps/all" in logged
         assert "logged to: csv" in out
         training_log = (run_dir / "csv" / "metrics.csv").read_text()
         assert "val/loss" in training_log  # the training log is untouched
         assert "train/lr" in training_log.splitlines()[0]  # the learning rate is logged beside the loss
+
+
+def test_held_out_boundaries_are_split_by_source(trained_runs, tmp_path, capsys):
+    run_dir = trained_runs["increments_layer"]
+    assert poslab_main(["analyze", "increments", str(run_dir), "--output-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "Held-out documents by source (docs/increments.md: the rule): wikipedia 2, novels " in out
+    assert "| wikipedia | " in out and "| novels | " in out and "| all | " in out
+    boundaries = json.loads((tmp_path / "increments_analysis.json").read_text())["boundaries"]
+    assert {Path(path).name: kind for path, kind in boundaries["source_files"].items()} == {
+        "zhwiki_tiny.jsonl": "wikipedia",
+        "novel.txt": "novels",
+    }
+    subsets = boundaries["subsets"]
+    assert list(subsets) == ["wikipedia", "novels", "all"]
+    assert subsets["wikipedia"]["gaps"] > 0 and subsets["novels"]["gaps"] > 0
+    assert subsets["wikipedia"]["gaps"] + subsets["novels"]["gaps"] == subsets["all"]["gaps"]
+    assert subsets["wikipedia"]["word_starts"] + subsets["novels"]["word_starts"] == subsets["all"]["word_starts"]
+    # the two held-out articles hold 2 x 2 copies of WIKI and no other gap: all of its gaps but those whose
+    # next character a 64-byte window cuts (about 350 bytes: at most 7 windows start inside them)
+    wiki_gaps = len(inc.chinese_gaps(WIKI)[0])
+    assert 4 * wiki_gaps - 7 <= subsets["wikipedia"]["gaps"] <= 4 * wiki_gaps
+    assert all(set(subset["auc"]) == {"lead", "char"} for subset in subsets.values())
 
 
 def test_report_losses_puts_the_runs_side_by_side(trained_runs, tmp_path, capsys):

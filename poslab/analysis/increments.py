@@ -208,14 +208,19 @@ def format_category_table(rows: Sequence[CategoryRow], sort_by_mean: bool = True
     return "\n".join(lines)
 
 
-def category_csv(rows: Sequence[CategoryRow]) -> str:
-    """The rows as CSV (layer, category, count, mean, range_min, range_max)."""
+def _rows_csv(rows: Sequence[Any], row_type: type) -> str:
+    """Dataclass rows as CSV, one column per field; floats with all their digits (``repr``), so they round-trip."""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=[f.name for f in fields(CategoryRow)], lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=[f.name for f in fields(row_type)], lineterminator="\n")
     writer.writeheader()
     for r in rows:
         writer.writerow({k: repr(v) if isinstance(v, float) else v for k, v in asdict(r).items()})
     return buffer.getvalue()
+
+
+def category_csv(rows: Sequence[CategoryRow]) -> str:
+    """The rows as CSV (layer, category, count, mean, range_min, range_max)."""
+    return _rows_csv(rows, CategoryRow)
 
 
 def write_category_csv(rows: Sequence[CategoryRow], path: str | Path) -> Path:
@@ -465,24 +470,256 @@ def boundary_auc(text: str, tokens: Any, deltas: Any, hmm: bool = True) -> list[
     """Per layer, how well δ separates jieba's word boundaries from word-internal gaps (ROC-AUC).
 
     Only gaps between two Chinese characters are scored (see ``chinese_gaps``); the score of a gap is δ at
-    the lead byte of its second character. NaN for a layer when the text has no gap of one of the classes.
-    ``tokens`` must be ``list(text.encode("utf-8"))``.
+    the lead byte of its second character (``gap_scores``' ``lead``). NaN for a layer when the text has no gap
+    of one of the classes. ``tokens`` must be ``list(text.encode("utf-8"))``.
     """
     t = _tokens(tokens)
     if t.tolist() != list(text.encode("utf-8")):
         raise ValueError("tokens must be text encoded as UTF-8")
-    d = _layers(deltas, t.size, "deltas")
     at, labels = chinese_gaps(text, hmm=hmm)
-    return [roc_auc(row[at], labels) for row in d]
+    return [roc_auc(row, labels) for row in gap_scores(t, deltas, at)["lead"]]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Word boundaries read two ways, by source, against what any function of the bytes could reach
+
+#: how a gap is scored, per layer: δ summed over these bytes of the gap's second character (offsets from its
+#: lead byte; a CJK ideograph is three UTF-8 bytes)
+SCORE_BYTES: dict[str, tuple[int, ...]] = {"lead": (0,), "char": (0, 1, 2)}
+SCORE_LABELS: dict[str, str] = {
+    "lead": "δ at the next character's lead byte",
+    "char": "δ summed over the next character's three bytes",
+}
+#: the in-sample ceilings: the best AUC any function of these bytes (offsets from the next character's lead
+#: byte; -3..-1 is the previous character) reaches on the same gaps. The shared model's δ, and layer 0's (it
+#: reads the token embeddings), is a function of the byte alone: its ``lead`` score is a function of the lead
+#: byte, its ``char`` score of the next character, so neither can beat the matching ceiling.
+CEILING_BYTES: dict[str, tuple[int, ...]] = {
+    "lead_byte": (0,),
+    "next_character": (0, 1, 2),
+    "previous_character_and_lead_byte": (-3, -2, -1, 0),
+}
+CEILING_LABELS: dict[str, str] = {
+    "lead_byte": "lead byte",
+    "next_character": "next character",
+    "previous_character_and_lead_byte": "previous character + lead byte",
+}
+#: the held-out source subsets, in report order (``source_kind`` decides which a document belongs to), then all
+SOURCE_KINDS: tuple[str, ...] = ("wikipedia", "novels", "other")
+ALL_SOURCES = "all"
+
+
+def source_kind(path: str, file_format: str) -> str:
+    """Which subset of the boundary table a source's documents count in: ``wikipedia`` for a file (or hub
+    dataset) whose name contains "wiki" (``zhwiki_sample_simplified.jsonl``, ``wikimedia/wikipedia``),
+    ``novels`` for any other plain-text file (format ``text``: ``三国演义.txt``, split by chapter), ``other``
+    for anything else."""
+    if "wiki" in Path(path).name.lower():
+        return "wikipedia"
+    return "novels" if file_format == "text" else "other"
+
+
+def _check_gaps(t: np.ndarray, at: np.ndarray) -> None:
+    """Every offset is the lead byte of a three-byte character that follows another (what ``chinese_gaps``
+    gives for ``tokens == text.encode()``), so each reading's bytes lie inside ``t``."""
+    inside = (at >= 3) & (at + 2 < t.size)
+    if not inside.all():
+        raise ValueError(
+            f"gap offset {int(at[~inside][0])} leaves no room for two three-byte characters around it in "
+            f"{t.size} tokens; give the offsets chinese_gaps returns for these tokens."
+        )
+    for first in (at - 3, at):
+        leads, conts = t[first], t[first[:, None] + np.array([1, 2])]
+        if not (((leads >= 0xE0) & (leads <= 0xEF)).all() and ((conts >= 0x80) & (conts <= 0xBF)).all()):
+            raise ValueError(
+                "a gap offset does not sit between two three-byte UTF-8 characters (a lead byte E0-EF and two "
+                "continuation bytes each); give the offsets chinese_gaps returns for these tokens."
+            )
+
+
+def _gap_bytes(at: np.ndarray, offsets: tuple[int, ...]) -> np.ndarray:
+    return at[:, None] + np.array(offsets, dtype=np.int64)  # [G, len(offsets)] token indices
+
+
+def gap_scores(tokens: Any, deltas: Any, at: Any) -> dict[str, np.ndarray]:
+    """Each score of ``SCORE_BYTES`` for every gap and layer: ``{score: [L, G]}``. ``at`` are the byte offsets
+    of the gaps' second characters (``chinese_gaps``)."""
+    t = _tokens(tokens)
+    d = _layers(deltas, t.size, "deltas")
+    at = np.asarray(at, dtype=np.int64).reshape(-1)
+    _check_gaps(t, at)
+    return {name: d[:, _gap_bytes(at, offsets)].sum(axis=-1) for name, offsets in SCORE_BYTES.items()}
+
+
+def best_auc_given(keys: Any, labels: Any) -> float:
+    """The highest ROC-AUC any score that is a function of ``keys`` reaches on these gaps (an in-sample upper
+    bound): each gap is scored by its key's empirical boundary rate. Ordering the key values by that rate is
+    optimal (the Neyman-Pearson order of a discrete feature), and every score that is a function of the key
+    ties the gaps sharing a key as this one does. ``keys`` is ``[G]`` or ``[G, k]`` (a key per row)."""
+    k = _numpy(keys)
+    y = _numpy(labels).astype(np.float64).reshape(-1)
+    k = k.reshape(len(k), -1) if k.size else k.reshape(0, 1)
+    if len(k) != len(y):
+        raise ValueError(f"{len(k)} keys for {len(y)} labels")
+    _, group = np.unique(k, axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    rate = np.bincount(group, weights=y) / np.bincount(group) if len(y) else y
+    return roc_auc(rate[group], y)
+
+
+def ceiling_keys(tokens: Any, at: Any) -> dict[str, np.ndarray]:
+    """What each ceiling of ``CEILING_BYTES`` is a function of, per gap: ``{ceiling: [G, bytes]}``."""
+    t = _tokens(tokens)
+    at = np.asarray(at, dtype=np.int64).reshape(-1)
+    _check_gaps(t, at)
+    return {name: t[_gap_bytes(at, offsets)] for name, offsets in CEILING_BYTES.items()}
+
+
+def gap_ceilings(tokens: Any, at: Any, labels: Any) -> dict[str, float]:
+    """``best_auc_given`` the bytes of each ``CEILING_BYTES`` entry, for the gaps at ``at``."""
+    return {name: best_auc_given(keys, labels) for name, keys in ceiling_keys(tokens, at).items()}
+
+
+@dataclass(frozen=True)
+class BoundaryRow:
+    """One reading of the word-boundary table on one source subset: a score of one layer (``SCORE_BYTES``), or
+    a ceiling (``CEILING_BYTES``; layer empty), with the gaps and word starts it is measured on. A ceiling's
+    ``values`` is how many distinct values what it names takes on those gaps: with thousands, the in-sample
+    ceiling is far above what any function of it could reach on new text."""
+
+    subset: str  # a SOURCE_KINDS name, or ALL_SOURCES
+    reading: str  # a SCORE_BYTES or CEILING_BYTES name
+    layer: str
+    gaps: int
+    word_starts: int
+    auc: float
+    values: int | None = None  # ceilings only
+
+
+def boundary_table(
+    tokens: Any,
+    deltas: Any,
+    at: Any,
+    labels: Any,
+    sources: Any = None,
+    layer_names: Sequence[str] | None = None,
+) -> list[BoundaryRow]:
+    """Every score per layer and every ceiling, on each source subset of the gaps and on all of them.
+
+    ``at`` and ``labels`` are the gaps (``chinese_gaps``, possibly a selection of them); ``sources`` names the
+    subset of each gap (``source_kind``), or None for text of no known source (then only ``all``). Subsets
+    come in ``SOURCE_KINDS`` order (absent ones left out; unknown names after them), ``all`` last.
+    """
+    t = _tokens(tokens)
+    d = _layers(deltas, t.size, "deltas")
+    at = np.asarray(at, dtype=np.int64).reshape(-1)
+    y = _numpy(labels).astype(np.int64).reshape(-1)
+    if len(y) != len(at):
+        raise ValueError(f"{len(y)} labels for {len(at)} gaps")
+    names = list(layer_names) if layer_names is not None else [f"L{i}" for i in range(d.shape[0])]
+    if len(names) != d.shape[0]:
+        raise ValueError(f"{len(names)} layer names for {d.shape[0]} layers")
+    subsets = {}
+    if sources is not None:
+        kinds = np.asarray(sources).astype(str).reshape(-1)
+        if len(kinds) != len(at):
+            raise ValueError(f"{len(kinds)} sources for {len(at)} gaps")
+        present = set(kinds.tolist())
+        order = [k for k in SOURCE_KINDS if k in present] + sorted(present - set(SOURCE_KINDS) - {ALL_SOURCES})
+        subsets = {kind: kinds == kind for kind in order}
+    subsets[ALL_SOURCES] = np.ones(len(at), dtype=bool)
+    scores = gap_scores(t, d, at)
+    rows = []
+    for subset, mask in subsets.items():
+        count = {"subset": subset, "gaps": int(mask.sum()), "word_starts": int(y[mask].sum())}
+        for score, values in scores.items():
+            rows += [
+                BoundaryRow(reading=score, layer=name, auc=roc_auc(row[mask], y[mask]), **count)
+                for name, row in zip(names, values)
+            ]
+        for ceiling, keys in ceiling_keys(t, at[mask]).items():
+            auc, values = best_auc_given(keys, y[mask]), len(np.unique(keys, axis=0))
+            rows.append(BoundaryRow(reading=ceiling, layer="", auc=auc, values=values, **count))
+    return rows
+
+
+def _auc_cell(auc: float) -> str:
+    return "–" if math.isnan(auc) else f"{auc:.3f}"
+
+
+def format_boundary_table(rows: Sequence[BoundaryRow]) -> str:
+    """Two markdown tables: per source subset its gaps, word starts and ceilings (each with the number of
+    distinct values of what it names); per layer each subset's scores."""
+    subsets = list(dict.fromkeys(r.subset for r in rows))
+    layers = list(dict.fromkeys(r.layer for r in rows if r.reading in SCORE_BYTES))
+    by = {(r.subset, r.reading, r.layer): r for r in rows}
+    first = {s: next(r for r in rows if r.subset == s) for s in subsets}
+    ceilings = [f"ceiling: {CEILING_LABELS[c]} (values)" for c in CEILING_BYTES]
+    lines = [
+        "| source | gaps | word starts | " + " | ".join(ceilings) + " |",
+        "|---|---:|---:|" + "---:|" * len(ceilings),
+    ]
+    for s in subsets:
+        cells = [f"{first[s].gaps:,}", f"{first[s].word_starts:,}"]
+        cells += [f"{_auc_cell(by[s, c, ''].auc)} ({by[s, c, ''].values:,})" for c in CEILING_BYTES]
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "| layer | " + " | ".join(f"{s}: {score}" for s in subsets for score in SCORE_BYTES) + " |",
+        "|---|" + "---:|" * (len(subsets) * len(SCORE_BYTES)),
+    ]
+    for layer in layers:
+        cells = [_auc_cell(by[s, score, layer].auc) for s in subsets for score in SCORE_BYTES]
+        lines.append(f"| {layer} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def boundary_csv(rows: Sequence[BoundaryRow]) -> str:
+    """The rows as CSV (subset, reading, layer, gaps, word_starts, auc, values; a ceiling's layer is empty, a
+    score's values too)."""
+    return _rows_csv(rows, BoundaryRow)
+
+
+def boundary_summary(rows: Sequence[BoundaryRow]) -> dict[str, Any]:
+    """The rows as nested JSON: per subset its gaps, word starts, ``auc[score][layer]``, ``ceilings`` and
+    ``ceiling_values``; an AUC that is undefined (a subset with one class only) is None."""
+    out: dict[str, Any] = {}
+    for r in rows:
+        subset = out.setdefault(
+            r.subset, {"gaps": r.gaps, "word_starts": r.word_starts, "auc": {}, "ceilings": {}, "ceiling_values": {}}
+        )
+        auc = None if math.isnan(r.auc) else r.auc
+        if r.reading in SCORE_BYTES:
+            subset["auc"].setdefault(r.reading, {})[r.layer] = auc
+        else:
+            subset["ceilings"][r.reading] = auc
+            subset["ceiling_values"][r.reading] = r.values
+    return out
 
 
 __all__ = [
+    "ALL_SOURCES",
     "CATEGORIES",
     "CATEGORY_LABELS",
+    "CEILING_BYTES",
+    "CEILING_LABELS",
+    "SCORE_BYTES",
+    "SCORE_LABELS",
+    "SOURCE_KINDS",
+    "BoundaryRow",
     "CategoryRow",
     "SEPARATOR",
     "SEPARATOR_CHAR",
+    "best_auc_given",
     "boundary_auc",
+    "boundary_csv",
+    "boundary_summary",
+    "boundary_table",
+    "ceiling_keys",
+    "format_boundary_table",
+    "gap_ceilings",
+    "gap_scores",
+    "source_kind",
     "byte_categories",
     "byte_offsets",
     "category_table",

@@ -5,20 +5,31 @@
    unless ``--output-dir`` says otherwise);
 2. the picture: sentences with each character at its learned position, one row per layer
    (``increments_positions_*.png``);
-3. Chinese word boundaries: ROC-AUC per layer of the increment at a character's lead byte against
-   "jieba starts a word here", on held-out Chinese text.
+3. Chinese word boundaries: ROC-AUC per layer against "jieba starts a word here" for each gap between two
+   CJK characters of held-out Chinese text, of two scores (δ at the next character's lead byte; δ summed over
+   its three bytes), on the held-out Wikipedia documents, the novels and all of them, beside the ceilings any
+   function of the next character's lead byte (or of the next character, or of the previous character and
+   the lead byte) reaches on the same gaps (``increments.boundary_table``); printed, and saved as
+   ``increments_boundaries.csv`` and in ``increments_analysis.json``.
 
 The model is run on windows of its context length; δ of every token is read from the per-layer
 coordinates the encoding returns (``Transformer.forward(..., return_positions=True)``), so any rotary
 encoding works (plain RoPE gives δ = 1 everywhere: a baseline). Each window's first token has no token
 before it: its "increment" is the window's starting coordinate (0 for plain RoPE), not a distance, so the
-category table and the AUC leave it out. Only language-model runs (task=lm) that finished successfully are
-analysed; anything else is refused with one sentence.
+category table and the AUC leave it out (a gap counts only when its next character's three bytes all lie
+inside one window). Only language-model runs (task=lm) that finished successfully are analysed; anything else
+is refused with one sentence.
+
+The prepared cache records each document's ordinal, not its file; which source a held-out document came from
+is read off the group's files (``validation_source_kinds``), so caches prepared before this analysis need no
+change.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -36,9 +47,10 @@ from poslab.analysis.output import (
 )
 from poslab.analysis.results import SUCCESS, run_status, validation_documents
 from poslab.builders import load_run_and_data
-from poslab.datamodules.corpora import decode_bytes
+from poslab.datamodules.codec import byte_length
+from poslab.datamodules.corpora import PreparedGroup, PreparedSplit, decode_bytes, local_documents, resolve_corpus
 from poslab.encodings.increments import increments_from_positions
-from poslab.errors import ConfigError, MissingRunError
+from poslab.errors import ConfigError, DataError, MissingRunError
 from poslab.io import read_json
 from poslab.run_files import ANALYSIS_DIR, RESULTS_FILE
 
@@ -74,13 +86,12 @@ def within_windows(n_tokens: int, context: int) -> np.ndarray:
     return np.arange(n_tokens) % context != 0
 
 
-def boundary_auc_within_windows(text: str, tokens: np.ndarray, deltas: np.ndarray, context: int) -> list[float]:
-    """``increments.boundary_auc``, leaving out the gaps that fall on a window's first token."""
-    if np.asarray(tokens).tolist() != list(text.encode("utf-8")):
-        raise ValueError("tokens must be text encoded as UTF-8")
-    at, labels = inc.chinese_gaps(text)
-    keep = within_windows(len(tokens), context)[at] if len(at) else np.zeros(0, dtype=bool)
-    return [inc.roc_auc(row[at[keep]], labels[keep]) for row in deltas]
+def gaps_within_windows(at: np.ndarray, n_tokens: int, context: int) -> np.ndarray:
+    """True for each gap (the byte offset of its second character) whose scored bytes (``SCORE_BYTES``: the next
+    character's three) all lie inside one window: no δ of a window's first token enters a score."""
+    offsets = np.array(sorted({o for bytes_ in inc.SCORE_BYTES.values() for o in bytes_}), dtype=np.int64)
+    at = np.asarray(at, dtype=np.int64).reshape(-1)
+    return within_windows(n_tokens, context)[at[:, None] + offsets].all(axis=1)
 
 
 def held_out_text(datamodule: Any, max_bytes: int) -> dict[str, bytes]:
@@ -92,6 +103,62 @@ def held_out_text(datamodule: Any, max_bytes: int) -> dict[str, bytes]:
 def chinese_text(raw: bytes) -> str:
     """Decodable text with Chinese in it; invalid bytes (a window cut inside a character) are dropped."""
     return raw.decode("utf-8", errors="ignore")
+
+
+def validation_source_kinds(
+    corpus: dict[str, Any], data_dir: str | Path, group: PreparedGroup
+) -> tuple[dict[int, str], dict[str, str]]:
+    """The source subset (``increments.source_kind``) of each validation document of ``group``, by ordinal, and
+    of each file the group reads.
+
+    The prepared cache records a document's ordinal (its place in the group's reading order), not its file.
+    The ordinals count the documents file by file, in the order ``ResolvedGroup.documents`` reads them, so
+    reading the files again tells which file each ordinal falls in; each held-out document's length is then
+    checked against the cache, so files changed since preparation stop the analysis instead of mislabelling.
+    """
+    resolved = next(g for g in resolve_corpus(corpus, data_dir).groups if g.group.name == group.name)
+    spans = list(group.splits["validation"].document_spans())
+    if resolved.use_hub:  # one dataset: every document is of its kind
+        kind = inc.source_kind(resolved.group.hub.path, "hub")
+        return {ordinal: kind for ordinal, _, _ in spans}, {resolved.group.hub.path: kind}
+    owners: list[str] = []
+    lengths: list[int] = []
+    files: dict[str, str] = {}
+    for source, path in resolved.files:
+        kind = files[str(path)] = inc.source_kind(str(path), source.file_format(path))
+        for text in local_documents(source, path, resolved.decode_errors):
+            owners.append(kind)
+            lengths.append(byte_length(text))
+    for ordinal, start, stop in spans:
+        if ordinal >= len(owners) or lengths[ordinal] + 1 != stop - start:  # + 1: the separator after each
+            found = f"{lengths[ordinal]:,} bytes" if ordinal < len(owners) else "no such document"
+            raise DataError(
+                f"cannot tell which source each held-out document of group {group.name!r} came from: the cache "
+                f"{group.directory} holds document {ordinal} with {stop - start - 1:,} bytes, but reading the "
+                f"group's {len(resolved.files)} files again ({len(owners):,} documents) gives {found}. The files "
+                f"have changed since the cache was prepared; analyse with the files the run was trained on, or "
+                f"give --zh-text FILE for the boundary AUC without the split by source."
+            )
+    return {ordinal: owners[ordinal] for ordinal, _, _ in spans}, files
+
+
+def held_out_chinese(
+    split: PreparedSplit, kinds: dict[int, str], max_bytes: int
+) -> tuple[str, np.ndarray, Counter[str]]:
+    """The held-out text the boundary AUC reads (``chinese_text`` of the split's first ``max_bytes`` tokens,
+    separators dropped, as ``held_out_text`` gives it), the source subset of each of its UTF-8 bytes (that of
+    the document the byte belongs to; ``kinds``: by ordinal), and how many documents of each subset it holds."""
+    pieces: list[str] = []
+    byte_kinds: list[np.ndarray] = []
+    documents: Counter[str] = Counter()
+    for ordinal, start, stop in split.document_spans():
+        if start >= max_bytes:
+            break
+        piece = chinese_text(decode_bytes(np.asarray(split.tokens[start : min(stop, max_bytes)])))
+        pieces.append(piece)
+        byte_kinds.append(np.full(len(piece.encode("utf-8")), kinds[ordinal]))
+        documents[kinds[ordinal]] += 1
+    return "".join(pieces), (np.concatenate(byte_kinds) if byte_kinds else np.zeros(0, dtype=str)), documents
 
 
 def analyze_increments(
@@ -170,43 +237,113 @@ def analyze_increments(
         )
         pictures.append(result.add_figure(f"increments_positions_{i}.png", figure))
 
-    # 3. Chinese word boundaries
-    if zh_text_file:
-        zh = Path(zh_text_file).read_text(encoding="utf-8")[: max_bytes // 3]
-    else:
-        zh = chinese_text(held.get("zh", b""))
-    aucs: list[float] = []
-    if zh:
-        zh_tokens = np.frombuffer(zh.encode("utf-8"), dtype=np.uint8).astype(np.int64)
-        zh_deltas = token_increments(model, zh_tokens, context)[: len(names)]
-        aucs = boundary_auc_within_windows(zh, zh_tokens, zh_deltas, context)
-        n_gaps = len(inc.chinese_gaps(zh)[0])
-        lines += [
-            "",
-            f"Chinese word boundaries (jieba) on {len(zh):,} held-out characters, {n_gaps:,} gaps; "
-            "ROC-AUC of the increment at the next character's lead byte (0.5 = chance):",
-        ]
-        lines += [f"  {name}: {auc:.3f}" for name, auc in zip(names, aucs)]
-    else:
-        lines += ["", "Chinese word boundaries: no Chinese text (give --zh-text FILE, or a corpus with a 'zh' group)."]
+    # 3. Chinese word boundaries, by source
+    boundary_lines, boundary_rows, boundary_sources = chinese_boundaries(
+        model, context, names, datamodule, zh_text_file, bool(text_file), max_bytes
+    )
+    lines += ["", *boundary_lines]
+    aucs = {r.layer: r.auc for r in boundary_rows if (r.subset, r.reading) == (inc.ALL_SOURCES, "lead")}
+    if boundary_rows:
+        result.add_text("increments_boundaries.csv", inc.boundary_csv(boundary_rows))
 
     summary = {
         "run": str(run_dir),
         "encoding": cfg.encoding.name,
         "categories": [asdict(row) for row in rows],
-        "boundary_auc": dict(zip(names, aucs)),
+        "boundary_auc": aucs,  # all held-out gaps, δ at the next character's lead byte: the first reading
+        "boundaries": {
+            "scores": inc.SCORE_LABELS,
+            "ceilings": {name: f"any function of the {label}" for name, label in inc.CEILING_LABELS.items()},
+            "source_files": boundary_sources,  # file -> subset (increments.source_kind); empty for --zh-text
+            "subsets": inc.boundary_summary(boundary_rows),
+        },
     }
     result.add_json("increments_analysis.json", json.loads(json.dumps(summary, default=float)))
     result.report = "\n".join(lines)
 
     def log_to_the_runs_loggers(directory: Path) -> str | None:
-        scalars = {f"analysis/boundary_auc/{name}": auc for name, auc in zip(names, aucs)}
+        scalars = {f"analysis/boundary_auc/{name}": auc for name, auc in aucs.items()}
+        scalars |= {boundary_key(r): r.auc for r in boundary_rows}
+        scalars |= {f"analysis/boundary_gaps/{r.subset}": r.gaps for r in boundary_rows}
         scalars |= {f"analysis/delta/{row.layer}/{row.category}": row.mean for row in rows}
         images = {Path(name).stem: directory / name for name in pictures}
-        categories = [asdict(row) for row in rows]
-        table = (list(categories[0]), [list(row.values()) for row in categories]) if categories else None
-        used = log_analysis(cfg, run_dir, scalars, images, {"analysis/categories": table} if table else None)
+        tables = {
+            key: (list(records[0]), [list(r.values()) for r in records])
+            for key, records in (
+                ("analysis/categories", [asdict(row) for row in rows]),
+                ("analysis/boundaries", [asdict(row) for row in boundary_rows]),
+            )
+            if records
+        }
+        used = log_analysis(cfg, run_dir, scalars, images, tables or None)
         return f"logged to: {', '.join(used)}" if used else None
 
     result.after_write.append(log_to_the_runs_loggers)
     return result
+
+
+def boundary_key(row: inc.BoundaryRow) -> str:
+    """The logger's scalar of one boundary reading: ``analysis/boundary_auc/<subset>/<score>/<layer>`` or
+    ``analysis/boundary_ceiling/<subset>/<ceiling>``."""
+    if row.reading in inc.SCORE_BYTES:
+        return f"analysis/boundary_auc/{row.subset}/{row.reading}/{row.layer}"
+    return f"analysis/boundary_ceiling/{row.subset}/{row.reading}"
+
+
+NO_CHINESE = "Chinese word boundaries: no Chinese text (give --zh-text FILE, or a corpus with a 'zh' group)."
+#: layers whose δ is a function of the byte alone: the shared DeltaMLP reads the token embeddings, and so does
+#: layer 0's (its residual stream is the embeddings)
+BYTE_ONLY_LAYERS = ("shared", "L0")
+
+
+def chinese_boundaries(
+    model: torch.nn.Module,
+    context: int,
+    names: list[str],
+    datamodule: Any,
+    zh_text_file: str | None,
+    other_text: bool,
+    max_bytes: int,
+) -> tuple[list[str], list[inc.BoundaryRow], dict[str, str]]:
+    """The word-boundary section: its report lines, its rows (``increments.boundary_table``; none without
+    Chinese text) and the subset of each source file. The text is ``zh_text_file`` (no sources), else the
+    held-out documents of the corpus's ``zh`` group unless ``--text`` replaced the held-out text."""
+    byte_kinds: np.ndarray | None = None  # the source subset of each byte of the text (held-out text only)
+    documents: Counter[str] = Counter()
+    source_files: dict[str, str] = {}
+    zh, where = "", "held-out"
+    if zh_text_file:
+        zh, where = Path(zh_text_file).read_text(encoding="utf-8")[: max_bytes // 3], Path(zh_text_file).name
+    elif not other_text:
+        group = next((g for g in datamodule.groups if g.name == "zh"), None)
+        if group is not None:
+            kinds, source_files = validation_source_kinds(datamodule.corpus, datamodule.data_dir, group)
+            zh, byte_kinds, documents = held_out_chinese(group.splits["validation"], kinds, max_bytes)
+    if not zh:
+        return [NO_CHINESE], [], {}
+    zh_tokens = np.frombuffer(zh.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+    zh_deltas = token_increments(model, zh_tokens, context)[: len(names)]
+    at, labels = inc.chinese_gaps(zh)
+    keep = gaps_within_windows(at, len(zh_tokens), context)
+    sources = byte_kinds[at[keep]] if byte_kinds is not None else None
+    rows = inc.boundary_table(zh_tokens, zh_deltas, at[keep], labels[keep], sources, names)
+    scores = "; ".join(f"{name}: {label}" for name, label in inc.SCORE_LABELS.items())
+    lines = [
+        f"Chinese word boundaries (jieba): ROC-AUC (0.5 = chance) on {len(zh):,} {where} characters, the gaps "
+        f"between two CJK characters whose next character lies inside one window; {scores}. A ceiling is the best "
+        f"AUC any function of what it names reaches on the same gaps (in-sample: an upper bound).",
+    ]
+    if documents:
+        shown = ", ".join(f"{kind} {documents[kind]}" for kind in inc.SOURCE_KINDS if documents[kind])
+        lines.append(f"Held-out documents by source (docs/increments.md: the rule): {shown}.")
+    lines.append(inc.format_boundary_table(rows))
+    byte_only = [name for name in names if name in BYTE_ONLY_LAYERS]
+    ceilings = {r.reading: r.auc for r in rows if r.subset == inc.ALL_SOURCES and not r.layer}
+    if byte_only and not math.isnan(ceilings["lead_byte"]):  # NaN: the gaps hold one class only
+        lines.append(
+            f"{' and '.join(byte_only)}: δ there is a function of the byte alone, so its lead score cannot beat the "
+            f"lead-byte ceiling ({ceilings['lead_byte']:.3f} on all gaps, {ceilings['lead_byte'] - 0.5:+.3f} from "
+            f"chance: an AUC near 0.5 there is built in, not a finding about the model) nor its char score the "
+            f"next-character ceiling ({ceilings['next_character']:.3f})."
+        )
+    return lines, rows, source_files
