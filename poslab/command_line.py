@@ -138,8 +138,9 @@ def check_job(cfg: DictConfig) -> None:
 
 
 def check_encoding(cfg: DictConfig) -> None:
-    """The encoding's own ``validate`` (ranges, sizes against the model): imports torch, so it runs last. A
-    setting the task's data fills in (rand_axial's ``paragraph_density`` on a text corpus) may still be null."""
+    """The encoding's own ``validate`` (ranges, sizes against the model) and its attention paths against
+    ``model.attention``: imports torch, so it runs last. A setting the task's data fills in (rand_axial's
+    ``paragraph_density`` on a text corpus) may still be null."""
     import hydra
 
     from poslab.encodings.base import ModelShape, validate_encoding
@@ -151,7 +152,13 @@ def check_encoding(cfg: DictConfig) -> None:
     assert isinstance(task, dict)
     settings = OmegaConf.to_container(cfg.encoding, resolve=True)
     assert isinstance(settings, dict)
-    validate_encoding(settings, shape, max_length(task), filled_by_data=lambda key: hasattr(datamodule, key))
+    validate_encoding(
+        settings,
+        shape,
+        max_length(task),
+        filled_by_data=lambda key: hasattr(datamodule, key),
+        attention=str(model.attention),
+    )
 
 
 def check_command_line(argv: list[str]) -> None:

@@ -5,19 +5,25 @@ tokens -> embedding -> [encoding.begin] -> n x Block -> (final norm) -> output l
 Block:  x = x + Attention(norm1(x))
         x = x + MLP(norm2(x))
 
-Attention, per head, for a query at t and a key at s <= t:
-    score[t, s] = score_scale * <rot(q_t), rot(k_s)> / sqrt(head_dim) + bias[t, s]
-where rot() is the encoding's rotation (rotary family, identity otherwise)
-and bias is the encoding's score bias (ALiBi, zero otherwise). ``score_scale``
+Attention of layer l, per head, for a query at t and a key at s <= t:
+    score[t, s] = score_scale * <queries(q)_t, keys(k)_s> / sqrt(head_dim) + bias[t, s] + term[t, s]
+where everything positional comes from the encoding (``poslab/encodings/base.py``):
+queries() and keys() are layer l's transform of the queries and keys (a
+rotation for the rotary family, identity otherwise), bias is the score bias
+shared by every layer, computed once per forward (ALiBi), and term is layer
+l's own score term, which may read its q, k and hidden state. ``score_scale``
 is 1 in training; at test time it may be log(L)/log(L_train) (Chiang &
-Cholak, 2022). The ``sdpa`` backend hands all of this to
-``F.scaled_dot_product_attention`` (a fused kernel, the bias as an additive
-mask); ``explicit`` materialises the weights so analyses can read them;
-``flex`` uses FlexAttention: the causal mask as a block mask (blocks above the
-diagonal are skipped) and the bias as the encoding's ``score_mod``, computed
-inside the kernel (compiled; on CPU PyTorch has no FlexAttention backward,
-so there it evaluates only). All three compute the same function; asking for
-the weights (``return_attention``) always takes the explicit path.
+Cholak, 2022).
+
+The attention path (``model.attention``, one of the encoding's
+``attention_paths``, checked when the model is built): ``sdpa`` hands all of
+this to ``F.scaled_dot_product_attention`` (a fused kernel, bias and term as
+an additive mask); ``explicit`` materialises the weights so analyses can read
+them; ``flex`` uses FlexAttention: the causal mask as a block mask (blocks
+above the diagonal are skipped) and the bias as the encoding's ``score_mod``,
+computed inside the kernel (compiled; on CPU PyTorch has no FlexAttention
+backward, so there it evaluates only). All three compute the same function;
+asking for the weights (``return_attention``) always takes the explicit path.
 
 ``ModelConfig.compile`` asks the training module to compile the model
 (``torch.compile``) when training starts.
@@ -28,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -35,7 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from poslab.encodings import ModelShape, PositionEncoding, PositionInputs, build_encoding
-from poslab.encodings.rotary import Rotation
+from poslab.encodings.base import LayerContext, QueryKeyTransform, ScoreMod
 from poslab.errors import ConfigError
 from poslab.settings import ModelSettings, check_dataclass, check_heads
 
@@ -87,7 +94,9 @@ class MLP(nn.Module):
         return self.down(F.gelu(h))
 
 
-ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
+#: ``(q, k) -> term``: a layer's additive score term from its transformed queries and keys (the encoding's
+#: ``score_term`` with the layer's context bound), or None
+ScoreTerm = Callable[[Tensor, Tensor], Tensor | None]
 
 _compiled_flex_attention: Callable[..., Tensor] | None = None
 
@@ -146,42 +155,54 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> 
 
 @dataclass
 class AttentionSettings:
-    """What every layer's attention takes besides its input and rotation; the same for one forward pass."""
+    """What every layer's attention takes besides its input and the encoding's per-layer transform and term; the
+    same for one forward pass."""
 
-    mask: Tensor | None = None  # the additive bias plus causal mask [1, H, T, T]; None: causal only
+    mask: Tensor | None = None  # the encoding's score bias plus the causal mask [1, H, T, T]; None: causal only
     score_scale: float = 1.0  # scores x this (log-length scaling at test time)
-    return_weights: bool = False  # materialise the weights (the explicit path) and return them
-    flex: tuple[ScoreMod | None, Any] | None = None  # (score_mod, block_mask) when the backend is flex
+    path: str = "explicit"  # sdpa | explicit (the weights are materialised and returned) | flex
+    flex: tuple[ScoreMod | None, Any] | None = None  # (score_mod, block_mask) on the flex path
 
 
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.n_heads, self.head_dim = cfg.n_heads, cfg.d_model // cfg.n_heads
-        self.backend = cfg.attention
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
         self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
 
     def forward(
-        self, x: Tensor, rotation: Rotation | None, settings: AttentionSettings
+        self,
+        x: Tensor,
+        transform: QueryKeyTransform | None,
+        settings: AttentionSettings,
+        score_term: ScoreTerm | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """Attention of ``x`` ``[B, T, D]``, its queries and keys rotated by ``rotation``; the weights when asked."""
+        """Attention of ``x`` ``[B, T, D]``, its queries and keys transformed by ``transform`` and its scores plus
+        ``score_term(q, k)``; the weights on the explicit path."""
         B, T, D = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # 3 x [B, H, T, hd]
-        if rotation is not None:
-            q, k = rotation.apply(q), rotation.apply(k)
+        if transform is not None:
+            q, k = transform.queries(q), transform.keys(k)
+        term = None if score_term is None else score_term(q, k)
+        mask = settings.mask if term is None else (with_causal(settings.mask, T, x.device) + term)
         scale = settings.score_scale / math.sqrt(self.head_dim)
         weights = None
-        if settings.flex is not None and not settings.return_weights:
+        if settings.path == "flex":
+            if term is not None:  # the encoding lists flex in its attention_paths, yet gives a per-layer term
+                raise ConfigError(
+                    "model.attention=flex cannot add the encoding's score_term (flex should not be among its "
+                    "attention_paths); use model.attention=sdpa or explicit."
+                )
             # a score scale other than 1 scales the queries: the compiled kernel's own scale stays one constant
             # (a float argument would compile the kernel again for every value)
             q = q if settings.score_scale == 1.0 else q * settings.score_scale
             y = flex_attention(q, k, v, settings.flex[0], settings.flex[1], 1.0 / math.sqrt(self.head_dim))
-        elif self.backend != "explicit" and not settings.return_weights:
-            y = sdpa(q, k, v, settings.mask, scale)
+        elif settings.path == "sdpa":
+            y = sdpa(q, k, v, mask, scale)
         else:
             scores = (q @ k.transpose(-2, -1)) * scale
-            scores = scores + (settings.mask if settings.mask is not None else causal_mask(T, x.device, scores.dtype))
+            scores = scores + (mask if mask is not None else causal_mask(T, x.device, scores.dtype))
             weights = scores.softmax(dim=-1, dtype=torch.float32)  # bf16 scores (autocast): normalise in fp32
             y = weights.to(v.dtype) @ v
         return self.out(y.transpose(1, 2).reshape(B, T, D)), weights
@@ -196,10 +217,14 @@ class Block(nn.Module):
         self.norm2, self.mlp = make_norm(cfg.norm, cfg.d_model), MLP(cfg)
 
     def forward(
-        self, x: Tensor, rotation: Rotation | None, settings: AttentionSettings
+        self,
+        x: Tensor,
+        transform: QueryKeyTransform | None,
+        settings: AttentionSettings,
+        score_term: ScoreTerm | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """The residual stream after this block, and the attention weights when asked for."""
-        y, weights = self.attn(self.norm1(x), rotation, settings)
+        """The residual stream after this block, and the attention weights on the explicit path."""
+        y, weights = self.attn(self.norm1(x), transform, settings, score_term)
         x = x + y
         x = x + self.mlp(self.norm2(x))
         return x, weights
@@ -210,11 +235,16 @@ def causal_mask(length: int, device: torch.device, dtype: torch.dtype = torch.fl
     return torch.full((length, length), float("-inf"), device=device, dtype=dtype).triu(1)
 
 
+def with_causal(mask: Tensor | None, length: int, device: torch.device) -> Tensor:
+    """The forward pass's mask (score bias plus causal mask), or the causal mask alone when it has none."""
+    return mask if mask is not None else causal_mask(length, device)
+
+
 @dataclass
 class ModelOutput:
     logits: Tensor
     attention: list[Tensor] | None = None  # per layer [B, H, T, T], only when asked for
-    positions: list[Tensor | None] | None = None  # per layer, the coordinates rotated by (None: no rotation)
+    positions: list[Tensor | None] | None = None  # per layer, the coordinates transformed by (None: none)
 
 
 class Transformer(nn.Module):
@@ -222,7 +252,8 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.encoding: PositionEncoding = build_encoding(cfg.encoding, cfg.shape, max_length)
+        # the encoding is checked against the attention path asked for: one it does not declare stops here
+        self.encoding: PositionEncoding = build_encoding(cfg.encoding, cfg.shape, max_length, cfg.attention)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.final_norm = make_norm(cfg.norm, cfg.d_model) if cfg.final_norm else nn.Identity()
         self.head = nn.Linear(cfg.d_model, cfg.n_outputs, bias=cfg.bias and not cfg.tie_embeddings)
@@ -231,13 +262,6 @@ class Transformer(nn.Module):
         if cfg.tie_embeddings:
             self.head.weight = self.embed.weight
         self._block_masks: dict[tuple[int, str], Any] = {}  # FlexAttention's causal block masks, per length
-        if cfg.attention == "flex":
-            biased = type(self.encoding).score_bias is not PositionEncoding.score_bias
-            if biased and self.encoding.score_mod() is None:
-                raise ConfigError(
-                    f"model.attention=flex needs the score bias of encoding {self.encoding.name!r} as a score_mod, "
-                    f"which it does not define; use model.attention=sdpa."
-                )
 
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)) and module not in self.encoding.modules():
@@ -266,27 +290,25 @@ class Transformer(nn.Module):
         inputs = PositionInputs.from_tokens(tokens, coordinates)
         x, state = self.encoding.begin(self.embed(tokens), inputs)
 
+        path = "explicit" if return_attention else self.cfg.attention  # only the explicit path has the weights
         flex, mask = None, None
-        if self.cfg.attention == "flex" and not return_attention:
+        if path == "flex":
             # the score_mod is made per forward: it reads the encoding's tensors where they are now (device)
             flex = (self.encoding.score_mod(), causal_block_mask(T, tokens.device, self._block_masks))
         else:
             bias = self.encoding.score_bias(T, tokens.device)
             mask = None if bias is None else (bias + causal_mask(T, tokens.device)).unsqueeze(0).to(x.dtype)
 
-        settings = AttentionSettings(mask, score_scale, return_attention, flex)
+        settings = AttentionSettings(mask, score_scale, path, flex)
         attention: list[Tensor] = []
         positions: list[Tensor | None] = []
-        rotation, last_positions = None, None
+        transform: QueryKeyTransform | None = None
         for layer, block in enumerate(self.blocks):
-            layer_positions = self.encoding.layer_positions(layer, x, state, inputs)
-            if layer_positions is None:
-                rotation = None
-            elif layer_positions is not last_positions:  # the same coordinates in every layer: rotate once
-                rotation = Rotation(self.encoding.angles(layer_positions), self.encoding.pairing)
-            last_positions = layer_positions
-            positions.append(layer_positions)
-            x, weights = block(x, rotation, settings)
+            context = LayerContext(layer, x, state, inputs)
+            transform = self.encoding.query_key_transform(context, transform)
+            positions.append(None if transform is None else transform.positions)
+            # the score term needs the layer's q and k, which only the attention computes: it gets the hook
+            x, weights = block(x, transform, settings, partial(self.encoding.score_term, context))
             if weights is not None:
                 attention.append(weights)
         logits = self.head(self.final_norm(x))

@@ -20,6 +20,7 @@ def geometric_slopes(n_heads: int) -> list[float]:
 @register("alibi")
 class AlibiEncoding(PositionEncoding):
     summary = "ALiBi: each head subtracts its slope times the query-key distance from the attention scores."
+    attention_paths = ("sdpa", "explicit", "flex")  # the bias as a mask, or as its score_mod inside FlexAttention
 
     def __init__(self, shape: ModelShape, slopes: list[float] | None = None) -> None:
         super().__init__(shape)

@@ -1,24 +1,88 @@
 """The one interface every position encoding implements, and the registry.
 
-A position encoding touches attention in at most three places:
+The model (``poslab/model.py``) calls the hooks below and nothing else; it has no case for any encoding. Each
+hook's default does nothing, so an encoding overrides only what it changes, and a new encoding is one file here
+plus one YAML in ``conf/encoding/``.
 
-1. ``begin``: it may add to the token embeddings (absolute encodings), and
-   may compute per-forward state (e.g. learned positions) for the layers;
-2. ``layer_positions`` and ``angles``: it may supply, per layer, real-valued
-   per-token coordinates (token index, learned positions, paragraph/sentence/
-   token indices), which ``angles`` turns into fp32 rotation angles of the
-   queries and keys (the rotary family);
-3. ``score_bias``: it may add a bias to the attention scores (ALiBi); an
-   encoding with a bias also gives it as ``score_mod``, the same bias as a
-   FlexAttention function of one score, for ``model.attention=flex``.
+Attention of one layer, per head, for a query at ``t`` and a key at ``s <= t``::
 
-The model (``poslab/model.py``) calls these hooks and nothing else, so a new
-encoding is one file here plus one YAML in ``conf/encoding/``.
+    score[t, s] = score_scale * <queries(q)_t, keys(k)_s> / sqrt(head_dim) + bias[t, s] + term[t, s]
 
-Each registered encoding comes with a ``validate`` classmethod that checks its
-settings against the model and task before anything is built, so a bad config
-stops at start with one sentence naming the bad value and what is allowed
-(the pattern of Hugging Face's RoPE registry).
+(``score_scale`` is the test-time log-length scaling, 1 in training; it does not multiply ``bias`` or ``term``.)
+
+Once per forward pass:
+
+``begin(token_embeddings, inputs) -> (x, state)``
+    The residual stream to start from (absolute encodings add to the embeddings) and any ``state`` the layers
+    need (positions computed once, e.g. learned ones).
+``score_bias(length, device) -> [H, T, T] | None``
+    ``bias``: a function of the query and key positions only, the same in every layer, fixed or learned
+    (ALiBi). ``score_mod()`` is the same bias as a FlexAttention function of one score, for the flex path.
+
+Per layer, with a ``LayerContext`` (the layer's index, its input hidden state, ``state`` and ``inputs``):
+
+``query_key_transform(context, previous) -> QueryKeyTransform | None``
+    What the layer does to its queries and keys before their dot product: ``queries(q)`` and ``keys(k)``, which
+    may differ. ``rotary.Rotation`` rotates both alike; ``Scaled`` follows another transform with per-position
+    scales, one for the queries and one for the keys. None: nothing (NoPE in that layer). ``previous`` is the
+    layer before's transform: return it when nothing changed, so it is built once per forward pass.
+``score_term(context, q, k) -> [B or 1, H or 1, T, T] | None``
+    ``term``: an additive term on this layer's scores that may read its transformed ``q`` and ``k``
+    ``[B, H, T, head_dim]`` and its hidden state (``context.hidden``): content-dependent positions.
+
+Declared once, checked at start:
+
+``attention_paths``
+    The attention paths the encoding can be computed on, among ``sdpa`` (the fused kernel; ``bias`` and
+    ``term`` go in as an additive mask), ``flex`` (FlexAttention: ``bias`` as ``score_mod``; no ``term``) and
+    ``explicit`` (the scores materialised; every encoding has it, because the analyses read the weights:
+    ``return_attention=True`` takes it). A config asking for another path stops at start with one message
+    naming the encoding, the path and the ones it has (``check_attention_path``): an encoding that needs the
+    explicit path declares ``("explicit",)``. The default, ``("sdpa", "explicit")``, computes every hook; an
+    encoding declares ``flex`` when its bias has a ``score_mod`` and it has no ``term`` (checked when the model
+    is built, ``check_flex``, and by the flex path, which refuses a ``term``).
+``validate(settings, shape, max_length)``
+    Checks the encoding's settings against the model and task before anything is built, so a bad config stops
+    at start with one sentence naming the bad value and what is allowed (the pattern of Hugging Face's RoPE
+    registry). Plus ``no_weight_decay``, ``required_coordinates``, ``corpus_settings``, ``uses_row_seeds``.
+
+Per-layer choices: every per-layer hook gets ``context.layer``, so an encoding may differ by layer: no
+transform on every k-th layer (NoPE there), its own module per layer (``nn.ModuleList``, as
+``increments_layer``), or a setting given once or once per layer (``per_layer``: ``base: [10000, 500000]``).
+
+The encodings here, on these hooks:
+
+- ``none``: no hook. ``sinusoid``, ``learned``: ``begin`` adds a table to the embeddings.
+- the rotary family (``rotary.RotaryEncoding``: ``rope``, ``increments_*``, ``hrope_axial``, ``rand_axial``,
+  ``period_axial``): ``query_key_transform`` is a ``Rotation`` by fp32 angles of per-token coordinates
+  (``layer_positions``, ``angles``), the same object for every layer when the coordinates are.
+- ``alibi``: ``score_bias`` and its ``score_mod``.
+
+How the methods of the literature would map (each one file and one YAML; none is built here):
+
+- RoPE scaling rules (position interpolation, NTK-aware, YaRN): a ``RotaryEncoding`` whose ``angles`` (or
+  ``inv_freq``) follows the rule; YaRN's temperature folded into both sides:
+  ``Scaled(rotation, query_scale=m, key_scale=m)`` with ``m = 0.1 ln(s) + 1``.
+- xPos: ``Scaled(rotation, query_scale=zeta ** (n / gamma), key_scale=zeta ** (-n / gamma))``, the scales
+  ``[1, 1, T, head_dim]`` per pair and position, so ``score`` carries ``zeta ** ((t - s) / gamma)``.
+- randomized positions: a ``RotaryEncoding`` (or table) whose ``positions`` are a sorted random subset of a
+  longer range in training (``uses_row_seeds`` for per-row draws), ``arange`` in evaluation.
+- T5 relative buckets, KERPLE, FIRE, Sandwich: ``score_bias`` from a (learned) function of ``t - s``, computed
+  once per forward and trained through the mask; ``score_mod`` where it has a closed form (KERPLE, Sandwich;
+  T5's table lookup) for ``flex``. A per-layer variant (FIRE's MLP per layer) is a ``score_term`` reading
+  ``context.layer`` (paths ``sdpa``, ``explicit``).
+- scalable softmax (SSMax): scores times ``s * log(n)`` for a query with ``n = t + 1`` keys: a query-only
+  scale, ``Scaled(inner, query_scale=s * log(t + 1), key_scale=None)``, on any inner transform (the identity,
+  ``QueryKeyTransform()``, over NoPE).
+- CoPE: ``score_term`` from the gates ``sigmoid(q_t . k_s)``, their reverse cumulative sum (the contextual
+  position ``p[t, s]``) and ``q_t . e(p[t, s])`` with interpolated position embeddings (``sdpa``, ``explicit``).
+- Forgetting Transformer's forget gate: ``score_term`` from ``log f_j = logsigmoid(w . h_j + b)`` of
+  ``context.hidden``: ``term[t, s] = sum over s < j <= t of log f_j`` (a cumulative sum; ``sdpa``,
+  ``explicit``).
+- NoPE/RoPE layer mixes: a ``RotaryEncoding`` whose ``layer_positions`` is None on the NoPE layers, or whose
+  frequencies are ``per_layer``; a mix of whole encodings is a wrapper holding them (``nn.ModuleList``) that
+  hands each hook to the encoding of ``context.layer`` (its ``begin`` runs theirs, ``state`` keeps theirs,
+  ``attention_paths`` is what they share).
 """
 
 from __future__ import annotations
@@ -31,6 +95,7 @@ import torch
 from torch import Tensor, nn
 
 from poslab.errors import ConfigError
+from poslab.settings import BACKENDS
 
 
 @dataclass
@@ -67,11 +132,62 @@ class PositionInputs:
         return cls(tokens=tokens, positions=positions, coordinates=coordinates or {})
 
 
-class PositionEncoding(nn.Module):
-    """Base class: by default an encoding does nothing (that is NoPE)."""
+#: ``(score, b, h, q_idx, kv_idx) -> score``: a FlexAttention score modification
+ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 
-    #: rotate (q, k) pairs as RoFormer does (2i, 2i+1) or as HF Llama does (i, i + d/2)
-    pairing: str = "interleaved"
+
+@dataclass
+class LayerContext:
+    """What a per-layer hook may read: which layer, its input, and this forward pass's encoding state."""
+
+    layer: int  # 0 for the first block
+    hidden: Tensor  # the layer's input, the residual stream [B, T, D] before the block's norm
+    state: Any  # what ``begin`` returned
+    inputs: PositionInputs
+
+
+class QueryKeyTransform:
+    """One layer's map of its queries and keys ``[B, H, T, head_dim]`` before their dot product; the identity here.
+
+    ``queries`` and ``keys`` may differ (``Scaled``); ``positions`` are the per-token coordinates the transform
+    follows, for analyses (``Transformer.forward(..., return_positions=True)``), None when it follows none.
+    """
+
+    positions: Tensor | None = None
+
+    def queries(self, q: Tensor) -> Tensor:
+        return q
+
+    def keys(self, k: Tensor) -> Tensor:
+        return k
+
+
+def scaled(x: Tensor, scale: Tensor | None) -> Tensor:
+    """``x`` times ``scale`` (broadcast to ``x``), computed in fp32 and rounded to ``x``'s dtype once."""
+    return x if scale is None else (x.float() * scale.float()).to(x.dtype)
+
+
+class Scaled(QueryKeyTransform):
+    """Another transform, then per-position scales: ``queries(q) = inner.queries(q) * query_scale`` and
+    ``keys(k) = inner.keys(k) * key_scale``, each broadcast to ``[B, H, T, head_dim]`` (``[1, 1, T, 1]`` per
+    position, ``[1, 1, T, head_dim]`` per position and feature, ``[1, H, T, 1]`` per head); None: no scale."""
+
+    def __init__(self, inner: QueryKeyTransform, query_scale: Tensor | None, key_scale: Tensor | None) -> None:
+        self.inner, self.query_scale, self.key_scale = inner, query_scale, key_scale
+        self.positions = inner.positions
+
+    def queries(self, q: Tensor) -> Tensor:
+        return scaled(self.inner.queries(q), self.query_scale)
+
+    def keys(self, k: Tensor) -> Tensor:
+        return scaled(self.inner.keys(k), self.key_scale)
+
+
+class PositionEncoding(nn.Module):
+    """Base class: by default an encoding does nothing (that is NoPE). The module docstring describes the hooks."""
+
+    #: the attention paths (``model.attention``) the encoding can be computed on; ``explicit`` is required
+    attention_paths: ClassVar[tuple[str, ...]] = ("sdpa", "explicit")
     #: parameter names (relative to the encoding) to exclude from weight decay
     no_weight_decay: ClassVar[tuple[str, ...]] = ()
     #: structural coordinates (``PositionInputs.coordinates`` keys) the encoding reads; data without
@@ -94,37 +210,72 @@ class PositionEncoding(nn.Module):
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         """Raise ``ConfigError`` if ``settings`` cannot work with this model and the longest evaluation length."""
 
+    # ---- once per forward pass ----------------------------------------------------------------------------------
     def begin(self, token_embeddings: Tensor, inputs: PositionInputs) -> tuple[Tensor, Any]:
         """Return the residual stream to start from and any state the layers need."""
         return token_embeddings, None
 
-    def layer_positions(self, layer: int, hidden: Tensor, state: Any, inputs: PositionInputs) -> Tensor | None:
-        """Per-token coordinates ``[B or 1, T]`` (or ``[B, T, axes]``) this layer rotates by; None: no rotation.
-
-        ``hidden`` is the layer's input, the residual stream ``[B, T, D]``. Return the same tensor object for
-        every layer when the coordinates do not depend on the layer: the model then rotates with one set of
-        angles. Analyses read these coordinates (``Transformer.forward(..., return_positions=True)``).
-        """
-        return None
-
-    def angles(self, positions: Tensor) -> Tensor:
-        """Rotation angles ``[B or 1, T, n_pairs]`` in fp32 from what ``layer_positions`` returned."""
-        raise NotImplementedError(f"{type(self).__name__} returns positions but does not define angles()")
-
     def score_bias(self, length: int, device: torch.device) -> Tensor | None:
-        """Additive bias ``[H, T, T]`` on the attention scores (before the causal mask), or None."""
+        """Additive bias ``[H, T, T]`` on every layer's attention scores (before the causal mask), or None."""
         return None
 
-    def score_mod(self) -> Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor] | None:
+    def score_mod(self) -> ScoreMod | None:
         """``score_bias`` as a FlexAttention ``score_mod``: ``(score, b, h, q_idx, kv_idx) -> score`` plus the
         bias of head ``h``, query ``q_idx`` and key ``kv_idx`` (the causal mask is applied separately, so keys
-        after the query need no care), or None: no bias. ``model.attention=flex`` needs one when the encoding
-        has a ``score_bias``; it is called once per forward pass."""
+        after the query need no care), or None: no bias. The flex path needs one when the encoding has a
+        ``score_bias`` (``check_flex``); it is called once per forward pass."""
+        return None
+
+    # ---- per layer ----------------------------------------------------------------------------------------------
+    def query_key_transform(
+        self, context: LayerContext, previous: QueryKeyTransform | None
+    ) -> QueryKeyTransform | None:
+        """What layer ``context.layer`` does to its queries and keys; None: nothing. ``previous`` is the layer
+        before's (None for the first): return it when this layer's is the same, so it is built once."""
+        return None
+
+    def score_term(self, context: LayerContext, q: Tensor, k: Tensor) -> Tensor | None:
+        """An additive term ``[B or 1, H or 1, T, T]`` on layer ``context.layer``'s scores (added after the score
+        scale, before the causal mask), which may read its transformed queries and keys ``[B, H, T, head_dim]``
+        and ``context.hidden``; None: none. The flex path cannot add one: do not declare ``flex`` with it."""
         return None
 
     def label(self) -> str:
         """Short name used in reports, e.g. ``rope:1000000`` or ``alibi:0.5``."""
         return self.name  # type: ignore[attr-defined]
+
+    def check_flex(self) -> None:
+        """The flex path adds the per-forward bias through ``score_mod``: an encoding with a ``score_bias`` must
+        give one, or flex would drop the bias without a word (checked on a 2-token bias when the model is built)."""
+        if self.score_bias(2, torch.device("cpu")) is not None and self.score_mod() is None:
+            raise ConfigError(
+                f"model.attention=flex needs the score bias of encoding {self.name!r} as a score_mod, "  # type: ignore[attr-defined]
+                f"which it does not define; use model.attention=sdpa."
+            )
+
+
+def per_layer(key: str, value: Any, n_layers: int) -> list[Any]:
+    """A setting given once or once per layer (``base: 10000`` or ``base: [10000, 500000]`` for two layers), as
+    one value per layer; a list of another length stops naming the setting. Its YAML default must admit both: null
+    (a number's default types the setting as a number, a list's as a list)."""
+    if not isinstance(value, (list, tuple)):
+        return [value] * n_layers
+    if len(value) != n_layers:
+        raise ConfigError(
+            f"{key}={list(value)!r} has {len(value)} values but the model has {n_layers} layers; give one value "
+            f"(the same in every layer) or {n_layers}."
+        )
+    return list(value)
+
+
+def check_attention_path(cls: type[PositionEncoding], path: str) -> None:
+    """Stop when ``model.attention`` asks for a path the encoding does not declare (``attention_paths``)."""
+    if path not in cls.attention_paths:
+        allowed = ", ".join(cls.attention_paths)
+        raise ConfigError(
+            f"model.attention={path} is not a path encoding {cls.name!r} can be computed on; it takes "  # type: ignore[attr-defined]
+            f"{allowed}: set model.attention={cls.attention_paths[0]}."
+        )
 
 
 ENCODINGS: dict[str, type[PositionEncoding]] = {}
@@ -136,11 +287,22 @@ def register(name: str):
     def add(cls: type[PositionEncoding]) -> type[PositionEncoding]:
         if name in ENCODINGS:
             raise RuntimeError(f"encoding {name!r} is registered twice")
+        check_declared_paths(name, cls.attention_paths)
         cls.name = name  # type: ignore[attr-defined]
         ENCODINGS[name] = cls
         return cls
 
     return add
+
+
+def check_declared_paths(name: str, paths: tuple[str, ...]) -> None:
+    """An encoding's ``attention_paths`` are paths the model has, and include ``explicit`` (the analyses')."""
+    unknown = [path for path in paths if path not in BACKENDS]
+    if unknown or "explicit" not in paths:
+        raise RuntimeError(
+            f"encoding {name!r} declares attention_paths {paths}: each must be one of {BACKENDS}, and "
+            f"'explicit' must be among them (return_attention=True, which the analyses use, takes it)."
+        )
 
 
 def encoding_class(name: str) -> type[PositionEncoding]:
@@ -179,14 +341,18 @@ def validate_encoding(
     shape: ModelShape,
     max_length: int,
     filled_by_data: Callable[[str], bool] = lambda key: False,
+    attention: str | None = None,
 ) -> type[PositionEncoding]:
     """Check an ``encoding`` config (``name`` picks the class) against the model and the longest sequence,
-    before anything is built: the encoding's ``validate`` (which checks the values given), then that each of
-    its ``corpus_settings`` is given or ``filled_by_data`` (the task's data will fill it in: train.py checks a
+    before anything is built: the encoding's ``validate`` (which checks the values given), that it can be
+    computed on the ``attention`` path asked for (``model.attention``, when given), then that each of its
+    ``corpus_settings`` is given or ``filled_by_data`` (the task's data will fill it in: train.py checks a
     command before any data is read)."""
     name, own = own_settings(settings)
     cls = encoding_class(name)
     cls.validate(own, shape, max_length)
+    if attention is not None:
+        check_attention_path(cls, attention)
     for key in cls.corpus_settings:
         if own.get(key) is None and not filled_by_data(key):
             raise ConfigError(
@@ -196,14 +362,20 @@ def validate_encoding(
     return cls
 
 
-def build_encoding(settings: dict[str, Any], shape: ModelShape, max_length: int) -> PositionEncoding:
-    """Validate ``settings`` (the ``encoding`` config; ``name`` picks the class) and build the encoding."""
-    cls = validate_encoding(settings, shape, max_length)
+def build_encoding(
+    settings: dict[str, Any], shape: ModelShape, max_length: int, attention: str | None = None
+) -> PositionEncoding:
+    """Validate ``settings`` (the ``encoding`` config; ``name`` picks the class) for the ``attention`` path (when
+    given) and build the encoding."""
+    cls = validate_encoding(settings, shape, max_length, attention=attention)
     name, settings = own_settings(settings)
     try:
-        return cls(shape, **settings)
+        encoding = cls(shape, **settings)
     except TypeError as error:  # an unexpected key: say which ones are allowed
         allowed = accepted_settings(cls)
         raise ConfigError(
             f"encoding {name!r} got settings {sorted(settings)}, but it accepts only {allowed} ({error})."
         ) from error
+    if attention == "flex":
+        encoding.check_flex()
+    return encoding

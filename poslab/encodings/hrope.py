@@ -29,7 +29,7 @@ in which axis a frequency follows. A block keeps its place in the features (para
 frequencies it takes.
 
 Coordinates: ``layer_positions`` returns one ``[B, T, 3]`` fp32 tensor (paragraph, sentence, token), the same
-object for every layer (the model builds one rotation). Paragraph and sentence indices come from
+object for every layer (one rotation is built per forward). Paragraph and sentence indices come from
 ``inputs.coordinates`` and are counted within the window (each row's first value is subtracted): RoPE only
 sees differences, and small numbers keep the fp32 angles exact. The token coordinate is ``inputs.positions``.
 

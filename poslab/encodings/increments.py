@@ -100,7 +100,7 @@ class IncrementsSharedEncoding(RotaryEncoding):
         check_delta_hidden(settings)
 
     def positions(self, token_embeddings: Tensor, inputs: PositionInputs) -> Tensor:
-        # [B, T] fp32; begin() hands this one tensor to every layer, so the model builds one rotation
+        # [B, T] fp32; begin() hands this one tensor to every layer, so one rotation is built per forward
         return self.delta(token_embeddings).cumsum(dim=-1)
 
 

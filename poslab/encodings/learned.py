@@ -19,6 +19,7 @@ from poslab.errors import ConfigError
 class LearnedEncoding(PositionEncoding):
     summary = "A learned table of absolute position vectors added to the token embeddings (as in GPT-2)."
     no_weight_decay = ("table.weight",)
+    attention_paths = ("sdpa", "explicit", "flex")  # added before the layers: attention is plain
 
     def __init__(self, shape: ModelShape, max_positions: int = 128, init_std: float | None = None) -> None:
         super().__init__(shape)

@@ -3,7 +3,8 @@
 The rotation is applied to real-valued per-token coordinates, never to an
 integer table: ``angle[b, t, i] = position[b, t] * theta_i`` in fp32, with
 ``theta_i = base ** (-2i / rotary_dim)``. Learned positions (increments) and
-hierarchical coordinates (hRoPE) reuse the same path.
+hierarchical coordinates (hRoPE) reuse the same path. A ``Rotation`` is the
+family's ``QueryKeyTransform`` (``base.py``): queries and keys rotated alike.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from poslab.encodings.base import ModelShape, PositionEncoding, PositionInputs
+from poslab.encodings.base import LayerContext, ModelShape, PositionEncoding, PositionInputs, QueryKeyTransform
 from poslab.errors import ConfigError
 from poslab.settings import check_choice
 
@@ -45,16 +46,16 @@ def rotation_angles(positions: Tensor, inv_freq: Tensor) -> Tensor:
     return exact_positions(positions)[..., None] * inv_freq.float()
 
 
-class Rotation:
+class Rotation(QueryKeyTransform):
     """The rotation of one forward pass, precomputed once from angles ``[B, T, P]`` (fp32) and shared by the
-    queries and keys of every layer that uses the same angles.
+    queries and keys of every layer that uses the same angles; ``positions``: the coordinates they came from.
 
     ``interleaved`` pairs feature 2i with 2i+1 (RoFormer): each pair is a complex number, rotated by one
     complex multiplication with ``exp(i * angle)`` (a view, no copy; a single kernel forward and backward).
     ``half`` pairs i with i+P (HF Llama's rotate_half) and uses cos/sin.
     """
 
-    def __init__(self, angles: Tensor, pairing: str) -> None:
+    def __init__(self, angles: Tensor, pairing: str, positions: Tensor | None = None) -> None:
         if angles.dtype not in (torch.float32, torch.float64):
             # .float() here would hide the loss: a bf16 angle (or position) near 1000 is a multiple of 4
             raise TypeError(
@@ -62,6 +63,7 @@ class Rotation:
                 f"(autocast leaves elementwise products in fp32; a bf16 position above 256 is rounded)."
             )
         self.pairing = pairing
+        self.positions = positions
         self.pairs = angles.shape[-1]
         # [B, 1, T, P] fp32, broadcast over heads. cis/cos/sin stay fp32 (not cast to q's bf16 as HF Llama does):
         # the product below is computed in fp32 and rounded to bf16 once, like any bf16 activation.
@@ -84,6 +86,12 @@ class Rotation:
         rotated = rotated.to(x.dtype)
         return rotated if n_rot == x.shape[-1] else torch.cat((rotated, x[..., n_rot:]), dim=-1)
 
+    def queries(self, q: Tensor) -> Tensor:
+        return self.apply(q)
+
+    def keys(self, k: Tensor) -> Tensor:
+        return self.apply(k)
+
 
 def apply_rotary(x: Tensor, angles: Tensor, pairing: str) -> Tensor:
     """Rotate ``x [B, H, T, hd]`` by ``angles [B, T, P]`` (a one-off; the model precomputes a ``Rotation``)."""
@@ -93,10 +101,14 @@ def apply_rotary(x: Tensor, angles: Tensor, pairing: str) -> Tensor:
 class RotaryEncoding(PositionEncoding):
     """Base of the rotary family: frequencies, pairing and partial rotation, validated in one place.
 
-    Subclasses decide which per-token coordinates the angles come from by
-    overriding ``positions`` (the same in every layer) or ``layer_positions``
-    (per layer), and ``angles`` for several axes.
+    Each layer's ``query_key_transform`` is a ``Rotation`` by ``angles(layer_positions(...))``. Subclasses decide
+    which per-token coordinates the angles come from by overriding ``positions`` (the same in every layer) or
+    ``layer_positions`` (per layer; None: no rotation in that layer), and ``angles`` for several axes.
     """
+
+    attention_paths = ("sdpa", "explicit", "flex")  # q and k rotated before any kernel: every path
+    #: rotate (q, k) pairs as RoFormer does (2i, 2i+1) or as HF Llama does (i, i + d/2)
+    pairing: str = "interleaved"
 
     def __init__(
         self,
@@ -142,10 +154,25 @@ class RotaryEncoding(PositionEncoding):
         return token_embeddings, self.positions(token_embeddings, inputs)
 
     def layer_positions(self, layer: int, hidden: Tensor, state: Any, inputs: PositionInputs) -> Tensor | None:
-        return state  # one tensor for all layers: the model builds the rotation once
+        """Per-token coordinates ``[B or 1, T]`` (or ``[B, T, axes]``) this layer rotates by; None: no rotation.
+
+        ``hidden`` is the layer's input, the residual stream ``[B, T, D]``. Return the same tensor object for
+        every layer when the coordinates do not depend on the layer: one rotation is then built per forward
+        pass. Analyses read these coordinates (``Transformer.forward(..., return_positions=True)``).
+        """
+        return state  # the positions begin() computed: one tensor for all layers
 
     def angles(self, positions: Tensor) -> Tensor:
+        """Rotation angles ``[B or 1, T, n_pairs]`` in fp32 from what ``layer_positions`` returned."""
         return rotation_angles(positions, self.inv_freq)
+
+    def query_key_transform(self, context: LayerContext, previous: QueryKeyTransform | None) -> Rotation | None:
+        positions = self.layer_positions(context.layer, context.hidden, context.state, context.inputs)
+        if positions is None:
+            return None
+        if isinstance(previous, Rotation) and previous.positions is positions:
+            return previous  # the same coordinates as the layer before: rotate by the same angles
+        return Rotation(self.angles(positions), self.pairing, positions)
 
     def label(self) -> str:
         if self.base == 10_000.0:

@@ -23,6 +23,7 @@ def sinusoids(positions: Tensor, d_model: int, base: float = 10_000.0) -> Tensor
 @register("sinusoid")
 class SinusoidEncoding(PositionEncoding):
     summary = "Fixed sine and cosine waves of the absolute position added to the token embeddings."
+    attention_paths = ("sdpa", "explicit", "flex")  # added before the layers: attention is plain
 
     def __init__(self, shape: ModelShape, base: float = 10_000.0) -> None:
         super().__init__(shape)
