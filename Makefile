@@ -12,12 +12,12 @@ export POSLAB_JOBS ?= 2
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
 
-install: $(VENV)/.installed ## create .venv: torch 2.13.0 (CPU) first if no torch is there, then poslab[dev]
+install: $(VENV)/.installed ## create .venv: torch 2.13.0 (CPU) first if no torch is there, then poslab[dev,test]
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(VENV)/bin/pip install -q torch==2.13.0
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q -e '.[dev,test]'  # test: transformers, the tests' reference (keeps the torch above)
 	touch $@
 
 run: grid ## the main job: the where_am_i extrapolation grid (28 runs, no download) and its report

@@ -58,11 +58,13 @@ The encodings here, on these hooks:
   (``layer_positions``, ``angles``), the same object for every layer when the coordinates are.
 - ``alibi``: ``score_bias`` and its ``score_mod``.
 
-How the methods of the literature would map (each one file and one YAML; none is built here):
+Built on them: the RoPE scaling rules (``rope_scaling.py``; settings of ``rope``: position interpolation,
+NTK-aware, dynamic NTK, YaRN, Llama 3.1, p-RoPE): ``rope``'s ``inv_freq`` follows the rule (recomputed per
+forward pass from its length for dynamic NTK and the test-time rules); YaRN's temperature folded into both
+sides: ``Scaled(rotation, query_scale=m, key_scale=m)`` with ``m = 0.1 ln(s) + 1``.
 
-- RoPE scaling rules (position interpolation, NTK-aware, YaRN): a ``RotaryEncoding`` whose ``angles`` (or
-  ``inv_freq``) follows the rule; YaRN's temperature folded into both sides:
-  ``Scaled(rotation, query_scale=m, key_scale=m)`` with ``m = 0.1 ln(s) + 1``.
+How the other methods of the literature would map (each one file and one YAML; none is built here):
+
 - xPos: ``Scaled(rotation, query_scale=zeta ** (n / gamma), key_scale=zeta ** (-n / gamma))``, the scales
   ``[1, 1, T, head_dim]`` per pair and position, so ``score`` carries ``zeta ** ((t - s) / gamma)``.
 - randomized positions: a ``RotaryEncoding`` (or table) whose ``positions`` are a sorted random subset of a
