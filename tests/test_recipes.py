@@ -220,8 +220,12 @@ def train(overrides: list[str], run_dir: Path, data: dict[str, Path] | None) -> 
     # what the recipe decides is what ran
     kept = ("trainer.precision", "model.compile", "corpus.tokenizer", "encoding", "task.name", "seed")
     kept += tuple(f"optimizer.{k}" for k in recipe.optimizer if k != "total_steps")  # total_steps: max_steps
+
+    def as_written(node: Any) -> Any:  # interpolations unresolved: original_length follows the shrunk context
+        return OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else node
+
     for key in kept:
-        assert OmegaConf.select(cfg, key) == OmegaConf.select(recipe, key), key
+        assert as_written(OmegaConf.select(cfg, key)) == as_written(OmegaConf.select(recipe, key)), key
     if recipe.trainer.accelerator == "gpu":
         assert cfg.trainer.precision == "bf16-mixed"  # the GPU recipes' own precision, run on the CPU
 
