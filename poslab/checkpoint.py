@@ -195,15 +195,20 @@ def _covered(key: str, prefixes: Any) -> bool:
     return any(key == p or key.startswith(f"{p}.") for p in prefixes)
 
 
-def config_changes(saved: dict[str, Any], current: dict[str, Any], allowed: Any = ()) -> list[str]:
+def config_changes(
+    saved: dict[str, Any], current: dict[str, Any], allowed: Any = (), at_default: Any = ()
+) -> list[str]:
     """``key: saved → now`` for every model-defining setting (``MODEL_DEFINING``) that differs between the
-    config a checkpoint recorded and the current one, leaving out ``NOT_MODEL_DEFINING`` and the keys (or
-    sections: ``encoding`` covers ``encoding.base``) in ``allowed``."""
+    config a checkpoint recorded and the current one, leaving out ``NOT_MODEL_DEFINING``, the keys (or
+    sections: ``encoding`` covers ``encoding.base``) in ``allowed``, and the keys of ``at_default`` that the
+    checkpoint's config does not have: settings added to poslab after the checkpoint was written, left at
+    their declared defaults (which keep the behaviour of before: a new setting's default must)."""
     old = {k: v for k, v in flatten(saved).items() if _covered(k, MODEL_DEFINING)}
     new = {k: v for k, v in flatten(current).items() if _covered(k, MODEL_DEFINING)}
+    added = set(at_default) - old.keys()
     changes = []
     for key in sorted(old.keys() | new.keys()):
-        if _covered(key, NOT_MODEL_DEFINING) or _covered(key, allowed):
+        if _covered(key, NOT_MODEL_DEFINING) or _covered(key, allowed) or key in added:
             continue
         before, after = old.get(key, "(not set)"), new.get(key, "(not set)")
         if before != after:

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from poslab.errors import ConfigError
 from poslab.launching import register_resolvers
 from poslab.run_files import CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE, directories_holding
-from poslab.settings import CONF_DIR, SYNTHETIC_TASKS, check_settings
+from poslab.settings import CONF_DIR, SYNTHETIC_TASKS, check_settings, encoding_defaults
 
 
 def register_config_resolvers() -> None:
@@ -145,7 +145,7 @@ def check_resume(cfg: DictConfig, checkpoint: Path) -> None:
     saved = checkpoint_config(checkpoint)
     if saved is None:
         return  # a checkpoint from before poslab recorded its config: nothing to compare with
-    changes = config_changes(saved, OmegaConf.to_container(cfg, resolve=True), list(allowed))
+    changes = config_changes(saved, OmegaConf.to_container(cfg, resolve=True), list(allowed), encoding_at_default(cfg))
     if changes:
         keys = ",".join(change.split(":", 1)[0] for change in changes)
         raise ConfigError(
@@ -153,6 +153,16 @@ def check_resume(cfg: DictConfig, checkpoint: Path) -> None:
             f"continues that model: {'; '.join(changes)} (saved → now); give the saved settings, or allow the "
             f"change on purpose with resume_allow_changes=[{keys}]."
         )
+
+
+def encoding_at_default(cfg: DictConfig) -> list[str]:
+    """The encoding's settings (``encoding.<key>``) whose value is written as its YAML declares it (an
+    interpolation compared as written, before it resolves): what a resume of a checkpoint written before the
+    setting existed may take as unchanged."""
+    declared = encoding_defaults().get(str(cfg.encoding.get("name")), {})
+    written = OmegaConf.to_container(cfg.encoding, resolve=False)
+    assert isinstance(written, dict)
+    return [f"encoding.{k}" for k, v in written.items() if k in declared and declared[k] == v]
 
 
 def available_devices(accelerator: str) -> int | None:
