@@ -175,27 +175,30 @@ def validate_with_length(settings: dict[str, Any], rule: str) -> None:
     check_original(settings, rule)
 
 
+def check_ordered(settings: dict[str, Any], low: str, high: str, defaults: tuple[float, float], why: str) -> None:
+    """Two positive settings with ``low`` < ``high`` (a rule's pair of bounds)."""
+    first = _positive(f"encoding.{low}", settings.get(low, defaults[0]))
+    second = _positive(f"encoding.{high}", settings.get(high, defaults[1]))
+    if first >= second:
+        raise ConfigError(
+            f"encoding.{low}={settings.get(low)!r} must be less than encoding.{high}={settings.get(high)!r}{why}."
+        )
+
+
 def validate_yarn(settings: dict[str, Any], rule: str) -> None:
     validate_with_length(settings, rule)
-    fast = _positive("encoding.beta_fast", settings.get("beta_fast", 32.0))
-    slow = _positive("encoding.beta_slow", settings.get("beta_slow", 1.0))
-    if slow >= fast:
-        raise ConfigError(
-            f"encoding.beta_slow={settings.get('beta_slow')!r} must be less than encoding.beta_fast="
-            f"{settings.get('beta_fast')!r}: beta_fast bounds the pairs kept, beta_slow those interpolated "
-            f"(the paper: 32 and 1)."
-        )
+    check_ordered(
+        settings,
+        "beta_slow",
+        "beta_fast",
+        (1.0, 32.0),
+        ": beta_fast bounds the pairs kept, beta_slow those interpolated (the paper: 32 and 1)",
+    )
 
 
 def validate_llama3(settings: dict[str, Any], rule: str) -> None:
     validate_with_length(settings, rule)
-    low = _positive("encoding.low_freq_factor", settings.get("low_freq_factor", 1.0))
-    high = _positive("encoding.high_freq_factor", settings.get("high_freq_factor", 4.0))
-    if low >= high:
-        raise ConfigError(
-            f"encoding.low_freq_factor={settings.get('low_freq_factor')!r} must be less than "
-            f"encoding.high_freq_factor={settings.get('high_freq_factor')!r} (Llama 3.1: 1 and 4)."
-        )
+    check_ordered(settings, "low_freq_factor", "high_freq_factor", (1.0, 4.0), " (Llama 3.1: 1 and 4)")
 
 
 @dataclass(frozen=True)
