@@ -701,12 +701,13 @@ def analyze_documents(
     ``INTERVENTION_READINGS``, with ``bootstrap`` resamples of the documents for their intervals (one set of
     resamples for every statistic of the run, the same for runs with the same documents)."""
     readings = u_readings(trend)
-    original = {
-        r.name: PairStatistics.empty(features(torch.ones(1), r.trend).shape[-1], max_displacement) for r in readings
-    }
-    shuffled = {
-        r.name: PairStatistics.empty(features(torch.ones(1), r.trend).shape[-1], max_displacement) for r in readings
-    }
+
+    def empty() -> dict[str, PairStatistics]:
+        return {
+            r.name: PairStatistics.empty(features(torch.ones(1), r.trend).shape[-1], max_displacement) for r in readings
+        }
+
+    original, shuffled = empty(), empty()
     shuffled_rows: list[int] = []  # which documents the shuffle test could use
     changes: dict[str, dict[str, list[float]]] = {
         kind: {r: [] for r in INTERVENTION_READINGS} for kind in INTERVENTIONS
