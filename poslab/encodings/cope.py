@@ -1,0 +1,131 @@
+"""CoPE, Contextual Position Encoding (Golovneva et al., 2024, "Contextual Position Encoding: Learning to Count
+What's Important", arXiv 2405.18719): a key's position is counted by gates that read the content.
+
+Per layer and head, for a query at ``t`` and a key at ``s <= t`` (``q``, ``k`` after the inner transform)::
+
+    g[t, j] = sigmoid(q_t . k_j / sqrt(head_dim))          gates, 0 for keys after the query (j > t)
+    p[t, s] = min(sum_{j=s}^{t} g[t, j], max_pos - 1)      the contextual position of key s seen from t
+    z[t, e] = q_t . E[e]                                    e = 0 .. max_pos - 1, E a learned [max_pos, head_dim]
+    term[t, s] = (p - floor p) * z[t, ceil p] + (1 - (p - floor p)) * z[t, floor p]
+
+The gates take the attention logits themselves, scaled by ``1 / sqrt(head_dim)`` as the paper's code (Appendix B:
+``attn_logits / sqrt(head_dim)``, then ``sigmoid``) and x-transformers (``Attend`` hands its scaled logits to
+``CoPE``). The test-time ``score_scale`` (log-length scaling) multiplies the attention scores only: the gates,
+like every ``term``, keep the training scale. Keys after the query get gate 0 before the sum (the paper adds
+``mask.log()``, -inf, to the logits; x-transformers fills them with ``-finfo.max``), so they are never counted,
+and their term is a finite ``z[t, 0]`` that the causal mask then hides. With every gate 1, ``p = t - s + 1``:
+relative positions, the paper's remark.
+
+``E`` is one table per layer, shared by the heads, starting at zero (the paper's code and x-transformers'): the
+term is 0 and the model NoPE (``inner: none``, the paper's CoPE-only runs) or RoPE (``inner: rope``) at start.
+
+Compared with x-transformers' ``CoPE(dim=head_dim, heads=H, max_pos)`` (the default interpolation, not
+``soft_onehot``): the same term for every ``(t, s <= t)`` (``tests/test_content_positions.py``). poslab writes the
+interpolation as ``z[floor p] + (p - floor p) * (z[floor p + 1] - z[floor p])``, the same number (``ceil p = floor
+p + 1`` whenever ``p`` is not whole, and the weight is 0 when it is), so one index tensor serves both reads.
+Everything is computed in fp32 with autocast off: a bf16 sum of 100 gates moves in steps of 0.5.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from poslab.encodings.base import LayerContext, ModelShape, QueryKeyTransform, register
+from poslab.encodings.rotary import RotaryEncoding, Rotation
+from poslab.errors import ConfigError
+from poslab.settings import check_choice
+
+INNERS = ("none", "rope")
+
+
+class ContentTermEncoding(RotaryEncoding):
+    """Base of the content-dependent score terms (``cope``, ``forget_gate``): a ``score_term`` per layer, over NoPE
+    (``inner: none``, no transform) or RoPE at the token index (``inner: rope``: ``RotaryEncoding``'s rotation, with
+    its ``base``, ``pairing`` and ``rotary_dim``)."""
+
+    attention_paths = ("sdpa", "explicit")  # a [B, H, T, T] term per layer: an additive mask, no score_mod
+
+    def __init__(self, shape: ModelShape, inner: str = "none", **rotary: Any) -> None:
+        super().__init__(shape, **rotary)  # base, pairing, rotary_dim: read only with inner: rope
+        self.inner = inner
+
+    @classmethod
+    def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
+        super().validate(settings, shape, max_length)
+        check_choice("encoding.inner", settings.get("inner", "none"), INNERS)
+
+    def query_key_transform(self, context: LayerContext, previous: QueryKeyTransform | None) -> Rotation | None:
+        return None if self.inner == "none" else super().query_key_transform(context, previous)
+
+    def inner_label(self) -> str:
+        """``""`` over NoPE, ``":rope"`` over RoPE (``":rope:500000"`` with another base)."""
+        if self.inner == "none":
+            return ""
+        return ":rope" + RotaryEncoding.label(self).removeprefix(self.name)  # type: ignore[attr-defined]
+
+    def label(self) -> str:
+        return self.name + self.inner_label()  # type: ignore[attr-defined]
+
+
+class ContextualPositions(nn.Module):
+    """One layer's CoPE: the position table ``E [max_pos, head_dim]`` (shared by the heads) and its term."""
+
+    def __init__(self, max_pos: int, head_dim: int) -> None:
+        super().__init__()
+        self.max_pos = max_pos
+        self.table = nn.Parameter(torch.zeros(max_pos, head_dim))  # zero: no term at start, as the paper's code
+
+    def positions(self, q: Tensor, k: Tensor) -> Tensor:
+        """``p [B, H, T, T]`` (fp32): the gates of keys ``s..t`` summed, clamped to ``max_pos - 1``; keys after the
+        query have gate 0."""
+        T = q.shape[-2]
+        logits = (q.float() @ k.float().transpose(-2, -1)) / math.sqrt(q.shape[-1])
+        seen = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+        gates = torch.where(seen, logits.sigmoid(), 0.0)
+        # p[t, s] = sum over j >= s of g[t, j]: a cumulative sum from the query back along the keys
+        return gates.flip(-1).cumsum(dim=-1).flip(-1).clamp(max=self.max_pos - 1)
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        """``term [B, H, T, T]`` (fp32) from this layer's queries and keys ``[B, H, T, head_dim]``."""
+        with torch.autocast(q.device.type, enabled=False):
+            p = self.positions(q, k)
+            z = q.float() @ self.table.float().T  # [B, H, T, max_pos]: q_t . E[e] at every integer position
+            step = torch.diff(z, dim=-1, append=z[..., -1:])  # z[e + 1] - z[e]; 0 past the last row
+            floor = p.floor()
+            index = floor.long()
+            return z.gather(-1, index) + (p - floor) * step.gather(-1, index)
+
+
+@register("cope")
+class CopeEncoding(ContentTermEncoding):
+    """CoPE (the module docstring): each layer's own table ``E``; over NoPE or RoPE (``inner``)."""
+
+    summary = (
+        "CoPE: a key's position is the number of keys up to the query whose gate sigmoid(q.k) opens, read from "
+        "learned interpolated position embeddings; per layer, over NoPE or RoPE (inner)."
+    )
+
+    def __init__(self, shape: ModelShape, max_pos: int = 16, inner: str = "none", **rotary: Any) -> None:
+        super().__init__(shape, inner, **rotary)
+        self.max_pos = int(max_pos)
+        self.layers = nn.ModuleList(ContextualPositions(self.max_pos, shape.head_dim) for _ in range(shape.n_layers))
+
+    @classmethod
+    def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
+        super().validate(settings, shape, max_length)
+        max_pos = settings.get("max_pos", 16)
+        if isinstance(max_pos, bool) or not isinstance(max_pos, int) or max_pos < 1:
+            raise ConfigError(
+                f"encoding.max_pos={max_pos!r} must be a whole number of at least 1 (the rows of each layer's "
+                f"position table; contextual positions past max_pos - 1 share the last row)."
+            )
+
+    def score_term(self, context: LayerContext, q: Tensor, k: Tensor) -> Tensor:
+        return self.layers[context.layer](q, k)
+
+    def label(self) -> str:
+        return f"cope:{self.max_pos}{self.inner_label()}"

@@ -1,0 +1,82 @@
+"""The Forgetting Transformer's forget gate (Lin et al., 2025, "Forgetting Transformer: Softmax Attention with a
+Forget Gate", ICLR 2025): attention down-weighted by the product of the gates of the tokens in between.
+
+Per layer and head ``h``, from the layer's input ``x_j`` (its RMS norm, below)::
+
+    f_j = sigmoid(w_h . rmsnorm(x_j) + b_h)                  the forget gate of token j, in (0, 1)
+    c_t = sum_{j <= t} log f_j                                a cumulative sum of logsigmoid
+    term[t, s] = sum_{s < j <= t} log f_j = c_t - c_s         <= 0, 0 on the diagonal, falling further back
+
+so a key's weight is multiplied by ``prod_{s < j <= t} f_j`` (FoX's ``D`` matrix, added to the logits as
+``log D``). FoX computes the gate from the attention layer's input, the block's RMS-normed residual stream
+(``fgate_proj(hidden_states)`` after ``attn_norm``); ``context.hidden`` is the stream before the block's norm,
+so the gate here normalises it itself, RMS norm without a gain: ``w . (g * rmsnorm(x))`` is ``(w * g) . rmsnorm(x)``,
+the same functions, and at the start (``g = 1``) the same numbers as FoX's. Each layer has its own ``w``, ``b``.
+
+Initialisation as FoX's code for its data-dependent ("full") gate: ``w ~ N(0, 0.02)`` (its
+``initializer_range``) and ``b = 0``, so ``f`` starts near 1/2 (FoX's special bias init, decay times
+``T_min .. T_max``, is only for its data-independent gates). x-transformers' ``DataDependentAlibi`` starts at
+``b = 5`` (``f ~ 0.993``, weak forgetting): ``bias_init: 5`` gives that start. ``inner: none`` is NoPE, FoX's
+default; ``inner: rope`` adds RoPE at the token index (FoX's ``use_rope`` option).
+
+Compared with x-transformers' ``DataDependentAlibi(dim, heads)`` (causal, ``post_log_scale = 1``) given the RMS-normed
+input and these weights: the same term for every ``t >= s`` (``tests/test_content_positions.py``). The gates and
+their cumulative sum are computed in fp32 with autocast off: a bf16 sum over 256 tokens moves in steps of 0.5 or more.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from poslab.encodings.base import LayerContext, ModelShape, register
+from poslab.encodings.cope import ContentTermEncoding
+from poslab.errors import ConfigError
+
+GATE_INIT_STD = 0.02  # FoX's initializer_range for the gate's weights
+
+
+@register("forget_gate")
+class ForgetGateEncoding(ContentTermEncoding):
+    """FoX's forget gate (the module docstring): each layer's own gate projection; over NoPE or RoPE (``inner``)."""
+
+    summary = (
+        "Forgetting Transformer: each layer's forget gates sigmoid(w.x + b), per head and token, down-weight a key "
+        "by the product of the gates after it up to the query; over NoPE or RoPE (inner)."
+    )
+
+    def __init__(self, shape: ModelShape, bias_init: float = 0.0, inner: str = "none", **rotary: Any) -> None:
+        super().__init__(shape, inner, **rotary)
+        self.bias_init = float(bias_init)
+        self.gates = nn.ModuleList(nn.Linear(shape.d_model, shape.n_heads) for _ in range(shape.n_layers))
+        for gate in self.gates:
+            nn.init.normal_(gate.weight, std=GATE_INIT_STD)
+            nn.init.constant_(gate.bias, self.bias_init)
+
+    @classmethod
+    def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
+        super().validate(settings, shape, max_length)
+        bias = settings.get("bias_init", 0.0)
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias):
+            raise ConfigError(
+                f"encoding.bias_init={bias!r} must be a finite number: the gates' starting bias (0: FoX, f near "
+                f"1/2; 5: x-transformers, f near 0.993)."
+            )
+
+    def log_forget(self, layer: int, hidden: Tensor) -> Tensor:
+        """``log f [B, H, T]`` (fp32) of layer ``layer`` from its input ``hidden [B, T, D]``."""
+        gate = self.gates[layer]
+        with torch.autocast(hidden.device.type, enabled=False):
+            x = F.rms_norm(hidden.float(), (hidden.shape[-1],))
+            return F.logsigmoid(F.linear(x, gate.weight.float(), gate.bias.float())).transpose(1, 2)
+
+    def score_term(self, context: LayerContext, q: Tensor, k: Tensor) -> Tensor:
+        total = self.log_forget(context.layer, context.hidden).cumsum(dim=-1)  # c_t, [B, H, T]
+        return total[..., :, None] - total[..., None, :]  # c_t - c_s; above the diagonal finite, then masked
+
+    def label(self) -> str:
+        return self.name + self.inner_label()
