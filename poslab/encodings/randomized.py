@@ -1,0 +1,105 @@
+"""Randomized RoPE (Ruoss et al., 2023, "Randomized Positional Encodings Boost Length Generalization of
+Transformers", ACL): rotate by a sorted random subset of a range longer than any test sequence.
+
+In training, each sequence of ``T`` tokens rotates by positions ``p_0 < p_1 < ... < p_{T-1}``, a sample without
+replacement of ``T`` integers from ``[0, max_position)``, sorted (the paper: ``max_position = L_max``, e.g. 2048,
+at least the longest test length). Every position and every distance up to ``max_position`` is then seen in
+training, so a longer test sequence is not out of distribution; only the order of the tokens is kept.
+
+The reference: DeepMind's ``randomized_positional_encodings`` (``models/positional_encodings.py``:
+``noisy_fixed_positional_encodings``, ``jrandom.choice(arange(noise_max_length), (T,), replace=False)`` then
+``sort``; ``NOISY_ROTARY`` in ``models/transformer.py``). Two differences:
+
+- draws: the reference draws one subset per batch (shared by its rows, from the batch's rng key); here each
+  training row draws its own from a generator seeded by ``coordinates["row_seed"]`` (``uses_row_seeds``: a
+  function of run seed, step and global row), so the draws do not depend on the number of DDP processes or on
+  a resume, and a batch sees many subsets per step (without a row seed, e.g. called directly: torch's RNG).
+- evaluation (``eval_positions``): the reference has no training flag, so it samples in evaluation too, with the
+  evaluation loop's rng. poslab follows it by default (``sampled``): RoPE sees only distances, and those of a
+  sorted sample (neighbours about ``max_position / T`` apart) are what training showed, whereas ``0..T-1`` puts
+  every neighbour at distance 1, rare in training when ``max_position >> T``. The sample is drawn from a fixed
+  seed (``EVAL_SEED``), one subset shared by the rows, so an evaluation is reproducible and a sequence gets the
+  same positions whatever batch it is in. ``arange``: the token indices ``0..T-1``, the usual RoPE positions,
+  for comparison.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from poslab.encodings.base import ModelShape, PositionInputs, register
+from poslab.encodings.rotary import RotaryEncoding
+from poslab.errors import ConfigError
+from poslab.settings import check_choice
+
+EVAL_POSITIONS = ("sampled", "arange")
+#: seed of the subset drawn in evaluation with eval_positions=sampled
+EVAL_SEED = 0
+
+
+def sorted_sample(length: int, max_position: int, generator: torch.Generator | None, device: torch.device) -> Tensor:
+    """``length`` distinct integers from ``[0, max_position)``, drawn uniformly and sorted: ``[length]`` fp32."""
+    return torch.randperm(max_position, generator=generator, device=device)[:length].sort().values.float()
+
+
+@register("randomized_rope")
+class RandomizedRopeEncoding(RotaryEncoding):
+    """RoPE at a sorted random sample of positions from ``[0, max_position)``, drawn per training sequence."""
+
+    summary = (
+        "Randomized RoPE: in training each sequence rotates by a sorted random sample of positions from "
+        "[0, max_position), longer than any test sequence; in evaluation a fixed-seed sample (or 0..T-1)."
+    )
+
+    uses_row_seeds = True  # training draws are a function of (seed, step, global row): DDP-invariant
+
+    def __init__(
+        self, shape: ModelShape, max_position: int = 2048, eval_positions: str = "sampled", **rotary: Any
+    ) -> None:
+        super().__init__(shape, **rotary)  # base, pairing, rotary_dim
+        self.max_position, self.eval_positions = int(max_position), eval_positions
+
+    @classmethod
+    def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
+        super().validate(settings, shape, max_length)
+        check_choice("encoding.eval_positions", settings.get("eval_positions", "sampled"), EVAL_POSITIONS)
+        max_position = settings.get("max_position", 2048)
+        whole = isinstance(max_position, int) or (isinstance(max_position, float) and max_position.is_integer())
+        if isinstance(max_position, bool) or not whole or max_position < max_length:
+            raise ConfigError(
+                f"encoding.max_position={max_position!r} must be an integer at least the longest sequence the run "
+                f"uses, max_length={max_length}: positions are a sample of T distinct integers from "
+                f"[0, max_position) (the paper: 2048, beyond every test length)."
+            )
+
+    def positions(self, token_embeddings: Tensor, inputs: PositionInputs) -> Tensor:
+        """``[B, T]`` sampled positions in training, ``[1, T]`` in evaluation (fp32)."""
+        rows, length = inputs.tokens.shape
+        device = inputs.tokens.device
+        if length > self.max_position:
+            raise ConfigError(
+                f"a sequence of {length} tokens is longer than encoding.max_position={self.max_position}: "
+                f"randomized_rope draws {length} distinct positions below it; raise encoding.max_position."
+            )
+        if not self.training:
+            if self.eval_positions == "arange":
+                return inputs.positions
+            generator = torch.Generator(device=device).manual_seed(EVAL_SEED)
+            return sorted_sample(length, self.max_position, generator, device)[None]
+        seeds = inputs.coordinates.get("row_seed")
+        if seeds is None:  # called outside the training module: torch's RNG
+            return torch.stack([sorted_sample(length, self.max_position, None, device) for _ in range(rows)])
+        generator = torch.Generator(device=device)
+        return torch.stack(
+            [
+                sorted_sample(length, self.max_position, generator.manual_seed(int(seed)), device)
+                for seed in seeds[:, 0].tolist()
+            ]
+        )
+
+    def label(self) -> str:
+        label = f"{super().label()}:{self.max_position}"
+        return label if self.eval_positions == "sampled" else f"{label}:eval_arange"

@@ -1,0 +1,83 @@
+"""RoPE/NoPE layer mix: RoPE in most layers, no position encoding in every ``nope_every``-th layer.
+
+Layer ``l`` (0-based) is NoPE when ``(l + 1) % k == 0`` (``k = nope_every``): layers ``k-1, 2k-1, ...``, the last
+of each group of ``k``, as Llama 4's iRoPE (every 4th layer without RoPE; its NoPE layers also scale their
+attention temperature with length, which is not done here) and Yang et al., 2025, "Rope to Nope and Back
+Again: A New Hybrid Attention Strategy" (RNoPE: the NoPE layers interleaved with RoPE ones). ``k = 1``: NoPE in
+every layer; ``k > n_layers``: plain RoPE. A NoPE layer's queries and keys are left as they are (no transform).
+
+``base`` is given once or once per layer (``per_layer``: ``base: [10000, 500000]``): RoPE layer ``l`` rotates by
+``theta_i = base_l ** (-2i / rotary_dim)``; a NoPE layer's base is unused. The frequencies of every layer are one
+``[n_layers, P]`` fp32 buffer (``inv_freq``, kept fp32 by ``RotaryEncoding._apply``). A layer reuses the layer
+before's rotation when both rotate with the same base; after a NoPE layer the rotation is built again (cos and
+sin of ``[1, T, P]`` angles: negligible).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from poslab.encodings.base import LayerContext, ModelShape, PositionInputs, QueryKeyTransform, per_layer, register
+from poslab.encodings.rotary import RotaryEncoding, Rotation, inverse_frequencies, rotation_angles
+from poslab.errors import ConfigError
+
+DEFAULT_BASE = 10_000.0
+
+
+def layer_bases(base: Any, n_layers: int) -> list[Any]:
+    """``base`` (null: RoPE's 10000) as one value per layer."""
+    return per_layer("encoding.base", DEFAULT_BASE if base is None else base, n_layers)
+
+
+@register("rope_nope_mix")
+class RopeNopeMixEncoding(RotaryEncoding):
+    """RoPE with a NoPE layer every ``nope_every`` layers (the last of each group); ``base`` per layer or once."""
+
+    summary = (
+        "RoPE/NoPE mix (iRoPE, RNoPE): RoPE in most layers, no rotation in every nope_every-th layer; "
+        "base once or per layer."
+    )
+
+    def __init__(self, shape: ModelShape, nope_every: int = 4, base: Any = None, **rotary: Any) -> None:
+        bases = [float(b) for b in layer_bases(base, shape.n_layers)]
+        super().__init__(shape, base=bases[0], **rotary)  # pairing, rotary_dim
+        self.bases = bases
+        self.nope_every = int(nope_every)
+        self.inv_freq = torch.stack([inverse_frequencies(self.rotary_dim, b) for b in self.bases])  # [L, P]
+
+    @classmethod
+    def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
+        nope_every = settings.get("nope_every", 4)
+        whole = isinstance(nope_every, int) or (isinstance(nope_every, float) and nope_every.is_integer())
+        if isinstance(nope_every, bool) or not whole or nope_every < 1:
+            raise ConfigError(
+                f"encoding.nope_every={nope_every!r} must be an integer of at least 1: every nope_every-th layer is "
+                f"NoPE (1: every layer; more than the {shape.n_layers} layers: none, plain RoPE)."
+            )
+        for base in layer_bases(settings.get("base"), shape.n_layers):
+            super().validate({**settings, "base": base}, shape, max_length)
+
+    def is_nope(self, layer: int) -> bool:
+        return (layer + 1) % self.nope_every == 0
+
+    def layer_positions(self, layer: int, hidden: Tensor, state: Any, inputs: PositionInputs) -> Tensor | None:
+        return None if self.is_nope(layer) else state
+
+    def query_key_transform(self, context: LayerContext, previous: QueryKeyTransform | None) -> Rotation | None:
+        layer = context.layer
+        positions = self.layer_positions(layer, context.hidden, context.state, context.inputs)
+        if positions is None:
+            return None
+        same_base = layer > 0 and self.bases[layer - 1] == self.bases[layer]
+        if isinstance(previous, Rotation) and previous.positions is positions and same_base:
+            return previous  # the layer before rotated alike
+        return Rotation(rotation_angles(positions, self.inv_freq[layer]), self.pairing, positions)
+
+    def label(self) -> str:
+        label = f"{self.name}:nope{self.nope_every}"
+        if any(b != DEFAULT_BASE for b in self.bases):
+            label += ":" + "/".join(f"{b:g}" for b in dict.fromkeys(self.bases))  # the distinct bases, in order
+        return label
