@@ -1,0 +1,116 @@
+"""FIRE (Li et al., 2023, "Functional Interpolation for Relative Positions Improves Long Context Transformers",
+ICLR 2024): a learned function of the distance divided by the query's position ("progressive interpolation").
+
+For a query at ``t`` (0-based) and a key at ``s <= t``, per head ``h``::
+
+    psi(x) = log(c * x + 1)
+    bias[t, s] = f_theta( psi(t - s) / (psi(max(L, t)) + eps) )[h]
+
+``f_theta`` an MLP ``1 -> hidden (32) -> H`` with ReLU, ``c > 0`` and the threshold ``L > 0`` learned. The input
+lies in ``[0, 1]`` for every query at every length (``t - s <= t <= max(L, t)``): a longer sequence asks ``f_theta``
+for no input it was not trained on, once training reached queries past ``L``. ``L`` keeps short queries from
+stretching a few tokens over the whole range.
+
+The normaliser is the paper's ``max(L, i)`` with ``i`` the query index (0-based in the paper's PyTorch listing,
+``torch.max(positions, threshold)`` over ``arange``), not ``i + 1``. Parametrisation and initialisation as that
+listing: ``c`` learned from 0.1 (``init_c``) and used as ``|c * x|``; ``L = |m * L0|`` with ``L0 = 512`` fixed
+(``init_L``) and the multiplier ``m`` learned from 1; ``eps = 1e-6``; the MLP with PyTorch's default init. 512 is
+above poslab's training lengths: then every query is normalised by ``psi(L)``, no interpolation until ``t > L``;
+``threshold`` smaller than the training length gives the progressive interpolation within it.
+
+Layers: the paper's FIRE gives each layer its own ``f_theta, c, L``; it also reports a layer-shared variant. Here
+``per_layer: false`` (default) is the shared one, poslab's ``score_bias`` (computed once per forward);
+``per_layer: true`` gives each layer its own module through ``score_term``. Neither has ``flex``: a 32-wide MLP per
+score is no pointwise ``score_mod``. The bias is computed in fp32 with autocast off (a bf16 MLP input would round
+the normalised distances, spaced ``~1/T``, to 8 bits).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from poslab.encodings.base import LayerContext, ModelShape, PositionEncoding, register
+from poslab.encodings.t5_bias import check_whole
+from poslab.errors import ConfigError
+
+EPS = 1e-6  # the paper's listing: added to the normaliser
+
+
+def check_positive(key: str, value: Any, meaning: str) -> None:
+    """One sentence when ``value`` is not a finite number above 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise ConfigError(f"{key}={value!r} must be a finite number greater than 0 ({meaning}).")
+
+
+class FireBias(nn.Module):
+    """One FIRE: ``f_theta``, ``c`` and the threshold ``L``, and the bias ``[H, T, T]`` they give."""
+
+    def __init__(self, n_heads: int, hidden: int, c: float, threshold: float) -> None:
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(1, hidden), nn.ReLU(), nn.Linear(hidden, n_heads))
+        self.c = nn.Parameter(torch.tensor(float(c)))
+        self.register_buffer("threshold_init", torch.tensor(float(threshold)))  # L0, fixed
+        self.threshold_multiplier = nn.Parameter(torch.tensor(1.0))  # m: L = |m * L0| learns at the scale of m
+
+    def normalised_distance(self, length: int, device: torch.device) -> Tensor:
+        """``psi(t - s) / (psi(max(L, t)) + eps)`` ``[T, T]`` in fp32 (keys after the query: ``|t - s|``, finite)."""
+        position = torch.arange(length, device=device, dtype=torch.float32)
+        threshold = (self.threshold_multiplier.float() * self.threshold_init.float()).abs()
+        normaliser = torch.maximum(position, threshold)[:, None]
+        c = self.c.float()
+        psi = lambda x: torch.log(torch.abs(c * x) + 1)  # noqa: E731
+        return psi(position[:, None] - position[None, :]) / (psi(normaliser) + EPS)
+
+    def forward(self, length: int, device: torch.device) -> Tensor:
+        with torch.autocast(device.type, enabled=False):
+            x = self.normalised_distance(length, device)
+            return self.mlp(x[..., None]).permute(2, 0, 1)  # [T, T, H] -> [H, T, T]
+
+
+@register("fire")
+class FireEncoding(PositionEncoding):
+    """FIRE (the module docstring): one ``FireBias`` for all layers, or one per layer (``per_layer``)."""
+
+    summary = (
+        "FIRE: an MLP of log-distance divided by the log of the query's position (at least a learned threshold), "
+        "one bias per head; shared by the layers or per layer."
+    )
+    attention_paths = ("sdpa", "explicit")  # an MLP per score: no pointwise score_mod
+
+    def __init__(
+        self,
+        shape: ModelShape,
+        hidden: int = 32,
+        c: float = 0.1,
+        threshold: float = 512.0,
+        per_layer: bool = False,
+    ) -> None:
+        super().__init__(shape)
+        self.per_layer = bool(per_layer)
+        count = shape.n_layers if self.per_layer else 1
+        self.fire = nn.ModuleList(FireBias(shape.n_heads, int(hidden), c, threshold) for _ in range(count))
+
+    @classmethod
+    def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
+        check_whole("encoding.hidden", settings.get("hidden", 32), 1, "the MLP's width; the paper: 32")
+        check_positive("encoding.c", settings.get("c", 0.1), "psi(x) = log(c x + 1); the paper starts at 0.1")
+        check_positive(
+            "encoding.threshold", settings.get("threshold", 512.0), "L, the normaliser's floor; the paper: 512"
+        )
+        per_layer = settings.get("per_layer", False)
+        if not isinstance(per_layer, bool):
+            raise ConfigError(f"encoding.per_layer={per_layer!r} must be true (one FIRE per layer) or false (shared).")
+
+    def score_bias(self, length: int, device: torch.device) -> Tensor | None:
+        return None if self.per_layer else self.fire[0](length, device)
+
+    def score_term(self, context: LayerContext, q: Tensor, k: Tensor) -> Tensor | None:
+        if not self.per_layer:
+            return None
+        return self.fire[context.layer](q.shape[-2], q.device)[None]  # [1, H, T, T]
+
+    def label(self) -> str:
+        return "fire:layer" if self.per_layer else "fire"

@@ -1,0 +1,94 @@
+"""T5's relative position bias (Raffel et al., 2020, "Exploring the Limits of Transfer Learning with a Unified
+Text-to-Text Transformer", JMLR): one learned scalar per head and bucket of the query-key distance.
+
+For a query at ``t`` and a key at ``s <= t``, the distance ``n = t - s`` falls in a causal (unidirectional) bucket::
+
+    exact = num_buckets // 2
+    bucket(n) = n                                                                          if n < exact
+              = min(exact + floor(log(n / exact) / log(max_distance / exact) * (num_buckets - exact)),
+                    num_buckets - 1)                                                       otherwise
+    bias[t, s] = table[bucket(t - s), h]
+
+so the first half of the buckets are single distances and the rest widen logarithmically up to ``max_distance``;
+every farther distance shares the last bucket. One table for all layers, as T5 (its first layer's bias is reused by
+the others) and poslab's ``score_bias``. The score is T5's: the table value itself, not scaled.
+
+References compared with (``tests/test_distance_biases.py``): transformers' ``T5Attention._relative_position_bucket``
+(``bidirectional=False``), the same bucket for every distance; x-transformers' ``RelativePositionBias(scale=1,
+causal=True)``, the same bias given the same table. x-transformers multiplies its table by ``scale``, which its
+attention layers set to ``sqrt(dim_head)`` (a reparametrisation of an N(0, 1) table); ``scale=1`` is T5's bias.
+
+Initialisation as transformers' ``T5PreTrainedModel._init_weights``: ``table ~ N(0, d_model ** -0.5)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from poslab.encodings.base import ModelShape, PositionEncoding, ScoreMod, register
+from poslab.errors import ConfigError
+
+
+def relative_position_bucket(relative_position: Tensor, num_buckets: int = 32, max_distance: int = 128) -> Tensor:
+    """T5's causal bucket of ``relative_position = key - query`` (integers; positive ones, keys after the query,
+    are bucket 0), the same values as transformers' ``_relative_position_bucket(bidirectional=False)``."""
+    n = -torch.minimum(relative_position, torch.zeros_like(relative_position))  # t - s, 0 for keys after the query
+    exact = num_buckets // 2
+    # n = 0 would take log(0); those n are below `exact`, where the bucket is n itself, so 1 stands in for them
+    log_ratio = torch.log(n.clamp(min=1).float() / exact) / math.log(max_distance / exact)
+    large = exact + (log_ratio * (num_buckets - exact)).to(torch.long)
+    large = torch.minimum(large, torch.full_like(large, num_buckets - 1))
+    return torch.where(n < exact, n, large)
+
+
+def check_whole(key: str, value: Any, minimum: int, example: str) -> None:
+    """One sentence when ``value`` is not a whole number of at least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{key}={value!r} must be a whole number of at least {minimum} ({example}).")
+
+
+@register("t5_bias")
+class T5BiasEncoding(PositionEncoding):
+    summary = "T5 relative bias: a learned scalar per head for each bucket of the query-key distance (log-spaced)."
+    attention_paths = ("sdpa", "explicit", "flex")  # the bucket is pointwise and the table a lookup: a score_mod
+
+    def __init__(self, shape: ModelShape, num_buckets: int = 32, max_distance: int = 128) -> None:
+        super().__init__(shape)
+        self.num_buckets, self.max_distance = int(num_buckets), int(max_distance)
+        # [num_buckets, H], the layout of T5's and x-transformers' nn.Embedding: their weights copy over as they are
+        self.table = nn.Parameter(torch.randn(self.num_buckets, shape.n_heads) * shape.d_model**-0.5)
+
+    @classmethod
+    def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
+        buckets = settings.get("num_buckets", 32)
+        check_whole("encoding.num_buckets", buckets, 2, "T5: 32")
+        distance = settings.get("max_distance", 128)
+        check_whole(
+            "encoding.max_distance", distance, buckets // 2 + 1, "past the num_buckets // 2 exact ones; T5: 128"
+        )
+
+    def buckets(self, length: int, device: torch.device) -> Tensor:
+        """``[T, T]`` bucket of every query (rows) and key (columns)."""
+        position = torch.arange(length, device=device)
+        return relative_position_bucket(position[None, :] - position[:, None], self.num_buckets, self.max_distance)
+
+    def score_bias(self, length: int, device: torch.device) -> Tensor:
+        return self.table.float()[self.buckets(length, device)].permute(2, 0, 1)  # [T, T, H] -> [H, T, T]
+
+    def score_mod(self) -> ScoreMod:
+        """The same lookup inside FlexAttention: the bucket of ``kv_idx - q_idx``, then the table."""
+        table, buckets, distance = self.table, self.num_buckets, self.max_distance
+
+        def t5(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            return score + table[relative_position_bucket(kv_idx - q_idx, buckets, distance), h].float()
+
+        return t5
+
+    def label(self) -> str:
+        if (self.num_buckets, self.max_distance) == (32, 128):
+            return self.name  # type: ignore[attr-defined]
+        return f"{self.name}:{self.num_buckets}x{self.max_distance}"  # type: ignore[attr-defined]
