@@ -82,10 +82,8 @@ class ContextualPositions(nn.Module):
     def positions(self, q: Tensor, k: Tensor) -> Tensor:
         """``p [B, H, T, T]`` (fp32): the gates of keys ``s..t`` summed, clamped to ``max_pos - 1``; keys after the
         query have gate 0."""
-        T = q.shape[-2]
         logits = (q.float() @ k.float().transpose(-2, -1)) / math.sqrt(q.shape[-1])
-        seen = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-        gates = torch.where(seen, logits.sigmoid(), 0.0)
+        gates = logits.sigmoid().tril()  # 0 above the diagonal: keys after the query are not counted
         # p[t, s] = sum over j >= s of g[t, j]: a cumulative sum from the query back along the keys
         return gates.flip(-1).cumsum(dim=-1).flip(-1).clamp(max=self.max_pos - 1)
 

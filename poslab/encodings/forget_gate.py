@@ -10,8 +10,9 @@ Per layer and head ``h``, from the layer's input ``x_j`` (its RMS norm, below)::
 so a key's weight is multiplied by ``prod_{s < j <= t} f_j`` (FoX's ``D`` matrix, added to the logits as
 ``log D``). FoX computes the gate from the attention layer's input, the block's RMS-normed residual stream
 (``fgate_proj(hidden_states)`` after ``attn_norm``); ``context.hidden`` is the stream before the block's norm,
-so the gate here normalises it itself, RMS norm without a gain: ``w . (g * rmsnorm(x))`` is ``(w * g) . rmsnorm(x)``,
-the same functions, and at the start (``g = 1``) the same numbers as FoX's. Each layer has its own ``w``, ``b``.
+so the gate here normalises it itself, RMS norm without a gain (whatever ``model.norm``; FoX's blocks use
+RMSNorm): ``w . (g * rmsnorm(x))`` is ``(w * g) . rmsnorm(x)``, the same functions, and at the start (``g = 1``)
+the same numbers as FoX's. Each layer has its own ``w``, ``b``.
 
 Initialisation as FoX's code for its data-dependent ("full") gate: ``w ~ N(0, 0.02)`` (its
 ``initializer_range``) and ``b = 0``, so ``f`` starts near 1/2 (FoX's special bias init, decay times
