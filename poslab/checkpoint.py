@@ -28,7 +28,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from poslab.errors import ConfigError
 from poslab.io import write_atomic
-from poslab.run_files import CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE
+from poslab.run_files import AUTO, CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE
 from poslab.targets import flatten
 
 # what a Lightning training checkpoint has and model.pt (or any other file) has not
@@ -126,20 +126,28 @@ def resolve_checkpoint(ckpt_path: str | None, output_dir: str | Path) -> Path | 
     """The training checkpoint ``ckpt_path`` names, checked; ``None`` when not resuming.
 
     ``last``: this run directory's ``checkpoints/last.ckpt`` (resume in place: ``hydra.run.dir=<the run's
-    directory>``); a directory: the ``checkpoints/last.ckpt`` of that run directory (or that file in the
-    directory itself); anything else: a checkpoint file. A path that does not exist, or a file that is not
-    a training checkpoint poslab can load with ``weights_only=True``, raises ``ConfigError``.
+    directory>``); ``auto``: the same when it exists, else None (a fresh start; a finished run is skipped before
+    this, ``training.finished_earlier``: how a multirun given again continues where it stopped); a directory:
+    the ``checkpoints/last.ckpt`` of that run directory (or that file in the directory itself); anything else:
+    a checkpoint file. A path that does not exist, or a file that is not a training checkpoint poslab can load
+    with ``weights_only=True``, raises ``ConfigError``.
     """
     if ckpt_path is None or str(ckpt_path).strip() in ("", "null", "None"):
         return None
     value = str(ckpt_path)
+    if value == AUTO:  # resume this run directory's last checkpoint if it has one, else start afresh
+        path = Path(output_dir) / CHECKPOINT_DIR / LAST_CHECKPOINT
+        if not path.is_file():
+            return None
+        check_training_checkpoint(path, f"ckpt_path={AUTO}")
+        return path.resolve()
     if value == "last":
         path = Path(output_dir) / CHECKPOINT_DIR / LAST_CHECKPOINT
         if not path.is_file():
             raise ConfigError(
                 f"ckpt_path=last resumes from this run directory's {CHECKPOINT_DIR}/{LAST_CHECKPOINT}, but {path} "
-                f"does not exist; allowed: last with hydra.run.dir=<the directory of the run to resume>, the path of "
-                f"a run directory, or the path of a .ckpt file."
+                f"does not exist; allowed: last with hydra.run.dir=<the directory of the run to resume>, auto (resume "
+                f"when there is a checkpoint, else start), the path of a run directory, or the path of a .ckpt file."
             )
     else:
         path = Path(value).expanduser()
@@ -155,7 +163,8 @@ def resolve_checkpoint(ckpt_path: str | None, output_dir: str | Path) -> Path | 
         elif not path.exists():
             raise ConfigError(
                 f"ckpt_path={value} does not exist; allowed: last (this run directory's "
-                f"{CHECKPOINT_DIR}/{LAST_CHECKPOINT}), a run directory, or the path of a .ckpt file."
+                f"{CHECKPOINT_DIR}/{LAST_CHECKPOINT}), auto (the same when it exists, else a fresh start), a run "
+                f"directory, or the path of a .ckpt file."
             )
     check_training_checkpoint(path, f"ckpt_path={value}")
     return path.resolve()

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from poslab.errors import ConfigError
 from poslab.launching import register_resolvers
-from poslab.run_files import CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE, directories_holding
+from poslab.run_files import AUTO, CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE, directories_holding
 from poslab.settings import CONF_DIR, SYNTHETIC_TASKS, check_settings, encoding_defaults
 
 
@@ -51,6 +51,8 @@ def check_config(cfg: DictConfig) -> None:
     check_settings(cfg)
     check_combinations(cfg)
     checkpoint = None
+    if cfg.get("ckpt_path") == AUTO and (Path(cfg.paths.output_dir) / RESULTS_FILE).is_file():
+        return  # a finished run that ckpt_path=auto skips: nothing will be written
     if cfg.get("ckpt_path") is not None:
         # imported here: poslab.checkpoint loads torch, which a config refused above never needs
         from poslab.checkpoint import resolve_checkpoint

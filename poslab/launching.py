@@ -22,6 +22,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from poslab.run_files import AUTO
+
 #: environment variable a job's own process is started with, so it does not start another one
 CHILD_MARK = "POSLAB_JOB_PROCESS"
 
@@ -94,17 +96,21 @@ def quoted(value: str) -> str:
 JOB_NAME_LENGTH = 80  # characters of a job folder's name after its number: `ls` shows them whole
 
 
-def job_folder(number: Any, overrides: Any = "") -> str:
+def job_folder(number: Any, overrides: Any = "", ckpt_path: Any = None) -> str:
     """A multirun job's folder name: its number, then its overrides (Hydra's ``override_dirname``), made
     safe for a filesystem, a shell and Hydra's own parser (``key-value`` items joined by ``_``: no ``=``, ``,``,
     ``/``, spaces or quotes, so ``ckpt_path=<job dir>`` needs no quoting) and cut to ``JOB_NAME_LENGTH``
-    characters with a short hash of the whole (two long names never collide): ``3_encoding-rope_seed-1``."""
+    characters with a short hash of the whole (two long names never collide): ``3_encoding-rope_seed-1``. Under
+    ``ckpt_path=auto`` the overrides alone (``encoding-rope_seed-1``): a multirun given again, perhaps with an
+    encoding added to its lists (which renumbers the jobs), finds each job's folder by what the job is."""
     import hashlib
     import re
 
     text = re.sub(r"[^\w.+-]+", "_", str(overrides or "")).strip("_")
     if len(text) > JOB_NAME_LENGTH:
         text = text[: JOB_NAME_LENGTH - 9] + "~" + hashlib.sha1(text.encode()).hexdigest()[:8]
+    if str(ckpt_path) == AUTO:  # a rerun finds each job by its overrides (an added job shifts the numbers)
+        return text or "job"
     return f"{number}_{text}" if text else str(number)
 
 
@@ -117,6 +123,7 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("poslab_jobs", lambda devices=1: parallel_jobs(devices))
     if not OmegaConf.has_resolver("poslab_job_folder"):
         OmegaConf.register_new_resolver("poslab_job_folder", job_folder)
+
 
 
 def summary_lines(sweep_dir: Path) -> tuple[list[str], bool]:

@@ -20,6 +20,9 @@ FAILURE_FILE = "failed.json"
 MODEL_FILE = "model.pt"
 CHECKPOINT_DIR = "checkpoints"
 LAST_CHECKPOINT = "last.ckpt"
+#: ``ckpt_path=auto``: a run directory with results.json is skipped, one with a last checkpoint resumes from it,
+#: any other starts afresh (the position zoo's multirun continues where an earlier one stopped)
+AUTO = "auto"
 ANALYSIS_DIR = "analysis"
 #: Hydra writes this file into the directory of a multirun (the sweep directory)
 MULTIRUN_FILE = "multirun.yaml"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -26,7 +27,7 @@ from poslab.config import check_config, requested_devices
 from poslab.errors import DivergedError, PoslabError
 from poslab.io import write_json_atomic
 from poslab.lightning_modules.base import check_precision
-from poslab.run_files import FAILURE_FILE, MODEL_FILE, RESULTS_FILE
+from poslab.run_files import AUTO, FAILURE_FILE, MODEL_FILE, RESULTS_FILE
 from poslab.run_guard import stop
 from poslab.runtime import keep_freed_memory, wandb_offline_unless_key
 
@@ -69,6 +70,9 @@ def quiet_third_party_noise() -> None:
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Train and evaluate one configuration; return (and write) its results."""
+    finished = finished_earlier(cfg)
+    if finished is not None:
+        return finished
     check_config(cfg)
     quiet_third_party_noise()
     if cfg.threads:
@@ -207,6 +211,20 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
         log.exception("this job failed; the other jobs of the multirun go on")
         _record_failure(cfg, error)
     return None
+
+
+def finished_earlier(cfg: DictConfig) -> dict[str, Any] | None:
+    """Under ``ckpt_path=auto``, the results of a run directory that already holds them (the job is skipped,
+    so a multirun given again trains only what is missing); None otherwise. A job that failed earlier (its
+    ``failed.json``, no results) runs again, and its stale ``failed.json`` goes."""
+    if cfg.get("ckpt_path") != AUTO:
+        return None
+    output_dir = Path(cfg.paths.output_dir)
+    if not (output_dir / RESULTS_FILE).is_file():
+        (output_dir / FAILURE_FILE).unlink(missing_ok=True)
+        return None
+    log.info("finished earlier, skipped (ckpt_path=auto): %s", output_dir / RESULTS_FILE)
+    return json.loads((output_dir / RESULTS_FILE).read_text())
 
 
 def remove_if_only_hydra_wrote(output_dir: Path, log_dir: Path) -> None:
