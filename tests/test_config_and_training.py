@@ -110,7 +110,8 @@ def test_tiny_run_writes_results_with_every_figure(tmp_path):
     assert written["figures"] == results["figures"]
     assert set(written["figures"]) == {"32", "64", "128"}
     assert set(written["figures"]["32"]) == {"accuracy", "accuracy_log_scaled"}
-    assert set(written["figures"]["128"]) == {"accuracy", "accuracy_past_train", "accuracy_log_scaled"}
+    rules = {f"accuracy_test_{rule}" for rule in ("linear", "ntk", "yarn", "llama3")}  # rope's test-time variants
+    assert set(written["figures"]["128"]) == {"accuracy", "accuracy_past_train", "accuracy_log_scaled", *rules}
     assert written["config"]["encoding"]["name"] == "rope" and written["steps"] == 3
     assert all(0.0 <= v <= 1.0 for row in written["figures"].values() for v in row.values())
     assert not list(tmp_path.glob(".results.json.*"))  # no temporary file left behind

@@ -30,6 +30,10 @@ Per layer, with a ``LayerContext`` (the layer's index, its input hidden state, `
     ``term``: an additive term on this layer's scores that may read its transformed ``q`` and ``k``
     ``[B, H, T, head_dim]`` and its hidden state (``context.hidden``): content-dependent positions.
 
+At test time: ``test_time_variants()`` names other ways to evaluate the trained model at longer lengths (RoPE's
+test-time scaling rules), and ``evaluated_as(variant)`` computes as one of them within a ``with`` block; the
+synthetic tasks report each as ``accuracy_<variant>`` beside the plain accuracy.
+
 Declared once, checked at start:
 
 ``attention_paths``
@@ -89,7 +93,8 @@ How the other methods of the literature would map (each one file and one YAML; n
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -241,6 +246,18 @@ class PositionEncoding(nn.Module):
         scale, before the causal mask), which may read its transformed queries and keys ``[B, H, T, head_dim]``
         and ``context.hidden``; None: none. The flex path cannot add one: do not declare ``flex`` with it."""
         return None
+
+    # ---- test time ------------------------------------------------------------------------------------------------
+    def test_time_variants(self) -> tuple[str, ...]:
+        """Other ways to evaluate this trained model at longer lengths without training it again (RoPE's test-time
+        scaling rules: ``test_yarn``, ...); the evaluation reports each beside the plain one. None by default."""
+        return ()
+
+    @contextmanager
+    def evaluated_as(self, variant: str) -> Iterator[None]:
+        """Within the block the encoding computes as ``variant`` (one of ``test_time_variants()``)."""
+        raise ValueError(f"encoding {self.name!r} has no test-time variant {variant!r}")  # type: ignore[attr-defined]
+        yield
 
     def label(self) -> str:
         """Short name used in reports, e.g. ``rope:1000000`` or ``alibi:0.5``."""

@@ -19,6 +19,8 @@ YaRN's attention factor ``m`` multiplies queries and keys (``Scaled``): the scor
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -127,6 +129,23 @@ class RopeEncoding(RotaryEncoding):
         scale = torch.ones(self.shape.head_dim, device=positions.device)
         scale[: self.rotary_dim] = attention  # the rotated features only, as transformers scales cos and sin
         return Scaled(rotation, scale, scale)
+
+    def test_time_variants(self) -> tuple[str, ...]:
+        """Each test-time rule, for a model trained without one (and with ``original_length`` known): the same
+        trained model evaluated at every longer length with factor ``L_test / L_train``."""
+        if self.scaling != "none" or self.test_scaling != "none" or self.original_length is None:
+            return ()
+        return tuple(f"test_{rule}" for rule in TEST_RULES if rule != "none")
+
+    @contextmanager
+    def evaluated_as(self, variant: str) -> Iterator[None]:
+        if variant not in self.test_time_variants():
+            raise ValueError(f"encoding rope has no test-time variant {variant!r}: {self.test_time_variants()}")
+        self.test_scaling = variant.removeprefix("test_")
+        try:
+            yield
+        finally:
+            self.test_scaling = "none"
 
     def label(self) -> str:
         label = super().label()

@@ -4,7 +4,10 @@ At every evaluation length L the module reports, as the write-up does:
 ``accuracy`` over scored positions; ``accuracy_past_train`` over positions
 t >= train_length only (when L > train_length); ``accuracy_log_scaled`` with
 every attention score multiplied by log(L)/log(train_length) at test time
-(Chiang & Cholak, 2022; the factor is 1 at the training length).
+(Chiang & Cholak, 2022; the factor is 1 at the training length); and, for an
+encoding with test-time variants (``PositionEncoding.test_time_variants``: RoPE's
+scaling rules applied with factor L / train_length), ``accuracy_<variant>`` at
+each length past the training length (at or below it every rule is the identity).
 """
 
 from __future__ import annotations
@@ -30,15 +33,19 @@ class SyntheticTaskModule(TransformerModule):
     ) -> None:
         super().__init__(model, optimizer, max_length)
         self.train_length, self.eval_lengths = train_length, list(eval_lengths)
+        self.variants = self.model.encoding.test_time_variants()
         self.metrics = nn.ModuleDict(
             {
                 self._key(length, metric): MulticlassAccuracy(model.n_outputs, average="micro", ignore_index=IGNORE)
                 for length in self.eval_lengths
-                for metric in METRICS
-                if metric != "accuracy_past_train" or length > train_length
+                for metric in self.metric_names()
+                if metric in ("accuracy", "accuracy_log_scaled") or length > train_length
             }
         )
         self.figures: dict[str, dict[str, float]] = {}
+
+    def metric_names(self) -> list[str]:
+        return [*METRICS, *(f"accuracy_{variant}" for variant in self.variants)]
 
     @staticmethod
     def _key(length: int, metric: str) -> str:
@@ -68,12 +75,17 @@ class SyntheticTaskModule(TransformerModule):
         scale = math.log(length) / math.log(self.train_length)
         scaled = self.model(tokens, coordinates, score_scale=scale).logits.argmax(-1)
         self.metrics[self._key(length, "accuracy_log_scaled")].update(scaled, targets)
+        if length > self.train_length:
+            for variant in self.variants:
+                with self.model.encoding.evaluated_as(variant):
+                    predicted = self.model(tokens, coordinates).logits.argmax(-1)
+                self.metrics[self._key(length, f"accuracy_{variant}")].update(predicted, targets)
 
     def on_test_epoch_end(self) -> None:
         self.figures = {}
         for length in self.eval_lengths:
             row = {}
-            for metric in METRICS:
+            for metric in self.metric_names():
                 key = self._key(length, metric)
                 if key in self.metrics:
                     row[metric] = float(self.metrics[key].compute())
