@@ -15,7 +15,7 @@ position_embedding/sandwich_relative_position_embedding.py``): the same ``i = 1 
 
 ``dim`` is ``d'`` (the paper's default 128; independent of the model's width). fp32; the cosine sum is computed once
 per distance ``0 .. T-1`` and gathered into ``[T, T]``. The flex ``score_mod`` sums the ``d'/2`` cosines itself
-(pointwise, its frequencies constants of the kernel).
+(pointwise: ``d'/2`` cosines per score inside the kernel).
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ class SandwichEncoding(PositionEncoding):
     def __init__(self, shape: ModelShape, dim: int = 128) -> None:
         super().__init__(shape)
         self.dim = int(dim)
+        frequencies = torch.tensor(sandwich_frequencies(self.dim), dtype=torch.float32)
+        self.register_buffer("frequencies", frequencies, persistent=False)
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
@@ -58,22 +60,22 @@ class SandwichEncoding(PositionEncoding):
 
     def score_bias(self, length: int, device: torch.device) -> Tensor:
         distance = torch.arange(length, device=device, dtype=torch.float32)
-        frequencies = torch.tensor(sandwich_frequencies(self.dim), device=device)
-        per_distance = torch.cos(distance[:, None] * frequencies).sum(-1) - self.dim / 2  # [T], distances 0 .. T-1
+        per_distance = torch.cos(distance[:, None] * self.frequencies.to(device)).sum(-1) - self.dim // 2  # [T], distances 0 .. T-1
         table = per_distance[causal_distance(length, device).long()]  # [T, T]
         head = torch.arange(1, self.shape.n_heads + 1, device=device, dtype=torch.float32)
         return table[None] / (8.0 * head / self.shape.n_heads)[:, None, None]
 
     def score_mod(self) -> ScoreMod:
         """The same bias inside FlexAttention: the ``d'/2`` cosines of ``q_idx - kv_idx`` (clamped at 0) summed, and
-        head ``h``'s divisor ``8 (h + 1) / H`` (0-based ``h``)."""
-        frequencies, half, n_heads = sandwich_frequencies(self.dim), self.dim / 2, self.shape.n_heads
+        head ``h``'s divisor ``8 (h + 1) / H`` (0-based ``h``). The frequencies are read from the buffer, not held as
+        Python floats: compile would turn those into inputs the flex kernel cannot lower."""
+        frequencies, half, n_heads = self.frequencies, self.dim // 2, self.shape.n_heads
 
         def sandwich(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
             distance = (q_idx - kv_idx).clamp(min=0).float()
             total = torch.zeros_like(distance)
-            for w in frequencies:
-                total = total + torch.cos(distance * w)
+            for i in range(half):
+                total = total + torch.cos(distance * frequencies[i])
             return score + (total - half) / (8.0 * (h + 1).float() / n_heads)
 
         return sandwich
