@@ -60,7 +60,8 @@ class SandwichEncoding(PositionEncoding):
 
     def score_bias(self, length: int, device: torch.device) -> Tensor:
         distance = torch.arange(length, device=device, dtype=torch.float32)
-        per_distance = torch.cos(distance[:, None] * self.frequencies.to(device)).sum(-1) - self.dim // 2  # [T], distances 0 .. T-1
+        # [T]: the bias of each distance 0 .. T-1, then gathered into [T, T]
+        per_distance = torch.cos(distance[:, None] * self.frequencies.to(device)).sum(-1) - self.dim // 2
         table = per_distance[causal_distance(length, device).long()]  # [T, T]
         head = torch.arange(1, self.shape.n_heads + 1, device=device, dtype=torch.float32)
         return table[None] / (8.0 * head / self.shape.n_heads)[:, None, None]
