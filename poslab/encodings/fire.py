@@ -18,11 +18,12 @@ listing: ``c`` learned from 0.1 (``init_c``) and used as ``|c * x|``; ``L = |m *
 above poslab's training lengths: then every query is normalised by ``psi(L)``, no interpolation until ``t > L``;
 ``threshold`` smaller than the training length gives the progressive interpolation within it.
 
-Layers: the paper's FIRE gives each layer its own ``f_theta, c, L``; it also reports a layer-shared variant. Here
-``per_layer: false`` (default) is the shared one, poslab's ``score_bias`` (computed once per forward);
-``per_layer: true`` gives each layer its own module through ``score_term``. Neither has ``flex``: a 32-wide MLP per
-score is no pointwise ``score_mod``. The bias is computed in fp32 with autocast off (a bf16 MLP input would round
-the normalised distances, spaced ``~1/T``, to 8 bits).
+Layers: the paper's listing is one module, which its models use per layer (each layer its own ``f_theta, c, L``,
+as far as could be checked here; the paper also discusses sharing it across layers). Here ``per_layer: false``
+(default) is one FIRE shared by the layers, poslab's ``score_bias`` (computed once per forward, as every other
+distance bias here); ``per_layer: true`` gives each layer its own module through ``score_term``. Neither has
+``flex``: a 32-wide MLP per score is no pointwise ``score_mod``. The bias is computed in fp32 with autocast off (a
+bf16 MLP input would round the normalised distances, spaced ``~1/T``, to 8 bits).
 """
 
 from __future__ import annotations
