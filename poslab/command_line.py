@@ -137,6 +137,23 @@ def check_job(cfg: DictConfig) -> None:
     check_combinations(cfg)
 
 
+def check_synthetic_task(cfg: DictConfig) -> None:
+    """A synthetic task's own settings against every length it will see (flip_flop's probabilities, a vocabulary
+    too small for associative_recall's longest evaluation length): its datamodule checks them when built, which
+    is cheap (the evaluation sets are drawn later, in ``setup``)."""
+    import hydra
+
+    from poslab.settings import SYNTHETIC_TASKS
+
+    if cfg.task.name not in SYNTHETIC_TASKS:
+        return
+    task = OmegaConf.to_container(cfg.task, resolve=True)
+    assert isinstance(task, dict)
+    target = hydra.utils.get_class(str(task.pop("_target_")))
+    task.pop("module", None)
+    target(**task, seed=int(cfg.seed))
+
+
 def check_encoding(cfg: DictConfig) -> None:
     """The encoding's own ``validate`` (ranges, sizes against the model) and its attention paths against
     ``model.attention``: imports torch, so it runs last. A setting the task's data fills in (rand_axial's
@@ -176,6 +193,7 @@ def check_command_line(argv: list[str]) -> None:
             check_job(cfg)
         for cfg in configs:
             check_encoding(cfg)
+            check_synthetic_task(cfg)
     except ConfigError as error:
         stop(error)
 

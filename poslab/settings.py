@@ -30,7 +30,7 @@ from poslab.errors import ConfigError
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 # ---- the enumerated settings: each list of options is defined here, once ------------------------------------
-SYNTHETIC_TASKS = ("lag", "seen")
+SYNTHETIC_TASKS = ("lag", "seen", "copy", "associative_recall", "flip_flop", "counting")
 SCHEDULES = ("constant", "cosine")
 #: ``trainer.precision`` values poslab trains with. Mixed precision keeps fp32 weights and optimizer moments
 #: (autocast computes in bf16/fp16); the "-true" half precisions would store the weights, AdamW's moments and
@@ -158,6 +158,18 @@ class SyntheticTaskSettings(TaskSettings):
 
 
 @dataclass
+class FlipFlopSettings(SyntheticTaskSettings):
+    p_write: Fraction = 0.1
+    p_ignore: Fraction = 0.8
+    p_read: Fraction = 0.1
+
+
+@dataclass
+class CountingSettings(SyntheticTaskSettings):
+    num_variables: Count = 3
+
+
+@dataclass
 class LanguageTaskSettings(TaskSettings):
     context_length: Count = 512
     val_windows: Count = 64
@@ -193,7 +205,15 @@ SECTIONS: tuple[tuple[str, type, bool], ...] = (
     ("optimizer", OptimizerSettings, True),
     ("model", ModelSettings, True),
 )
-TASK_SCHEMAS = {"lag": SyntheticTaskSettings, "seen": SyntheticTaskSettings, "lm": LanguageTaskSettings}
+TASK_SCHEMAS = {
+    "lag": SyntheticTaskSettings,
+    "seen": SyntheticTaskSettings,
+    "copy": SyntheticTaskSettings,
+    "associative_recall": SyntheticTaskSettings,
+    "flip_flop": FlipFlopSettings,
+    "counting": CountingSettings,
+    "lm": LanguageTaskSettings,
+}
 
 
 # ---- messages -------------------------------------------------------------------------------------------------

@@ -15,12 +15,14 @@ from poslab.training import run
 from .conftest import CONF, compose_config, fit_quietly, run_train
 
 ENCODINGS = sorted(p.stem for p in (CONF / "encoding").glob("*.yaml"))
-# the hierarchical controls take the corpus's paragraph density; synthetic data has none, so it is given
-NEEDS_DENSITY = {"rand_axial", "period_axial"}
 
 
-def encoding_overrides(encoding: str) -> list[str]:
-    return [f"encoding={encoding}"] + (["encoding.paragraph_density=0.05"] if encoding in NEEDS_DENSITY else [])
+@pytest.mark.parametrize("encoding", ["rand_axial", "period_axial"])
+def test_the_hierarchical_controls_take_one_paragraph_per_generated_sequence(encoding, tmp_path):
+    cfg = compose_config([f"encoding={encoding}", "task.train_length=40"], tmp_path)
+    assert cfg.encoding.paragraph_density is None  # left to the data
+    module = build_module(cfg, build_datamodule(cfg))
+    assert module.model.cfg.encoding["paragraph_density"] == 1 / 40
 
 
 SCHEMES = sorted(p.stem for p in (CONF / "scheme").glob("*.yaml"))
@@ -31,7 +33,7 @@ FAST = ["debug=fast", "trainer.max_steps=3", "~logger", "~callbacks"]
 @pytest.mark.parametrize("encoding", ENCODINGS)
 @pytest.mark.parametrize("task", ["lag", "seen"])
 def test_every_encoding_and_task_composes_and_builds(encoding, task, tmp_path):
-    cfg = compose_config([*encoding_overrides(encoding), f"task={task}"], tmp_path)
+    cfg = compose_config([f"encoding={encoding}", f"task={task}"], tmp_path)
     datamodule = build_datamodule(cfg)
     module = build_module(cfg, datamodule)
     assert module.model.encoding.name == encoding
@@ -88,7 +90,7 @@ def test_extrapolation_grid_sweeps_28_runs(tmp_path):
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_each_encoding_trains_and_its_loss_falls(encoding, tmp_path):
-    cfg = compose_config([*encoding_overrides(encoding), "task.batch_size=32"], tmp_path)
+    cfg = compose_config([f"encoding={encoding}", "task.batch_size=32"], tmp_path)
     datamodule = build_datamodule(cfg)
     module = build_module(cfg, datamodule)
     optimizer = module.configure_optimizers()["optimizer"]

@@ -61,7 +61,7 @@ def test_evaluation_sets_do_not_depend_on_the_training_seed():
 
 
 def test_bad_task_settings():
-    with pytest.raises(ConfigError, match="unknown synthetic task 'copy'; allowed: lag, seen"):
-        SyntheticTask("copy", 16)
+    with pytest.raises(ConfigError, match="unknown synthetic task 'kopy'; allowed: lag, seen, copy"):
+        SyntheticTask("kopy", 16)
     with pytest.raises(ConfigError, match="task.k=0"):
         SyntheticTask("lag", 16, k=0)

@@ -12,7 +12,6 @@ from poslab.errors import ConfigError
 from poslab.settings import CONF_DIR, check_settings, describe, schema_types, value_fits
 
 from .conftest import run_train
-from .test_bf16 import DENSITY
 
 # (command line, what the message must name: the key or option, and the value)
 BAD_COMMANDS = [
@@ -109,20 +108,22 @@ def test_train_py_refuses_a_bad_command_and_leaves_no_directory(argv, tmp_path):
 
 def test_every_recipe_and_encoding_passes_train_pys_check():
     """Every experiment, and every encoding under a synthetic task and a text corpus, passes what train.py checks
-    before running (types, combinations, the encoding's validate): a setting the corpus fills in (rand_axial's
-    paragraph_density) may be null on a text corpus, and must be given on a synthetic task."""
+    before running (types, combinations, the encoding's validate, a synthetic task's own checks): a setting the
+    data fills in (rand_axial's paragraph_density: the corpus's, or one paragraph per generated sequence) may be
+    null."""
     groups = config_groups()
     commands = [[f"experiment={e}", "trainer.accelerator=cpu"] for e in groups["experiment"]]  # GPU recipes too
     for encoding in groups["encoding"]:
         table = ["encoding.max_positions=512"] if encoding == "learned" else []  # as long as the context
         commands.append([f"encoding={encoding}", "corpus=wikitext2", *table])
-        commands.append([f"encoding={encoding}", "task=lag", *DENSITY.get(encoding, [])])
+        commands.append([f"encoding={encoding}", "task=lag"])
     commands += [[f"corpus={c}"] for c in groups["corpus"] if c != "local"]
     commands.append(["corpus=local", "corpus.path=/tmp"])
+    commands += [[f"task={task}"] for task in groups["task"] if task != "lm"]  # lm: with a corpus, above
     for command in commands:
-        check_command_line(command)  # a refusal exits
-    with pytest.raises(SystemExit):
-        check_command_line(["encoding=rand_axial", "task=lag"])  # no corpus to take the density from
+        check_command_line(command)
+    with pytest.raises(SystemExit):  # the task's own check, before anything is written
+        check_command_line(["task=flip_flop", "task.p_write=0.5"])  # the probabilities sum to 1.4
 
 
 @pytest.mark.parametrize(

@@ -549,6 +549,12 @@ class SyntheticDataModule(L.LightningDataModule):
     def max_length(self) -> int:
         return max([self.train_length, *self.eval_lengths])
 
+    @property
+    def paragraph_density(self) -> float:
+        """Paragraph starts per token, for an encoding that takes it from the data (rand_axial, period_axial): a
+        generated sequence is one paragraph, so one start per training sequence."""
+        return 1.0 / self.train_length
+
     def describe(self) -> dict[str, Any]:
         return {"train_length": self.train_length, "eval_lengths": self.eval_lengths}
 

@@ -1,4 +1,4 @@
-"""Training and length-extrapolation evaluation on the synthetic tasks (lag, seen).
+"""Training and length-extrapolation evaluation on the synthetic tasks (``poslab.datamodules.synthetic``).
 
 At every evaluation length L the module reports, as the write-up does:
 ``accuracy`` over scored positions; ``accuracy_past_train`` over positions
