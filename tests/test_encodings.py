@@ -176,3 +176,12 @@ def test_partial_rotary_leaves_the_rest_unchanged():
     ang = rotation_angles(torch.arange(5.0)[None], model.encoding.inv_freq)
     out = apply_rotary(x, ang, "interleaved")
     assert torch.equal(out[..., 8:], x[..., 8:]) and not torch.allclose(out[..., :8], x[..., :8])
+
+
+def test_a_learned_table_left_null_is_as_long_as_the_run_needs():
+    cfg = ModelConfig(vocab_size=16, n_outputs=16, d_model=32, n_heads=2, encoding={"name": "learned"})
+    assert Transformer(cfg, max_length=256).encoding.table.num_embeddings == 256  # the longest evaluation length
+    given = ModelConfig(
+        vocab_size=16, n_outputs=16, d_model=32, n_heads=2, encoding={"name": "learned", "max_positions": 300}
+    )
+    assert Transformer(given, max_length=256).encoding.table.num_embeddings == 300

@@ -48,7 +48,8 @@ Declared once, checked at start:
 ``validate(settings, shape, max_length)``
     Checks the encoding's settings against the model and task before anything is built, so a bad config stops
     at start with one sentence naming the bad value and what is allowed (the pattern of Hugging Face's RoPE
-    registry). Plus ``no_weight_decay``, ``required_coordinates``, ``corpus_settings``, ``uses_row_seeds``.
+    registry). Plus ``no_weight_decay``, ``required_coordinates``, ``corpus_settings``, ``length_settings``,
+    ``uses_row_seeds``.
 
 Per-layer choices: every per-layer hook gets ``context.layer``, so an encoding may differ by layer: no
 transform on every k-th layer (NoPE there), its own module per layer (``nn.ModuleList``, as
@@ -202,6 +203,9 @@ class PositionEncoding(nn.Module):
     required_coordinates: ClassVar[tuple[str, ...]] = ()
     #: settings that, left null, are filled from the training data's statistics (``paragraph_density``)
     corpus_settings: ClassVar[tuple[str, ...]] = ()
+    #: settings that, left null, are the longest sequence the run uses (``max_length``: the context, or the longest
+    #: evaluation length), filled in when the encoding is built: a learned table as long as the run needs
+    length_settings: ClassVar[tuple[str, ...]] = ()
     #: the encoding draws random numbers per training sequence (rand_axial): the training module then passes
     #: ``coordinates["row_seed"]`` ``[B, 1]``, a function of (run seed, step, global row), so a run's draws do not
     #: depend on the number of DDP processes, on a resume, or on anything else drawing from torch's RNG
@@ -388,6 +392,9 @@ def build_encoding(
     given) and build the encoding."""
     cls = validate_encoding(settings, shape, max_length, attention=attention)
     name, settings = own_settings(settings)
+    for key in cls.length_settings:
+        if settings.get(key) is None:
+            settings[key] = max_length
     try:
         encoding = cls(shape, **settings)
     except TypeError as error:  # an unexpected key: say which ones are allowed

@@ -20,6 +20,7 @@ class LearnedEncoding(PositionEncoding):
     summary = "A learned table of absolute position vectors added to the token embeddings (as in GPT-2)."
     no_weight_decay = ("table.weight",)
     attention_paths = ("sdpa", "explicit", "flex")  # added before the layers: attention is plain
+    length_settings = ("max_positions",)  # null: as many rows as the longest sequence the run uses
 
     def __init__(self, shape: ModelShape, max_positions: int = 128, init_std: float | None = None) -> None:
         super().__init__(shape)
@@ -29,7 +30,9 @@ class LearnedEncoding(PositionEncoding):
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
-        rows = settings.get("max_positions", 128)
+        rows = settings.get("max_positions")
+        if rows is None:
+            return  # filled in with max_length when built
         if rows < max_length:
             raise ConfigError(
                 f"encoding.max_positions={rows} is shorter than the longest sequence the run uses ({max_length}); "
