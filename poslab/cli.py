@@ -94,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_output_dir(grid, "DIR/analysis/grid")
 
+    zoo = _parser(
+        reports, "zoo", "the position zoo: every encoding on every synthetic task, ranked per task and overall"
+    )
+    zoo.add_argument("directory", metavar="DIR", help="the multirun directory of experiment=position_zoo")
+    _add_output_dir(zoo, "DIR/analysis/zoo")
+
     losses = _parser(reports, "losses", "validation loss and bits per byte of language-model runs side by side")
     losses.add_argument("directories", nargs="+", metavar="DIR", help="run or multirun directories")
     _add_output_dir(losses, "the first directory's analysis/losses")
@@ -163,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def encoding_lines() -> list[str]:
-    """One line per registered encoding: its summary, then its settings with their defaults (its YAML's)."""
+    """One line per registered encoding: its summary, its settings with their defaults (its YAML's), and the
+    attention paths it runs on (``sdpa`` and ``flex`` fused, ``explicit`` the scores materialised)."""
     from omegaconf import OmegaConf
 
     from poslab.config import compose_config
@@ -173,7 +180,8 @@ def encoding_lines() -> list[str]:
     for name, cls in sorted(ENCODINGS.items()):
         settings = OmegaConf.to_container(compose_config([f"encoding={name}"]).encoding, resolve=True)
         shown = ", ".join(f"{key}={_setting(value)}" for key, value in settings.items() if key != "name")
-        lines.append(f"{name:18s} {cls.summary}" + (f" Settings: {shown}." if shown else " No settings."))
+        paths = f" Paths: {', '.join(cls.attention_paths)}."  # model.attention options, the first the fastest
+        lines.append(f"{name:18s} {cls.summary}" + (f" Settings: {shown}." if shown else " No settings.") + paths)
     return lines
 
 
@@ -191,6 +199,10 @@ def analysis_of(args: argparse.Namespace):
         from poslab.analysis.extrapolation import report_grid
 
         return report_grid(args.directory, args.reference)
+    if args.command == "report" and args.report == "zoo":
+        from poslab.analysis.zoo import report_zoo
+
+        return report_zoo(args.directory)
     if args.command == "report" and args.report == "losses":
         from poslab.analysis.losses import report_losses
 

@@ -57,10 +57,13 @@ def test_encodings_prints_one_clean_line_per_registered_encoding(capsys):
         assert (CONF / "encoding" / f"{name}.yaml").is_file(), name
         assert cls.summary and cls.summary in line and cls.summary != cls.__doc__, name
         assert not RST.search(line), line
+        assert line.endswith(f" Paths: {', '.join(cls.attention_paths)}."), line
     rope = next(line for line in lines if line.startswith("rope "))
     assert "base=10000" in rope and "pairing=interleaved" in rope  # the YAML's defaults, shared ones included
     assert "max_delta=10.0" in next(line for line in lines if line.startswith("increments_layer "))
     assert "No settings." in next(line for line in lines if line.startswith("none "))
+    assert "Paths: sdpa, explicit." in next(line for line in lines if line.startswith("cope "))  # a score term
+    assert "Paths: sdpa, explicit, flex." in next(line for line in lines if line.startswith("alibi "))
     assert lines == encoding_lines()
 
 

@@ -1,0 +1,136 @@
+"""The position zoo: its multirun covers every encoding and every synthetic task; a tiny one runs and resumes;
+``poslab report zoo`` ranks planted results as their figures say, with t-intervals over seeds."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import yaml
+
+from poslab.analysis.zoo import Interval, report_zoo, t_quantile
+from poslab.cli import main
+from poslab.settings import SYNTHETIC_TASKS
+
+from .conftest import CONF, ROOT, GlobalHydra, compose, initialize_config_dir, run_train
+
+ENCODINGS = sorted(p.stem for p in (CONF / "encoding").glob("*.yaml"))
+
+
+def zoo_params() -> dict[str, list[str]]:
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=["experiment=position_zoo"], return_hydra_config=True)
+    return {key: str(value).split(",") for key, value in cfg.hydra.sweeper.params.items()}
+
+
+def test_the_zoo_covers_every_encoding_and_synthetic_task_and_the_wandb_sweep_is_the_same_grid():
+    params = zoo_params()
+    assert sorted(params["encoding"]) == ENCODINGS  # a new encoding's YAML must join the zoo
+    assert sorted(params["task"]) == sorted(SYNTHETIC_TASKS)
+    assert params["seed"] == ["0", "1", "2"]
+    sweep = yaml.safe_load((ROOT / "sweeps" / "position_zoo.yaml").read_text())["parameters"]
+    assert sweep["experiment"]["value"] == "position_zoo"
+    for key in ("encoding", "task", "seed"):
+        assert [str(v) for v in sweep[key]["values"]] == params[key]
+
+
+def test_a_tiny_zoo_runs_resumes_and_is_reported(tmp_path, capsys):
+    sweep = tmp_path / "zoo"
+    args = [
+        "-m",
+        "experiment=position_zoo",
+        "encoding=rope,alibi",
+        "task=copy,flip_flop",
+        "seed=0,1",
+        "trainer.max_steps=3",
+        "task.eval_size=8",
+        f"hydra.sweep.dir={sweep}",
+    ]
+    first = run_train(args, tmp_path, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert f"multirun {sweep}: 8 jobs, 8 success." in first.stdout
+    jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
+    assert len(jobs) == 8 and all(not name[0].isdigit() for name in jobs)  # named by what they are
+    written = {job: (sweep / job / "results.json").read_bytes() for job in jobs}
+    again = run_train(args, tmp_path, timeout=600)  # the same command: every job finished, nothing trains
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {job: (sweep / job / "results.json").read_bytes() for job in jobs} == written
+
+    assert main(["report", "zoo", str(sweep)]) == 0
+    out = capsys.readouterr().out
+    assert "### Overall" in out and "### copy (trained at 32)" in out and "### flip_flop (trained at 32)" in out
+    files = {p.name for p in (sweep / "analysis" / "zoo").iterdir()}
+    assert files == {"zoo.md", "zoo.csv", "zoo.json", "zoo_accuracy.png", "zoo_heatmap.png"}
+    table = json.loads((sweep / "analysis" / "zoo" / "zoo.json").read_text())
+    rope = next(row for row in table["tasks"]["copy"] if row["encoding"] == "rope")
+    assert rope["seeds"] == 2 and set(rope["accuracy"]) == {"1x", "2x", "4x", "8x"}
+    assert rope["best_variant_longest"]["variant"].startswith("test_")  # rope's test-time rules were evaluated
+    alibi = next(row for row in table["tasks"]["copy"] if row["encoding"] == "alibi")
+    assert alibi["best_variant_longest"] is None
+
+
+def planted_run(directory, task: str, label: str, seed: int, accuracy: dict[int, float], variants=None) -> None:
+    """A results.json as a zoo job writes it, with the given accuracy at each test length."""
+    figures = {}
+    for length, value in accuracy.items():
+        row = {"accuracy": value, "accuracy_log_scaled": value / 2}
+        for name, by_length in (variants or {}).items():
+            if length in by_length:
+                row[f"accuracy_{name}"] = by_length[length]
+        figures[str(length)] = row
+    result = {
+        "status": "success",
+        "task": task,
+        "encoding": label.split(":")[0],
+        "label": label,
+        "seed": seed,
+        "train_length": 32,
+        "eval_lengths": sorted(accuracy),
+        "steps": 1000,
+        "figures": figures,
+        "config": {"task": {"name": task}, "encoding": {"name": label.split(":")[0]}, "seed": seed},
+    }
+    run = directory / f"{task}_{label}_{seed}"
+    run.mkdir(parents=True)
+    (run / "results.json").write_text(json.dumps(result))
+
+
+def test_the_report_ranks_planted_runs_by_their_extrapolation_and_gives_t_intervals(tmp_path):
+    lengths = (32, 64, 128, 256)
+    for seed, spread in enumerate((-0.1, 0.0, 0.1)):
+        # task a: good extrapolates best; flat is second; bad is last
+        planted_run(tmp_path, "a", "good", seed, dict(zip(lengths, (1.0, 0.9 + spread, 0.8, 0.7))))
+        planted_run(tmp_path, "a", "flat", seed, dict(zip(lengths, (1.0, 0.6, 0.6, 0.6))))
+        planted_run(tmp_path, "a", "bad", seed, dict(zip(lengths, (1.0, 0.2, 0.1, 0.1))))
+        # task b: the order of good and flat reverses
+        planted_run(tmp_path, "b", "good", seed, dict(zip(lengths, (1.0, 0.45, 0.45, 0.45))))
+        planted_run(tmp_path, "b", "flat", seed, dict(zip(lengths, (1.0, 0.7, 0.7, 0.7))))
+        rule = {"test_yarn": {256: 0.9}, "test_ntk": {256: 0.3}}
+        planted_run(tmp_path, "b", "bad", seed, dict(zip(lengths, (1.0, 0.1, 0.1, 0.1))), rule)
+    result = report_zoo(tmp_path)
+    tables = json.loads(result.files["zoo.json"])
+    assert [row["encoding"] for row in tables["tasks"]["a"]] == ["good", "flat", "bad"]
+    assert [row["encoding"] for row in tables["tasks"]["b"]] == ["flat", "good", "bad"]
+    good = tables["tasks"]["a"][0]
+    assert good["score"]["mean"] == pytest.approx((0.9 + 0.8 + 0.7) / 3)
+    two = good["accuracy"]["2x"]  # 0.8, 0.9, 1.0 over the seeds: mean 0.9, sd 0.1, t(2) = 4.303
+    assert two["mean"] == pytest.approx(0.9)
+    assert two["low"] == pytest.approx(0.9 - 4.303 * 0.1 / math.sqrt(3), abs=1e-6) and two["high"] == 1.0  # clipped
+    bad = tables["tasks"]["b"][2]
+    assert bad["best_variant_longest"] == {"variant": "test_yarn", "mean": 0.9, "low": 0.9, "high": 0.9, "n": 3}
+    assert bad["log_scaled_longest"]["mean"] == pytest.approx(0.05)
+    overall = [(row["encoding"], row["mean_rank"]) for row in tables["overall"]]
+    assert overall == [("flat", 1.5), ("good", 1.5), ("bad", 3.0)]  # tied ranks: the better mean score first
+    assert "| 1 | good | 3 | 1.000 [1.00, 1.00] | 0.900 [0.65, 1.00] |" in result.report
+    csv_lines = result.files["zoo.csv"].decode().splitlines()
+    assert len(csv_lines) == 1 + 18 and csv_lines[0].startswith("task,encoding,seed,train_length,accuracy_1x")
+
+
+def test_t_quantiles_and_intervals():
+    assert t_quantile(2) == 4.303 and t_quantile(30) == pytest.approx(2.042, abs=2e-3)
+    assert t_quantile(200) == pytest.approx(1.972, abs=1e-3)
+    single = Interval.of([0.4])
+    assert single.n == 1 and single.cell() == "0.400"
+    assert Interval.of([]).cell() == "n/a"
