@@ -122,7 +122,7 @@ def main() -> None:
 
         steps[name] = run
     print(
-        f"{describe_device(device, args.threads).split(', fp32')[0]}; byte model ({BYTES} symbols), batch {args.batch} x {args.context} "
+        f"{machine(device, args.threads)}; byte model ({BYTES} symbols), batch {args.batch} x {args.context} "
         f"bytes, {args.precision}; {args.rounds} rounds of {args.steps} timed steps after {args.warmup}",
         flush=True,
     )
@@ -140,6 +140,11 @@ def main() -> None:
             f"| {name} | {paths[name]} | {statistics.median(times) * 1000:.0f} | {statistics.median(ratios):.2f} | "
             f"{min(ratios):.2f}-{max(ratios):.2f} |"
         )
+
+
+def machine(device: torch.device, threads: int) -> str:
+    """The device line of the other benchmarks, without its precision (given apart here)."""
+    return describe_device(device, threads).split(", fp32")[0]
 
 
 def density(encoding: str) -> list[str]:
