@@ -134,3 +134,29 @@ def test_t_quantiles_and_intervals():
     single = Interval.of([0.4])
     assert single.n == 1 and single.cell() == "0.400"
     assert Interval.of([]).cell() == "n/a"
+
+
+def test_the_cope_counting_table_is_a_zoo_over_the_number_of_variables_and_reported_per_number(tmp_path):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=["experiment=cope_counting"], return_hydra_config=True)
+    assert dict(cfg.hydra.sweeper.params) == {
+        "task": "counting",
+        "task.num_variables": "1,3,5",
+        "encoding": "learned,t5_bias,cope",
+        "seed": "0,1,2",
+    }
+    assert (
+        cfg.ckpt_path == "auto" and cfg.trainer.max_steps == 1000 and list(cfg.task.eval_lengths) == [32, 64, 128, 256]
+    )
+    for seed in range(2):
+        for variables, value in ((1, 0.9), (3, 0.5)):
+            planted_run(tmp_path / f"v{variables}", "counting", "cope", seed, {32: value, 64: value / 2})
+    for variables, directory in ((1, "v1"), (3, "v3")):
+        for result in (tmp_path / directory).rglob("results.json"):
+            saved = json.loads(result.read_text())
+            saved["config"]["task"]["num_variables"] = variables
+            result.write_text(json.dumps(saved))
+    tables = json.loads(report_zoo(tmp_path).files["zoo.json"])["tasks"]
+    assert set(tables) == {"counting num_variables=1", "counting num_variables=3"}  # never averaged together
+    assert tables["counting num_variables=3"][0]["accuracy"]["1x"]["mean"] == 0.5

@@ -108,9 +108,12 @@ def zoo_run(run: FinishedRun, keys: list[str]) -> ZooRun:
         for key, value in row.items():
             if key.startswith("accuracy_test_"):
                 variants[key.removeprefix("accuracy_")][multiple] = value
-    settings = [f"{k}={v}" for k, v in zip(keys, setting_values(run, keys))]
+    values = dict(zip(keys, setting_values(run, keys)))
+    # a task's own settings (counting's num_variables) tell tasks apart; anything else tells encodings apart
+    task = [f"{k.removeprefix('task.')}={v}" for k, v in values.items() if k.startswith("task.")]
+    settings = [f"{k}={v}" for k, v in values.items() if not k.startswith("task.")]
     return ZooRun(
-        task=result["task"],
+        task=" ".join([result["task"], *task]),
         encoding=" ".join([result["label"], *settings]),
         seed=int(result["seed"]),
         train_length=train,
@@ -301,7 +304,6 @@ def load_zoo(directory: str | Path) -> tuple[list[ZooRun], list[str]]:
             + (f": {listed}" if listed else ": is it the multirun directory of experiment=position_zoo?")
         )
     keys = differing_settings(found.counted, lambda r: (r.result["task"], r.result["label"]))
-    keys = [k for k in keys if not k.startswith("task.")]  # a task's own settings tell tasks apart, not encodings
     runs = [zoo_run(run, keys) for run in found.counted]
     runs.sort(key=lambda r: (r.task, r.encoding, r.seed))
     return runs, found.notes()
