@@ -22,6 +22,34 @@ os.environ.setdefault("WANDB_MODE", "offline")
 torch.set_num_threads(1)
 
 
+def tiny_model(
+    encoding: str | dict,
+    attention: str = "sdpa",
+    *,
+    n_layers: int = 2,
+    n_heads: int = 2,
+    d_model: int = 32,
+    max_length: int = 64,
+    **settings,
+):
+    """A seeded tiny Transformer (16 symbols) with ``encoding`` (its name, or its settings with ``name``) plus
+    ``settings``: what the encoding tests build to compare paths, references and properties."""
+    from poslab.model import ModelConfig, Transformer
+
+    torch.manual_seed(0)
+    spec = dict(encoding) if isinstance(encoding, dict) else {"name": encoding}
+    cfg = ModelConfig(
+        vocab_size=16,
+        n_outputs=16,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        d_model=d_model,
+        attention=attention,
+        encoding={**spec, **settings},
+    )
+    return Transformer(cfg, max_length=max_length)
+
+
 def run_train(args: list[str], cwd: Path, timeout: int = 300):
     """Run ``python train.py args`` in a subprocess (as a user would); returns the CompletedProcess."""
     import subprocess

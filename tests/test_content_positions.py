@@ -17,7 +17,9 @@ from poslab.encodings import ModelShape, PositionInputs, build_encoding
 from poslab.encodings.base import LayerContext
 from poslab.encodings.cope import ContextualPositions
 from poslab.errors import ConfigError
-from poslab.model import ModelConfig, Transformer
+from poslab.model import Transformer
+
+from .conftest import tiny_model
 
 B, H, T, HEAD_DIM = 2, 2, 24, 16
 SHAPE = ModelShape.of(d_model=H * HEAD_DIM, n_heads=H, n_layers=2)
@@ -25,16 +27,7 @@ SEEN = torch.ones(T, T, dtype=torch.bool).tril()  # (t, s <= t): where a term is
 
 
 def tiny(encoding: str, attention: str = "sdpa", **settings: Any) -> Transformer:
-    torch.manual_seed(0)
-    cfg = ModelConfig(
-        vocab_size=16,
-        n_outputs=16,
-        n_heads=H,
-        d_model=H * HEAD_DIM,
-        attention=attention,
-        encoding={"name": encoding, **settings},
-    )
-    return Transformer(cfg, max_length=64)
+    return tiny_model(encoding, attention, n_heads=H, d_model=H * HEAD_DIM, **settings)
 
 
 def tokens(length: int = T) -> Tensor:

@@ -16,7 +16,9 @@ from poslab.encodings.base import LayerContext
 from poslab.encodings.rotary import apply_rotary, inverse_frequencies, rotation_angles
 from poslab.encodings.t5_bias import relative_position_bucket
 from poslab.errors import ConfigError
-from poslab.model import ModelConfig, Transformer
+from poslab.model import Transformer
+
+from .conftest import tiny_model
 
 SHAPE = ModelShape(d_model=32, n_heads=2, n_layers=2, head_dim=16)
 CPU = torch.device("cpu")
@@ -35,10 +37,7 @@ WITH_SCORE_MOD = ("t5_bias", "kerple_log", "kerple_power", "sandwich")
 
 
 def tiny(encoding: dict, attention: str = "sdpa") -> Transformer:
-    """tests/test_encodings.py's tiny model: 2 layers, 2 heads, d_model 32."""
-    torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=16, n_outputs=16, n_heads=2, d_model=32, attention=attention, encoding=encoding)
-    return Transformer(cfg, max_length=64)
+    return tiny_model(encoding, attention)
 
 
 def build(settings: dict, shape: ModelShape = SHAPE):

@@ -22,7 +22,9 @@ from poslab.encodings.base import LayerContext, QueryKeyTransform, Scaled, per_l
 from poslab.encodings.rope import RopeEncoding
 from poslab.encodings.rotary import RotaryEncoding, Rotation, inverse_frequencies, rotation_angles
 from poslab.errors import ConfigError
-from poslab.model import ModelConfig, Transformer
+from poslab.model import Transformer
+
+from .conftest import tiny_model
 
 EXISTING = {  # every encoding of before, with settings that fit the tiny model
     "none": {},
@@ -46,17 +48,7 @@ N_LAYERS, N_HEADS, D_MODEL, T = 3, 2, 32, 12
 
 
 def tiny(name: str, attention: str = "sdpa", **settings: Any) -> Transformer:
-    torch.manual_seed(0)
-    cfg = ModelConfig(
-        vocab_size=16,
-        n_outputs=16,
-        n_layers=N_LAYERS,
-        n_heads=N_HEADS,
-        d_model=D_MODEL,
-        attention=attention,
-        encoding={"name": name, **settings},
-    )
-    return Transformer(cfg, max_length=64)
+    return tiny_model(name, attention, n_layers=N_LAYERS, n_heads=N_HEADS, d_model=D_MODEL, **settings)
 
 
 def batch(length: int = T) -> tuple[Tensor, dict[str, Tensor]]:

@@ -14,23 +14,15 @@ from poslab.encodings.base import LayerContext, PositionEncoding, QueryKeyTransf
 from poslab.encodings.rotary import apply_rotary, inverse_frequencies, rotation_angles
 from poslab.encodings.xpos import xpos_zeta
 from poslab.errors import ConfigError
-from poslab.model import ModelConfig, Transformer
+from poslab.model import Transformer
+
+from .conftest import tiny_model
 
 D_MODEL, N_HEADS, HEAD_DIM, T = 32, 2, 16, 24
 
 
 def tiny(name: str, attention: str = "sdpa", n_layers: int = 2, **settings: Any) -> Transformer:
-    torch.manual_seed(0)
-    cfg = ModelConfig(
-        vocab_size=16,
-        n_outputs=16,
-        n_layers=n_layers,
-        n_heads=N_HEADS,
-        d_model=D_MODEL,
-        attention=attention,
-        encoding={"name": name, **settings},
-    )
-    return Transformer(cfg, max_length=64)
+    return tiny_model(name, attention, n_layers=n_layers, n_heads=N_HEADS, d_model=D_MODEL, **settings)
 
 
 def encoding(name: str, n_layers: int = 1, max_length: int = 64, **settings: Any) -> PositionEncoding:
