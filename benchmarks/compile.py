@@ -61,8 +61,11 @@ def median_seconds(step: Callable[[], object], steps: int, warmup: int, device: 
     return statistics.median(times[warmup:]), times[0]
 
 
-def training_step(model: torch.nn.Module, batch: int, context: int, device: torch.device) -> Callable[[], object]:
-    """One optimisation step of ``model`` on random bytes: forward, loss, backward, fused AdamW."""
+def training_step(
+    model: torch.nn.Module, batch: int, context: int, device: torch.device, coordinates: dict | None = None
+) -> Callable[[], object]:
+    """One optimisation step of ``model`` on random bytes: forward, loss, backward, fused AdamW; ``coordinates``:
+    the per-token coordinates an encoding reads (``PositionInputs.coordinates``), if any."""
     model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, fused=True)
     generator = torch.Generator(device="cpu").manual_seed(0)
@@ -70,7 +73,7 @@ def training_step(model: torch.nn.Module, batch: int, context: int, device: torc
 
     def step() -> float:
         with autocast(device):
-            logits = model(tokens[:, :-1]).logits
+            logits = model(tokens[:, :-1], coordinates).logits
             loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

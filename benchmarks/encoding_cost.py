@@ -113,7 +113,7 @@ def main() -> None:
         torch.manual_seed(0)
         model = byte_model(encoding, [*context, *overrides, *density(encoding)])
         paths[name] = attention_path(model)
-        step = training_step(model, args.batch, args.context, device)
+        step = training_step(model, args.batch, args.context, device, coordinates(model, args.batch, args.context))
         precision = args.precision
 
         def run(step: Callable[[], object] = step, precision: str = precision) -> object:
@@ -140,6 +140,18 @@ def main() -> None:
             f"| {name} | {paths[name]} | {statistics.median(times) * 1000:.0f} | {statistics.median(ratios):.2f} | "
             f"{min(ratios):.2f}-{max(ratios):.2f} |"
         )
+
+
+def coordinates(model: torch.nn.Module, batch: int, context: int) -> dict[str, torch.Tensor] | None:
+    """What an encoding reads besides the tokens: paragraphs of 64 bytes and sentences of 16 (the hierarchical
+    encodings), and a seed per row (the encodings that draw per training sequence)."""
+    encoding = model.encoding
+    position = torch.arange(context)[None].expand(batch, context)
+    spans = {"paragraph": 64, "sentence": 16, "document": context}
+    found = {name: position // spans[name] for name in encoding.required_coordinates}
+    if encoding.uses_row_seeds:
+        found["row_seed"] = torch.arange(batch)[:, None]
+    return found or None
 
 
 def machine(device: torch.device, threads: int) -> str:
