@@ -125,7 +125,6 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("poslab_job_folder", job_folder)
 
 
-
 def summary_lines(sweep_dir: Path) -> tuple[list[str], bool]:
     """One summary line for a multirun, then one per job (status, overrides, directory); and whether all
     succeeded. The jobs are read as the reports read them (``poslab.analysis.results.collect_runs``)."""

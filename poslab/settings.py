@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import math
 import operator
 import types
 import typing
@@ -229,6 +230,38 @@ def check_choice(key: str, value: Any, allowed: Sequence[Any]) -> None:
     if value not in allowed:
         listed = ", ".join(dict.fromkeys(str(a) for a in allowed))
         raise ConfigError(f"{key}={value!r} is not allowed;{suggestion(value, allowed)} allowed: {listed}.")
+
+
+def check_whole(key: str, value: Any, minimum: int, meaning: str = "") -> int:
+    """One sentence when ``value`` is not a whole number of at least ``minimum`` (``meaning``: what it is, in
+    brackets); the number otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        said = f" ({meaning})" if meaning else ""
+        raise ConfigError(f"{key}={value!r} must be a whole number of at least {minimum}{said}.")
+    return value
+
+
+def check_number(
+    key: str, value: Any, above: float | None = None, at_least: float | None = None, meaning: str = ""
+) -> float:
+    """One sentence when ``value`` is not a finite number (``above`` it, or ``at_least`` it, when given); the
+    number otherwise. A boolean is no number here, though Python counts it as one."""
+    try:
+        number = math.nan if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    bound = (
+        f" greater than {above:g}"
+        if above is not None
+        else f" of at least {at_least:g}"
+        if at_least is not None
+        else ""
+    )
+    fits = (above is None or number > above) and (at_least is None or number >= at_least)
+    if not (math.isfinite(number) and fits):
+        said = f" ({meaning})" if meaning else ""
+        raise ConfigError(f"{key}={value!r} must be a finite number{bound}{said}.")
+    return number
 
 
 def describe(annotation: Any) -> str:

@@ -149,8 +149,8 @@ def test_xpos_paths_agree_and_one_transform_per_forward():
 @pytest.mark.parametrize(
     ("settings", "max_length", "fragment"),
     [
-        ({"scale_base": 0}, 64, r"encoding.scale_base=0 must be a number greater than 0"),
-        ({"zeta_ratio": 0.0}, 64, r"encoding.zeta_ratio=0.0 must be a number greater than 0"),
+        ({"scale_base": 0}, 64, r"encoding.scale_base=0 must be a finite number greater than 0"),
+        ({"zeta_ratio": 0.0}, 64, r"encoding.zeta_ratio=0.0 must be a finite number greater than 0"),
         ({"zeta_ratio": -1}, 64, r"encoding.zeta_ratio=-1 must be"),
         ({"scale_base": 0.5}, 64, r"scale_base=0.5 .* at most 35 positions .* not 64"),
         ({"pairing": "diagonal"}, 64, r"encoding.pairing"),

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from poslab.encodings.base import ModelShape, PositionEncoding, register
+from poslab.encodings.base import ModelShape, PositionEncoding, causal_distance, register
 from poslab.errors import ConfigError
 
 
@@ -41,9 +41,7 @@ class AlibiEncoding(PositionEncoding):
             raise ConfigError(f"encoding.slopes={list(slopes)} must all be >= 0 (a penalty that grows with distance).")
 
     def score_bias(self, length: int, device: torch.device) -> Tensor | None:
-        position = torch.arange(length, device=device)
-        distance = (position[:, None] - position[None, :]).clamp(min=0).float()  # query minus key, 0 above the diagonal
-        return -self.slopes.to(device)[:, None, None] * distance
+        return -self.slopes.to(device)[:, None, None] * causal_distance(length, device)
 
     def score_mod(self) -> Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]:
         """The same bias inside FlexAttention: ``score - slope[h] * (q_idx - kv_idx)`` (keys after the query

@@ -277,6 +277,12 @@ class PositionEncoding(nn.Module):
             )
 
 
+def causal_distance(length: int, device: torch.device) -> Tensor:
+    """``d[t, s] = t - s`` for keys at or before the query, 0 after it (those are masked), fp32 ``[T, T]``."""
+    position = torch.arange(length, device=device)
+    return (position[:, None] - position[None, :]).clamp(min=0).float()
+
+
 def per_layer(key: str, value: Any, n_layers: int) -> list[Any]:
     """A setting given once or once per layer (``base: 10000`` or ``base: [10000, 500000]`` for two layers), as
     one value per layer; a list of another length stops naming the setting. Its YAML default must admit both: null

@@ -36,8 +36,7 @@ from torch import Tensor, nn
 
 from poslab.encodings.base import LayerContext, ModelShape, QueryKeyTransform, register
 from poslab.encodings.rotary import RotaryEncoding, Rotation
-from poslab.errors import ConfigError
-from poslab.settings import check_choice
+from poslab.settings import check_choice, check_whole
 
 INNERS = ("none", "rope")
 
@@ -115,12 +114,8 @@ class CopeEncoding(ContentTermEncoding):
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         super().validate(settings, shape, max_length)
-        max_pos = settings.get("max_pos", 16)
-        if isinstance(max_pos, bool) or not isinstance(max_pos, int) or max_pos < 1:
-            raise ConfigError(
-                f"encoding.max_pos={max_pos!r} must be a whole number of at least 1 (the rows of each layer's "
-                f"position table; contextual positions past max_pos - 1 share the last row)."
-            )
+        meaning = "the rows of each layer's position table; contextual positions past max_pos - 1 share the last row"
+        check_whole("encoding.max_pos", settings.get("max_pos", 16), 1, meaning)
 
     def score_term(self, context: LayerContext, q: Tensor, k: Tensor) -> Tensor:
         return self.layers[context.layer](q, k)

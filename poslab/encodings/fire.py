@@ -34,16 +34,10 @@ import torch
 from torch import Tensor, nn
 
 from poslab.encodings.base import LayerContext, ModelShape, PositionEncoding, register
-from poslab.encodings.t5_bias import check_whole
 from poslab.errors import ConfigError
+from poslab.settings import check_number, check_whole
 
 EPS = 1e-6  # the paper's listing: added to the normaliser
-
-
-def check_positive(key: str, value: Any, meaning: str) -> None:
-    """One sentence when ``value`` is not a finite number above 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-        raise ConfigError(f"{key}={value!r} must be a finite number greater than 0 ({meaning}).")
 
 
 class FireBias(nn.Module):
@@ -97,10 +91,9 @@ class FireEncoding(PositionEncoding):
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         check_whole("encoding.hidden", settings.get("hidden", 32), 1, "the MLP's width; the paper: 32")
-        check_positive("encoding.c", settings.get("c", 0.1), "psi(x) = log(c x + 1); the paper starts at 0.1")
-        check_positive(
-            "encoding.threshold", settings.get("threshold", 512.0), "L, the normaliser's floor; the paper: 512"
-        )
+        check_number("encoding.c", settings.get("c", 0.1), 0, meaning="psi(x) = log(c x + 1); the paper starts at 0.1")
+        threshold = settings.get("threshold", 512.0)
+        check_number("encoding.threshold", threshold, 0, meaning="L, the normaliser's floor; the paper: 512")
         per_layer = settings.get("per_layer", False)
         if not isinstance(per_layer, bool):
             raise ConfigError(f"encoding.per_layer={per_layer!r} must be true (one FIRE per layer) or false (shared).")

@@ -27,7 +27,6 @@ their cumulative sum are computed in fp32 with autocast off: a bf16 sum over 256
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -36,7 +35,7 @@ from torch import Tensor, nn
 
 from poslab.encodings.base import LayerContext, ModelShape, register
 from poslab.encodings.cope import ContentTermEncoding
-from poslab.errors import ConfigError
+from poslab.settings import check_number
 
 GATE_INIT_STD = 0.02  # FoX's initializer_range for the gate's weights
 
@@ -61,12 +60,8 @@ class ForgetGateEncoding(ContentTermEncoding):
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         super().validate(settings, shape, max_length)
-        bias = settings.get("bias_init", 0.0)
-        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias):
-            raise ConfigError(
-                f"encoding.bias_init={bias!r} must be a finite number: the gates' starting bias (0: FoX, f near "
-                f"1/2; 5: x-transformers, f near 0.993)."
-            )
+        meaning = "the gates' starting bias; 0: FoX, f near 1/2; 5: x-transformers, f near 0.993"
+        check_number("encoding.bias_init", settings.get("bias_init", 0.0), meaning=meaning)
 
     def log_forget(self, layer: int, hidden: Tensor) -> Tensor:
         """``log f [B, H, T]`` (fp32) of layer ``layer`` from its input ``hidden [B, T, D]``."""

@@ -23,15 +23,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from poslab.encodings.base import ModelShape, PositionEncoding, ScoreMod, register
+from poslab.encodings.base import ModelShape, PositionEncoding, ScoreMod, causal_distance, register
 
 EPS = 1e-2  # the paper's code clamps r1, r2 to at least this
-
-
-def causal_distance(length: int, device: torch.device) -> Tensor:
-    """``d[t, s] = t - s`` for keys at or before the query, 0 after it (those are masked), fp32 ``[T, T]``."""
-    position = torch.arange(length, device=device)
-    return (position[:, None] - position[None, :]).clamp(min=0).float()
 
 
 class KerpleEncoding(PositionEncoding):

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from poslab.errors import ConfigError
+from poslab.settings import check_number
 
 #: (rotary_dim, base, factor, original_length, length, settings) -> (inverse frequencies, attention factor)
 RuleFunction = Callable[[int, float, float, "int | None", "int | None", dict[str, Any]], tuple[Tensor, float]]
@@ -138,19 +139,8 @@ def keep_fraction(inv_freq: Tensor, fraction: float) -> Tensor:
     return out
 
 
-def _positive(key: str, value: Any, at_least: float = 0.0, strict: bool = True) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = math.nan
-    if not (number > at_least if strict else number >= at_least) or math.isinf(number):
-        bound = f"greater than {at_least:g}" if strict else f"at least {at_least:g}"
-        raise ConfigError(f"{key}={value!r} must be a number {bound}.")
-    return number
-
-
 def check_factor(settings: dict[str, Any], rule: str) -> None:
-    _positive("encoding.scaling_factor", settings.get("scaling_factor", 1.0), 1.0, strict=False)
+    check_number("encoding.scaling_factor", settings.get("scaling_factor", 1.0), at_least=1.0)
 
 
 def check_original(settings: dict[str, Any], rule: str) -> None:
@@ -177,8 +167,8 @@ def validate_with_length(settings: dict[str, Any], rule: str) -> None:
 
 def check_ordered(settings: dict[str, Any], low: str, high: str, defaults: tuple[float, float], why: str) -> None:
     """Two positive settings with ``low`` < ``high`` (a rule's pair of bounds)."""
-    first = _positive(f"encoding.{low}", settings.get(low, defaults[0]))
-    second = _positive(f"encoding.{high}", settings.get(high, defaults[1]))
+    first = check_number(f"encoding.{low}", settings.get(low, defaults[0]), 0)
+    second = check_number(f"encoding.{high}", settings.get(high, defaults[1]), 0)
     if first >= second:
         raise ConfigError(
             f"encoding.{low}={settings.get(low)!r} must be less than encoding.{high}={settings.get(high)!r}{why}."

@@ -25,8 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from poslab.encodings.base import ModelShape, PositionEncoding, ScoreMod, register
-from poslab.encodings.kerple import causal_distance
+from poslab.encodings.base import ModelShape, PositionEncoding, ScoreMod, causal_distance, register
 from poslab.errors import ConfigError
 
 

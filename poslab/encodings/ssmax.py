@@ -27,9 +27,8 @@ import torch
 from torch import nn
 
 from poslab.encodings.base import LayerContext, ModelShape, QueryKeyTransform, Scaled, register
-from poslab.encodings.fire import check_positive
 from poslab.encodings.rotary import RotaryEncoding
-from poslab.settings import check_choice
+from poslab.settings import check_choice, check_number
 
 INNERS = ("rope", "none")
 
@@ -51,7 +50,8 @@ class SsmaxEncoding(RotaryEncoding):
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         super().validate(settings, shape, max_length)
         check_choice("encoding.inner", settings.get("inner", "rope"), INNERS)
-        check_positive("encoding.s_init", settings.get("s_init", 0.43), "the starting s of s * log(n); the paper: 0.43")
+        s_init = settings.get("s_init", 0.43)
+        check_number("encoding.s_init", s_init, 0, meaning="the starting s of s * log(n); the paper: 0.43")
 
     def query_key_transform(self, context: LayerContext, previous: QueryKeyTransform | None) -> Scaled:
         """Layer ``l``'s inner transform (the rotation reused from the layer before), then its queries times

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from poslab.encodings.base import ModelShape, PositionEncoding, ScoreMod, register
-from poslab.errors import ConfigError
+from poslab.settings import check_whole
 
 
 def relative_position_bucket(relative_position: Tensor, num_buckets: int = 32, max_distance: int = 128) -> Tensor:
@@ -43,12 +43,6 @@ def relative_position_bucket(relative_position: Tensor, num_buckets: int = 32, m
     large = exact + (log_ratio * (num_buckets - exact)).to(torch.long)
     large = torch.minimum(large, torch.full_like(large, num_buckets - 1))
     return torch.where(n < exact, n, large)
-
-
-def check_whole(key: str, value: Any, minimum: int, example: str) -> None:
-    """One sentence when ``value`` is not a whole number of at least ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{key}={value!r} must be a whole number of at least {minimum} ({example}).")
 
 
 @register("t5_bias")

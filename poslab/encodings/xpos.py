@@ -37,9 +37,9 @@ import torch
 from torch import Tensor
 
 from poslab.encodings.base import LayerContext, ModelShape, QueryKeyTransform, Scaled, register
-from poslab.encodings.rope_scaling import _positive
 from poslab.encodings.rotary import RotaryEncoding, exact_positions
 from poslab.errors import ConfigError
+from poslab.settings import check_number
 
 #: the largest factor a query or key may be scaled by (fp32 and bf16 hold up to 2**128)
 LARGEST_FACTOR = 2.0**64
@@ -83,8 +83,8 @@ class XposEncoding(RotaryEncoding):
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         super().validate(settings, shape, max_length)
-        scale_base = _positive("encoding.scale_base", settings.get("scale_base", 512.0))
-        zeta_ratio = _positive("encoding.zeta_ratio", settings.get("zeta_ratio", 0.4))
+        scale_base = check_number("encoding.scale_base", settings.get("scale_base", 512.0), 0)
+        zeta_ratio = check_number("encoding.zeta_ratio", settings.get("zeta_ratio", 0.4), 0)
         if max_length > longest_length(scale_base, zeta_ratio):
             raise too_long(max_length, scale_base, zeta_ratio)
 
