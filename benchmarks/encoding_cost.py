@@ -60,17 +60,34 @@ def entries(only: list[str] | None) -> dict[str, tuple[str, list[str]]]:
     return found
 
 
-def attention_path(model: torch.nn.Module) -> str:
-    """How the model's attention ran: SDPA's causal kernel alone, or with the encoding's bias or term as a mask."""
-    from poslab.encodings.base import PositionEncoding
-
+def attention_path(model: torch.nn.Module, coordinates: dict[str, torch.Tensor] | None) -> str:
+    """How the model's attention ran, seen on one short forward pass: SDPA's causal kernel alone, or with the
+    encoding's once-per-forward bias or its per-layer term as an additive mask."""
     encoding = model.encoding
+    seen = {"bias": False, "term": False}
+    score_bias, score_term = encoding.score_bias, encoding.score_term
+
+    def bias(*args: object) -> object:
+        out = score_bias(*args)
+        seen["bias"] |= out is not None
+        return out
+
+    def term(*args: object) -> object:
+        out = score_term(*args)
+        seen["term"] |= out is not None
+        return out
+
+    encoding.score_bias, encoding.score_term = bias, term
+    try:
+        with torch.no_grad():
+            short = {k: v[:1, :8] for k, v in coordinates.items()} if coordinates else None
+            model(torch.zeros(1, 8, dtype=torch.long), short)
+    finally:
+        del encoding.score_bias, encoding.score_term  # the class's methods again
     path = model.cfg.attention
-    if type(encoding).score_term is not PositionEncoding.score_term:
-        return f"{path} + term mask" if path == "sdpa" else path
-    if encoding.score_bias(2, torch.device("cpu")) is not None:
-        return f"{path} + bias mask" if path == "sdpa" else path
-    return "fused causal" if path == "sdpa" else path
+    if path != "sdpa":
+        return path
+    return "sdpa + term mask" if seen["term"] else "sdpa + bias mask" if seen["bias"] else "fused causal"
 
 
 def precision_context(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
@@ -112,8 +129,9 @@ def main() -> None:
     for name, (encoding, overrides) in entries(args.only.split(",") if args.only else None).items():
         torch.manual_seed(0)
         model = byte_model(encoding, [*context, *overrides, *density(encoding)])
-        paths[name] = attention_path(model)
-        step = training_step(model, args.batch, args.context, device, coordinates(model, args.batch, args.context))
+        extra = coordinates(model, args.batch, args.context)
+        paths[name] = attention_path(model, extra)
+        step = training_step(model, args.batch, args.context, device, extra)
         precision = args.precision
 
         def run(step: Callable[[], object] = step, precision: str = precision) -> object:
