@@ -428,6 +428,12 @@ def check_encoding_settings(node: Any) -> None:
     declared = encoding_defaults()
     check_choice("encoding.name", name, sorted(declared))
     types_of = {key: default_type(default) for key, default in declared[name].items() if key != "name"}
+    nulled = [key for key in types_of if types_of[key] is not Any and key in node and node.get(key) is None]
+    if nulled:  # null where the YAML has a value: allowed where the encoding says null means something
+        from poslab.encodings import encoding_class  # torch: only for such a setting
+
+        for key in set(nulled) & set(encoding_class(str(name)).optional_settings):
+            types_of[key] = Any
     check_section("encoding", node, types_of, closed=True, owner=f"encoding {name!r}")
 
 

@@ -177,3 +177,27 @@ def test_positions_stay_fp32_under_bf16_autocast(encoding):
     for positions in out.positions:  # bf16 has a spacing of 2 near 300: positions would collide
         assert positions.dtype == torch.float32
         assert torch.allclose(positions, torch.arange(1, 301, dtype=torch.float32).expand(3, 300), atol=1e-4)
+
+
+def test_max_delta_null_removes_the_bound_from_the_command_line_to_the_module(tmp_path):
+    """The write-up's claim I4 needs increments without the bound: ``encoding.max_delta=null`` passes the typed
+    check (null means something for this setting only), starts at δ = 1 and lets δ pass 10."""
+    from poslab.command_line import check_command_line
+    from poslab.config import compose_config
+
+    check_command_line(["encoding=increments_layer", "encoding.max_delta=null"])  # a refusal would exit
+    with pytest.raises(SystemExit):
+        check_command_line(["encoding=increments_layer", "encoding.delta_hidden=null"])  # not an optional one
+    from poslab.builders import build_datamodule, build_module
+
+    cfg = compose_config(["encoding=increments_layer", "encoding.max_delta=null"], tmp_path)
+    model = build_module(cfg, build_datamodule(cfg)).model
+    assert model.encoding.max_delta is None and model.encoding.label() == "increments_layer:unbounded"
+    assert all(mlp.max_delta is None for mlp in model.encoding.deltas)
+    tokens = torch.randint(0, 16, (2, 32))
+    positions = model(tokens, return_positions=True).positions
+    assert torch.allclose(positions[0], torch.arange(1, 33, dtype=torch.float32)[None].expand(2, -1), atol=1e-4)
+    with torch.no_grad():
+        model.encoding.deltas[0].out.bias.fill_(20.0)  # softplus(20) = 20: no tanh to cap it
+    steps = increments_from_positions(model(tokens, return_positions=True).positions[0])
+    assert steps.min() > 10.0

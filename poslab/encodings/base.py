@@ -206,6 +206,9 @@ class PositionEncoding(nn.Module):
     #: settings that, left null, are the longest sequence the run uses (``max_length``: the context, or the longest
     #: evaluation length), filled in when the encoding is built: a learned table as long as the run needs
     length_settings: ClassVar[tuple[str, ...]] = ()
+    #: settings with a value in the YAML that may also be null, which means something of its own (increments_layer's
+    #: ``max_delta: null``: no bound); any other setting takes its YAML default's type
+    optional_settings: ClassVar[tuple[str, ...]] = ()
     #: the encoding draws random numbers per training sequence (rand_axial): the training module then passes
     #: ``coordinates["row_seed"]`` ``[B, 1]``, a function of (run seed, step, global row), so a run's draws do not
     #: depend on the number of DDP processes, on a resume, or on anything else drawing from torch's RNG

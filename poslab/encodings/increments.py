@@ -110,9 +110,13 @@ class IncrementsLayerEncoding(RotaryEncoding):
 
     summary = "RoPE at learned positions: each layer's own small network steps from its hidden state, capped."
 
-    def __init__(self, shape: ModelShape, delta_hidden: int = 64, max_delta: float = 10.0, **rotary: Any) -> None:
+    optional_settings = ("max_delta",)  # null: no bound (the write-up: positions then tend to explode)
+
+    def __init__(
+        self, shape: ModelShape, delta_hidden: int = 64, max_delta: float | None = 10.0, **rotary: Any
+    ) -> None:
         super().__init__(shape, **rotary)  # base, pairing, rotary_dim
-        self.max_delta = float(max_delta)
+        self.max_delta = None if max_delta is None else float(max_delta)
         # the norm is the DeltaMLP's own (not the block's norm1): hidden-state norms grow with depth
         self.deltas = nn.ModuleList(
             DeltaMLP(shape.d_model, delta_hidden, max_delta=self.max_delta, norm=True) for _ in range(shape.n_layers)
@@ -123,6 +127,8 @@ class IncrementsLayerEncoding(RotaryEncoding):
         super().validate(settings, shape, max_length)
         check_delta_hidden(settings)
         max_delta = settings.get("max_delta", 10.0)
+        if max_delta is None:
+            return  # unbounded: softplus alone
         if isinstance(max_delta, bool) or not isinstance(max_delta, (int, float)) or not 1 < max_delta < math.inf:
             raise ConfigError(
                 f"encoding.max_delta={max_delta!r} must be a finite number greater than 1: "
@@ -131,6 +137,9 @@ class IncrementsLayerEncoding(RotaryEncoding):
 
     def begin(self, token_embeddings: Tensor, inputs: PositionInputs) -> tuple[Tensor, Any]:
         return token_embeddings, None  # positions come from each layer's hidden state
+
+    def label(self) -> str:
+        return super().label() + (":unbounded" if self.max_delta is None else "")
 
     def layer_positions(self, layer: int, hidden: Tensor, state: Any, inputs: PositionInputs) -> Tensor:
         return self.deltas[layer](hidden).cumsum(dim=-1)  # [B, T] fp32, a new tensor per layer
