@@ -121,6 +121,11 @@ def test_the_report_ranks_planted_runs_by_their_extrapolation_and_gives_t_interv
     bad = tables["tasks"]["b"][2]
     assert bad["best_variant_longest"] == {"variant": "test_yarn", "mean": 0.9, "low": 0.9, "high": 0.9, "n": 3}
     assert bad["log_scaled_longest"]["mean"] == pytest.approx(0.05)
+    assert bad["best_rule"] == {"8x": {"variant": "test_yarn", "mean": 0.9, "low": 0.9, "high": 0.9, "n": 3}}
+    assert set(bad["log_scaled"]) == {"1x", "2x", "4x", "8x"} and bad["log_scaled"]["2x"]["mean"] == pytest.approx(0.05)
+    assert tables["tasks"]["a"][0]["best_rule"] == {}  # no test-time variants: no rule
+    assert "With test-time scaling (trained at 32):" in result.report
+    assert "| bad | 0.050 [0.05, 0.05] | 0.050 [0.05, 0.05] | 0.050 [0.05, 0.05] | n/a | n/a | 0.900" in result.report
     overall = [(row["encoding"], row["mean_rank"]) for row in tables["overall"]]
     assert overall == [("flat", 1.5), ("good", 1.5), ("bad", 3.0)]  # tied ranks: the better mean score first
     assert "| 1 | good | 3 | 1.000 [1.00, 1.00] | 0.900 [0.65, 1.00] |" in result.report

@@ -133,9 +133,19 @@ class Row:
     seeds: int
     accuracy: dict[int, Interval]
     score: Interval
-    log_scaled: Interval  # at the longest multiple
-    best_variant: tuple[str, Interval] | None  # the best test-time variant at the longest multiple
+    scaled: dict[int, Interval]  # scores x log(L)/log(L_train), by multiple
+    rules: dict[int, tuple[str, Interval]]  # the best test-time variant at each multiple past 1 (none: no variants)
     rank: float = math.nan
+
+    @property
+    def log_scaled(self) -> Interval:
+        """Log-length scaling at the longest multiple."""
+        return self.scaled[max(self.scaled)]
+
+    @property
+    def best_variant(self) -> tuple[str, Interval] | None:
+        """The best test-time variant at the longest multiple."""
+        return self.rules.get(max(self.accuracy))
 
 
 def task_rows(runs: list[ZooRun]) -> list[Row]:
@@ -146,21 +156,21 @@ def task_rows(runs: list[ZooRun]) -> list[Row]:
     rows = []
     for encoding, members in groups.items():
         multiples = sorted(set.intersection(*(set(r.accuracy) for r in members)))
-        longest = multiples[-1]
-        variants = set.intersection(*(set(r.variants) for r in members))
-        best = None
-        for variant in sorted(variants):
-            interval = Interval.of([r.variants[variant].get(longest, math.nan) for r in members])
-            if best is None or interval.mean > best[1].mean:
-                best = (variant, interval)
+        variants = sorted(set.intersection(*(set(r.variants) for r in members)))
+        rules = {}
+        for multiple in multiples[1:]:
+            candidates = [(v, Interval.of([r.variants[v].get(multiple, math.nan) for r in members])) for v in variants]
+            candidates = [(v, interval) for v, interval in candidates if interval.n]  # a rule evaluated there
+            if candidates:
+                rules[multiple] = max(candidates, key=lambda item: _or_low(item[1].mean))
         rows.append(
             Row(
                 encoding=encoding,
                 seeds=len(members),
                 accuracy={m: Interval.of([r.accuracy[m] for r in members]) for m in multiples},
                 score=Interval.of([r.score for r in members]),
-                log_scaled=Interval.of([r.log_scaled.get(longest, math.nan) for r in members]),
-                best_variant=best,
+                scaled={m: Interval.of([r.log_scaled.get(m, math.nan) for r in members]) for m in multiples},
+                rules=rules,
             )
         )
     rows.sort(key=lambda r: (-_or_low(r.score.mean), -_or_low(r.accuracy[1].mean if 1 in r.accuracy else math.nan)))
@@ -184,6 +194,22 @@ def task_table(task: str, rows: list[Row], train_length: int) -> str:
         cells = [f"{row.rank:g}", row.encoding, str(row.seeds)]
         cells += [row.accuracy[m].cell() if m in row.accuracy else "n/a" for m in multiples]
         cells += [row.score.cell(), row.log_scaled.cell(), rule]
+        lines.append(_row(cells))
+    return "\n".join(lines + ["", scaled_table(rows, train_length)])
+
+
+def scaled_table(rows: list[Row], train_length: int) -> str:
+    """The same trained models with test-time scaling, at every multiple past the training length: scores x
+    log(L)/log(L_train) (every encoding), and the best of the encoding's test-time rules (RoPE's) with its name."""
+    multiples = sorted({m for row in rows for m in row.accuracy if m > 1})
+    with_rules = any(row.rules for row in rows)
+    header = ["encoding", *(f"{m}x: x log L" for m in multiples)]
+    header += [f"{m}x: best rule" for m in multiples] if with_rules else []
+    lines = [f"With test-time scaling (trained at {train_length}):", "", _row(header), "|" + "---|" * len(header)]
+    for row in rows:
+        cells = [row.encoding, *(row.scaled[m].cell() if m in row.scaled else "n/a" for m in multiples)]
+        if with_rules:
+            cells += [f"{row.rules[m][1].cell()} ({row.rules[m][0]})" if m in row.rules else "n/a" for m in multiples]
         lines.append(_row(cells))
     return "\n".join(lines)
 
@@ -339,6 +365,8 @@ def report_zoo(directory: str | Path) -> AnalysisResult:
                         "seeds": row.seeds,
                         "accuracy": {f"{m}x": vars(i) for m, i in row.accuracy.items()},
                         "score": vars(row.score),
+                        "log_scaled": {f"{m}x": vars(i) for m, i in row.scaled.items()},
+                        "best_rule": {f"{m}x": {"variant": v, **vars(i)} for m, (v, i) in row.rules.items()},
                         "log_scaled_longest": vars(row.log_scaled),
                         "best_variant_longest": (
                             {"variant": row.best_variant[0], **vars(row.best_variant[1])} if row.best_variant else None
