@@ -130,10 +130,10 @@ def first_line(error: BaseException) -> str:
 
 def check_job(cfg: DictConfig) -> None:
     """What can be checked of one job's config without its run directory (the run guard checks that)."""
-    from poslab.config import check_combinations
+    from poslab.config import check_combinations, optional_encoding_settings
     from poslab.settings import check_settings
 
-    check_settings(cfg)
+    check_settings(cfg, optional_encoding_settings)
     check_combinations(cfg)
 
 

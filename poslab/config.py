@@ -48,7 +48,7 @@ def compose_config(overrides: list[str], output_dir: str | Path | None = None, h
 def check_config(cfg: DictConfig) -> None:
     """Every check of a composed config: its settings' types, the combinations of groups, the run directory
     and a resume's checkpoint."""
-    check_settings(cfg)
+    check_settings(cfg, optional_encoding_settings)
     check_combinations(cfg)
     checkpoint = None
     if cfg.get("ckpt_path") == AUTO and (Path(cfg.paths.output_dir) / RESULTS_FILE).is_file():
@@ -61,6 +61,14 @@ def check_config(cfg: DictConfig) -> None:
     check_run_directory(Path(cfg.paths.output_dir), checkpoint)
     if checkpoint is not None:
         check_resume(cfg, checkpoint)
+
+
+def optional_encoding_settings(name: str) -> tuple[str, ...]:
+    """The settings encoding ``name`` lets be null although its YAML gives them a value (``optional_settings``);
+    asked by the typed check only when such a setting is null (the encodings import torch)."""
+    from poslab.encodings import encoding_class
+
+    return encoding_class(name).optional_settings
 
 
 def check_combinations(cfg: DictConfig) -> None:

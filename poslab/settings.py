@@ -418,8 +418,10 @@ def default_type(default: Any) -> Any:
     return str
 
 
-def check_encoding_settings(node: Any) -> None:
-    """An encoding's settings typed by their YAML defaults; a key its YAML does not declare is refused."""
+def check_encoding_settings(node: Any, optional: Callable[[str], Sequence[str]] | None = None) -> None:
+    """An encoding's settings typed by their YAML defaults; a key its YAML does not declare is refused. A null
+    where the YAML has a value passes when ``optional(name)`` (the encoding's ``optional_settings``, which only the
+    encodings know: ``poslab.config.optional_encoding_settings``) lists the setting."""
     if not isinstance(node, DictConfig):
         return
     present, name = readable(node, "name")
@@ -429,17 +431,16 @@ def check_encoding_settings(node: Any) -> None:
     check_choice("encoding.name", name, sorted(declared))
     types_of = {key: default_type(default) for key, default in declared[name].items() if key != "name"}
     nulled = [key for key in types_of if types_of[key] is not Any and key in node and node.get(key) is None]
-    if nulled:  # null where the YAML has a value: allowed where the encoding says null means something
-        from poslab.encodings import encoding_class  # torch: only for such a setting
-
-        for key in set(nulled) & set(encoding_class(str(name)).optional_settings):
+    if nulled and optional is not None:  # null where the YAML has a value: where the encoding says it means something
+        for key in set(nulled) & set(optional(str(name))):
             types_of[key] = Any
     check_section("encoding", node, types_of, closed=True, owner=f"encoding {name!r}")
 
 
 # ---- the whole config -----------------------------------------------------------------------------------------
-def check_settings(cfg: DictConfig) -> None:
-    """Every group of a composed config against its schema (see the module's docstring)."""
+def check_settings(cfg: DictConfig, optional: Callable[[str], Sequence[str]] | None = None) -> None:
+    """Every group of a composed config against its schema (see the module's docstring); ``optional``: the
+    encoding settings that may be null besides those whose YAML default is (``check_encoding_settings``)."""
     for prefix, schema, closed in SECTIONS:
         check_section(prefix, cfg if not prefix else cfg.get(prefix), schema_types(schema), closed)
     task = cfg.get("task")
@@ -454,7 +455,7 @@ def check_settings(cfg: DictConfig) -> None:
     model = cfg.get("model")
     if isinstance(model, DictConfig):
         check_heads(model.d_model, model.n_heads)
-    check_encoding_settings(cfg.get("encoding"))
+    check_encoding_settings(cfg.get("encoding"), optional)
 
 
 def check_heads(d_model: int, n_heads: int) -> None:
