@@ -34,37 +34,16 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from poslab.encodings.base import LayerContext, ModelShape, QueryKeyTransform, register
-from poslab.encodings.rotary import RotaryEncoding, Rotation
-from poslab.settings import check_choice, check_whole
-
-INNERS = ("none", "rope")
+from poslab.encodings.base import LayerContext, ModelShape, register
+from poslab.encodings.rotary import OptionalRotation
+from poslab.settings import check_whole
 
 
-class ContentTermEncoding(RotaryEncoding):
+class ContentTermEncoding(OptionalRotation):
     """Base of the content-dependent score terms (``cope``, ``forget_gate``): a ``score_term`` per layer, over NoPE
-    (``inner: none``, no transform) or RoPE at the token index (``inner: rope``: ``RotaryEncoding``'s rotation, with
-    its ``base``, ``pairing`` and ``rotary_dim``)."""
+    (the default) or RoPE (``OptionalRotation``)."""
 
     attention_paths = ("sdpa", "explicit")  # a [B, H, T, T] term per layer: an additive mask, no score_mod
-
-    def __init__(self, shape: ModelShape, inner: str = "none", **rotary: Any) -> None:
-        super().__init__(shape, **rotary)  # base, pairing, rotary_dim: read only with inner: rope
-        self.inner = inner
-
-    @classmethod
-    def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
-        super().validate(settings, shape, max_length)
-        check_choice("encoding.inner", settings.get("inner", "none"), INNERS)
-
-    def query_key_transform(self, context: LayerContext, previous: QueryKeyTransform | None) -> Rotation | None:
-        return None if self.inner == "none" else super().query_key_transform(context, previous)
-
-    def inner_label(self) -> str:
-        """``""`` over NoPE, ``":rope"`` over RoPE (``":rope:500000"`` with another base)."""
-        if self.inner == "none":
-            return ""
-        return ":rope" + RotaryEncoding.label(self).removeprefix(self.name)  # type: ignore[attr-defined]
 
     def label(self) -> str:
         return self.name + self.inner_label()  # type: ignore[attr-defined]
@@ -106,8 +85,8 @@ class CopeEncoding(ContentTermEncoding):
         "learned interpolated position embeddings; per layer, over NoPE or RoPE (inner)."
     )
 
-    def __init__(self, shape: ModelShape, max_pos: int = 16, inner: str = "none", **rotary: Any) -> None:
-        super().__init__(shape, inner, **rotary)
+    def __init__(self, shape: ModelShape, max_pos: int = 16, **inner_and_rotary: Any) -> None:
+        super().__init__(shape, **inner_and_rotary)  # inner; base, pairing, rotary_dim
         self.max_pos = int(max_pos)
         self.layers = nn.ModuleList(ContextualPositions(self.max_pos, shape.head_dim) for _ in range(shape.n_layers))
 

@@ -49,8 +49,8 @@ class ForgetGateEncoding(ContentTermEncoding):
         "by the product of the gates after it up to the query; over NoPE or RoPE (inner)."
     )
 
-    def __init__(self, shape: ModelShape, bias_init: float = 0.0, inner: str = "none", **rotary: Any) -> None:
-        super().__init__(shape, inner, **rotary)
+    def __init__(self, shape: ModelShape, bias_init: float = 0.0, **inner_and_rotary: Any) -> None:
+        super().__init__(shape, **inner_and_rotary)  # inner; base, pairing, rotary_dim
         self.bias_init = float(bias_init)
         self.gates = nn.ModuleList(nn.Linear(shape.d_model, shape.n_heads) for _ in range(shape.n_layers))
         for gate in self.gates:
@@ -73,6 +73,3 @@ class ForgetGateEncoding(ContentTermEncoding):
     def score_term(self, context: LayerContext, q: Tensor, k: Tensor) -> Tensor:
         total = self.log_forget(context.layer, context.hidden).cumsum(dim=-1)  # c_t, [B, H, T]
         return total[..., :, None] - total[..., None, :]  # c_t - c_s; above the diagonal finite, then masked
-
-    def label(self) -> str:
-        return self.name + self.inner_label()

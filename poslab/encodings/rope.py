@@ -47,9 +47,6 @@ class RopeEncoding(RotaryEncoding):
     def __init__(
         self,
         shape: ModelShape,
-        base: float = 10_000.0,
-        pairing: str = "interleaved",
-        rotary_dim: int | None = None,
         scaling: str = "none",
         scaling_factor: float = 1.0,
         original_length: int | None = None,
@@ -59,8 +56,9 @@ class RopeEncoding(RotaryEncoding):
         high_freq_factor: float = 4.0,
         partial_fraction: float = 1.0,
         test_scaling: str = "none",
+        **rotary: Any,
     ) -> None:
-        super().__init__(shape, base, pairing, rotary_dim)
+        super().__init__(shape, **rotary)  # base, pairing, rotary_dim
         self.scaling, self.scaling_factor, self.test_scaling = scaling, float(scaling_factor), test_scaling
         self.original_length = None if original_length is None else int(original_length)
         self.partial_fraction = float(partial_fraction)

@@ -9,7 +9,7 @@ family's ``QueryKeyTransform`` (``base.py``): queries and keys rotated alike.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -178,3 +178,34 @@ class RotaryEncoding(PositionEncoding):
         if self.base == 10_000.0:
             return self.name
         return f"{self.name}:{int(self.base) if self.base.is_integer() else self.base}"
+
+
+#: what an encoding of ``OptionalRotation`` sits on
+INNERS = ("none", "rope")
+
+
+class OptionalRotation(RotaryEncoding):
+    """Base of the encodings that add a mechanism of their own (a score term, a score scale) over NoPE or RoPE:
+    ``inner: none`` transforms nothing, ``inner: rope`` rotates by the token index as ``RotaryEncoding`` does (its
+    ``base``, ``pairing``, ``rotary_dim``, read only then). ``default_inner``: each encoding's paper's choice."""
+
+    default_inner: ClassVar[str] = "none"
+
+    def __init__(self, shape: ModelShape, inner: str | None = None, **rotary: Any) -> None:
+        super().__init__(shape, **rotary)
+        self.inner = self.default_inner if inner is None else inner
+
+    @classmethod
+    def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
+        super().validate(settings, shape, max_length)
+        allowed = (cls.default_inner, *(inner for inner in INNERS if inner != cls.default_inner))  # the default first
+        check_choice("encoding.inner", settings.get("inner", cls.default_inner), allowed)
+
+    def query_key_transform(self, context: LayerContext, previous: QueryKeyTransform | None) -> Rotation | None:
+        return None if self.inner == "none" else super().query_key_transform(context, previous)
+
+    def inner_label(self) -> str:
+        """``""`` over NoPE, ``":rope"`` over RoPE (``":rope:500000"`` with another base)."""
+        if self.inner == "none":
+            return ""
+        return ":rope" + RotaryEncoding.label(self).removeprefix(self.name)  # type: ignore[attr-defined]

@@ -27,38 +27,34 @@ import torch
 from torch import nn
 
 from poslab.encodings.base import LayerContext, ModelShape, QueryKeyTransform, Scaled, register
-from poslab.encodings.rotary import RotaryEncoding
-from poslab.settings import check_choice, check_number
-
-INNERS = ("rope", "none")
+from poslab.encodings.rotary import OptionalRotation
+from poslab.settings import check_number
 
 
 @register("ssmax")
-class SsmaxEncoding(RotaryEncoding):
+class SsmaxEncoding(OptionalRotation):
     summary = (
         "Scalable-Softmax: each query's scores times s * log(number of keys it sees), s learned per layer and head, "
         "over RoPE (inner: rope) or NoPE (inner: none)."
     )
     no_weight_decay = ("s",)
+    default_inner = "rope"  # the paper's models use RoPE
 
-    def __init__(self, shape: ModelShape, s_init: float = 0.43, inner: str = "rope", **rotary: Any) -> None:
-        super().__init__(shape, **rotary)  # base, pairing, rotary_dim: read only with inner: rope
-        self.inner = inner
+    def __init__(self, shape: ModelShape, s_init: float = 0.43, **inner_and_rotary: Any) -> None:
+        super().__init__(shape, **inner_and_rotary)  # inner; base, pairing, rotary_dim
         self.s = nn.Parameter(torch.full((shape.n_layers, shape.n_heads), float(s_init)))
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         super().validate(settings, shape, max_length)
-        check_choice("encoding.inner", settings.get("inner", "rope"), INNERS)
         s_init = settings.get("s_init", 0.43)
         check_number("encoding.s_init", s_init, 0, meaning="the starting s of s * log(n); the paper: 0.43")
 
     def query_key_transform(self, context: LayerContext, previous: QueryKeyTransform | None) -> Scaled:
         """Layer ``l``'s inner transform (the rotation reused from the layer before), then its queries times
         ``s[l, h] * log(t + 1)`` ``[1, H, T, 1]`` in fp32."""
-        inner: QueryKeyTransform = QueryKeyTransform()
-        if self.inner == "rope":
-            inner = super().query_key_transform(context, previous.inner if isinstance(previous, Scaled) else None)
+        rotation = super().query_key_transform(context, previous.inner if isinstance(previous, Scaled) else None)
+        inner = rotation if rotation is not None else QueryKeyTransform()  # over NoPE: the identity
         length = context.hidden.shape[1]
         log_keys = torch.log1p(torch.arange(length, device=context.hidden.device, dtype=torch.float32))  # log(t + 1)
         scale = self.s[context.layer].float()[:, None] * log_keys[None, :]  # [H, T]
