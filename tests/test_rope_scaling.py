@@ -16,7 +16,9 @@ from poslab.encodings import ModelShape, build_encoding
 from poslab.encodings.base import PositionInputs, Scaled
 from poslab.encodings.rope_scaling import RULES, keep_fraction, scaled_frequencies
 from poslab.errors import ConfigError
-from poslab.model import ModelConfig, Transformer
+from poslab.model import Transformer
+
+from .conftest import tiny_model
 
 transformers = pytest.importorskip("transformers", reason="the test extra: pip install -e '.[test]'")
 from transformers import LlamaConfig  # noqa: E402
@@ -221,16 +223,7 @@ def test_yarn_attention_factor_multiplies_the_scores_by_its_square() -> None:
     ],
 )
 def test_a_tiny_model_trains_under_each_rule(settings) -> None:
-    torch.manual_seed(0)
-    cfg = ModelConfig(
-        d_model=64,
-        n_heads=2,
-        n_layers=2,
-        vocab_size=16,
-        n_outputs=16,
-        encoding={"name": "rope", "original_length": 16, **settings},
-    )
-    model = Transformer(cfg, max_length=64)
+    model = tiny_model("rope", d_model=64, original_length=16, **settings)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     tokens = torch.randint(0, 16, (4, 16))
     losses = []
@@ -284,11 +277,7 @@ def test_test_time_scaling_on_the_same_weights_changes_only_the_longer_lengths()
     torch.manual_seed(0)
 
     def model(**settings) -> Transformer:
-        cfg = ModelConfig(
-            d_model=64, n_heads=2, n_layers=2, vocab_size=16, n_outputs=16,
-            encoding={"name": "rope", "original_length": 16, **settings},
-        )  # fmt: skip
-        return Transformer(cfg, max_length=64).eval()
+        return tiny_model("rope", d_model=64, original_length=16, **settings).eval()
 
     plain, scaled = model(), model(test_scaling="yarn")
     scaled.load_state_dict(plain.state_dict())

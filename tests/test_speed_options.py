@@ -15,22 +15,13 @@ from poslab.errors import ConfigError
 from poslab.model import ModelConfig, Transformer
 from poslab.run_files import MODEL_FILE
 
-from .conftest import compose_config, fit_quietly
+from .conftest import compose_config, fit_quietly, tiny_model
 
 FLEX_SETTINGS = {"alibi": {"slopes": None}, "rope": {"base": 10_000}}
 
 
 def tiny(encoding: str, attention: str, **settings) -> Transformer:
-    torch.manual_seed(0)
-    cfg = ModelConfig(
-        vocab_size=16,
-        n_outputs=16,
-        n_heads=4,
-        d_model=32,
-        attention=attention,
-        encoding={"name": encoding, **FLEX_SETTINGS[encoding], **settings},
-    )
-    return Transformer(cfg, max_length=512)
+    return tiny_model(encoding, attention, n_heads=4, max_length=512, **{**FLEX_SETTINGS[encoding], **settings})
 
 
 def test_compiled_model_trains_and_its_weights_load_into_an_uncompiled_model(tmp_path):

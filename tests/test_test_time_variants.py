@@ -9,15 +9,13 @@ import torch
 from poslab.model import ModelConfig, Transformer
 from poslab.training import run
 
-from .conftest import compose_config
+from .conftest import compose_config, tiny_model
 
 RULES = ("test_linear", "test_ntk", "test_yarn", "test_llama3")
 
 
 def model(**encoding) -> Transformer:
-    torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=16, n_outputs=16, d_model=32, n_heads=2, encoding={"name": "rope", **encoding})
-    return Transformer(cfg, max_length=128)
+    return tiny_model("rope", max_length=128, **encoding)
 
 
 def test_rope_trained_plain_offers_each_test_time_rule_and_others_offer_none():
