@@ -313,3 +313,19 @@ def test_a_tiny_model_trains_and_evaluates_on_the_composed_task(name, tmp_path):
     trainer.test(module, datamodule=datamodule, verbose=False)
     assert set(module.figures) == {"32", "64"} and "accuracy_past_train" in module.figures["64"]
     assert all(0.0 <= value <= 1.0 for row in module.figures.values() for value in row.values())
+
+
+def test_the_typed_settings_know_every_task_and_each_tasks_own_settings():
+    """The task list and each task's settings are declared twice, in the task classes (with torch) and in
+    poslab.settings (torch-free, for train.py's check before anything loads): they must agree."""
+    import dataclasses
+
+    from poslab.datamodules.synthetic import TASKS
+    from poslab.settings import SYNTHETIC_TASKS, TASK_SCHEMAS, SyntheticTaskSettings
+
+    assert set(TASKS) == set(SYNTHETIC_TASKS) == set(TASK_SCHEMAS) - {"lm"}
+    shared = {f.name for f in dataclasses.fields(SyntheticTaskSettings)}
+    for name, task in TASKS.items():
+        own = {f.name for f in dataclasses.fields(task)} - {"vocab_size", "k"}  # k: lag's, declared for every task
+        declared = {f.name for f in dataclasses.fields(TASK_SCHEMAS[name])} - shared
+        assert own == declared, name
