@@ -45,9 +45,6 @@ class ContentTermEncoding(OptionalRotation):
 
     attention_paths = ("sdpa", "explicit")  # a [B, H, T, T] term per layer: an additive mask, no score_mod
 
-    def label(self) -> str:
-        return self.name + self.inner_label()  # type: ignore[attr-defined]
-
 
 class ContextualPositions(nn.Module):
     """One layer's CoPE: the position table ``E [max_pos, head_dim]`` (shared by the heads) and its term."""

@@ -205,7 +205,12 @@ class OptionalRotation(RotaryEncoding):
         return None if self.inner == "none" else super().query_key_transform(context, previous)
 
     def inner_label(self) -> str:
-        """``""`` over NoPE, ``":rope"`` over RoPE (``":rope:500000"`` with another base)."""
+        """The inner's name only where it is not the default (``":rope"`` on a NoPE default, ``":none"`` on a RoPE
+        one), and RoPE's base where it is not 10,000 (``":rope:500000"``; ``":500000"`` on a RoPE default)."""
+        named = "" if self.inner == self.default_inner else f":{self.inner}"
         if self.inner == "none":
-            return ""
-        return ":rope" + RotaryEncoding.label(self).removeprefix(self.name)  # type: ignore[attr-defined]
+            return named
+        return named + RotaryEncoding.label(self).removeprefix(self.name)  # type: ignore[attr-defined]
+
+    def label(self) -> str:
+        return self.name + self.inner_label()  # type: ignore[attr-defined]

@@ -59,8 +59,3 @@ class SsmaxEncoding(OptionalRotation):
         log_keys = torch.log1p(torch.arange(length, device=context.hidden.device, dtype=torch.float32))  # log(t + 1)
         scale = self.s[context.layer].float()[:, None] * log_keys[None, :]  # [H, T]
         return Scaled(inner, query_scale=scale[None, :, :, None], key_scale=None)
-
-    def label(self) -> str:
-        if self.inner == "none":
-            return f"{self.name}:none"  # type: ignore[attr-defined]
-        return super().label()
