@@ -71,7 +71,9 @@ def test_a_tiny_zoo_runs_resumes_and_is_reported(tmp_path, capsys):
     assert alibi["best_variant_longest"] is None
 
 
-def planted_run(directory, task: str, label: str, seed: int, accuracy: dict[int, float], variants=None) -> None:
+def planted_run(
+    directory, task: str, label: str, seed: int, accuracy: dict[int, float], variants=None, seconds: float = 60.0
+) -> None:
     """A results.json as a zoo job writes it, with the given accuracy at each test length."""
     figures = {}
     for length, value in accuracy.items():
@@ -89,6 +91,7 @@ def planted_run(directory, task: str, label: str, seed: int, accuracy: dict[int,
         "train_length": 32,
         "eval_lengths": sorted(accuracy),
         "steps": 1000,
+        "train_seconds": seconds,
         "figures": figures,
         "config": {"task": {"name": task}, "encoding": {"name": label.split(":")[0]}, "seed": seed},
     }
@@ -165,3 +168,17 @@ def test_the_cope_counting_table_is_a_zoo_over_the_number_of_variables_and_repor
     tables = json.loads(report_zoo(tmp_path).files["zoo.json"])["tasks"]
     assert set(tables) == {"counting num_variables=1", "counting num_variables=3"}  # never averaged together
     assert tables["counting num_variables=3"][0]["accuracy"]["1x"]["mean"] == 0.5
+
+
+def test_the_report_gives_each_encodings_training_time_against_ropes_and_the_zoos_total(tmp_path):
+    lengths = (32, 64, 128, 256)
+    for task in ("a", "b"):
+        for seed in (0, 1):
+            planted_run(tmp_path, task, "rope", seed, dict(zip(lengths, (1.0, 0.5, 0.4, 0.3))), seconds=50.0 + seed)
+            planted_run(tmp_path, task, "cope", seed, dict(zip(lengths, (1.0, 0.9, 0.8, 0.7))), seconds=150.0)
+    result = report_zoo(tmp_path)
+    seconds = json.loads(result.files["zoo.json"])["train_seconds"]
+    assert seconds["rope"] == {"runs": 4, "mean": 50.5, "total": 202.0}
+    assert seconds["cope"]["mean"] == 150.0
+    assert "| cope | 4 | 150.0 | 2.97 |" in result.report and "| rope | 4 | 50.5 | 1.00 |" in result.report
+    assert "8 runs, 0.22 h of training" in result.report  # (202 + 600) s

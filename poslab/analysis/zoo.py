@@ -8,7 +8,8 @@ times log(L)/log(L_train) (every encoding) and the best of the encoding's own te
 rules with factor L / L_train; ``PositionEncoding.test_time_variants``). Encodings are ranked within a task by
 their *extrapolation score*, the mean plain accuracy at 2x, 4x and 8x (ties: by 1x); the overall ranking is by
 the mean of those ranks over tasks. Files: ``zoo.md`` (the tables), ``zoo.csv`` (one row per run),
-``zoo.json``, ``zoo_accuracy.png`` (accuracy against length, a panel per task), ``zoo_heatmap.png``
+``zoo.json``, a training-time table (seconds per run by encoding, against RoPE's, and their sum),
+``zoo_accuracy.png`` (accuracy against length, a panel per task), ``zoo_heatmap.png``
 (extrapolation score, encodings x tasks).
 """
 
@@ -84,6 +85,7 @@ class ZooRun:
     log_scaled: dict[int, float]
     variants: dict[str, dict[int, float]] = field(default_factory=dict)  # variant -> multiple -> accuracy
     steps: tuple[int | None, int | None] = (None, None)
+    train_seconds: float = math.nan  # this process's fit only: a resumed job counts its last part
     path: Path = Path()
 
     @property
@@ -121,6 +123,7 @@ def zoo_run(run: FinishedRun, keys: list[str]) -> ZooRun:
         log_scaled=log_scaled,
         variants=dict(variants),
         steps=training_steps(run.path, result),
+        train_seconds=float(result.get("train_seconds", math.nan)),
         path=run.path,
     )
 
@@ -240,6 +243,33 @@ def overall_table(ranking: list[tuple[str, float, float, int]], n_tasks: int) ->
     return "\n".join(lines)
 
 
+def training_seconds(runs: list[ZooRun]) -> dict[str, list[float]]:
+    """The training seconds of each encoding's runs (every task and seed), where the runs recorded them."""
+    seconds: dict[str, list[float]] = defaultdict(list)
+    for run in runs:
+        if run.train_seconds == run.train_seconds:
+            seconds[run.encoding].append(run.train_seconds)
+    return seconds
+
+
+def time_table(seconds: dict[str, list[float]], order: list[str], baseline: str = "rope") -> str:
+    """Training time per run by encoding (mean over its runs) and against ``baseline``'s, and the sum over all
+    runs: the zoo's compute, its cost beside its ranking."""
+    if not seconds:
+        return ""
+    base = mean(seconds[baseline]) if seconds.get(baseline) else math.nan
+    header = ["encoding", "runs", "s / run", f"x {baseline}"]
+    lines = ["### Training time", "", _row(header), "|" + "|".join("---" for _ in header) + "|"]
+    for encoding in [e for e in order if e in seconds]:
+        per_run = mean(seconds[encoding])
+        ratio = f"{per_run / base:.2f}" if base == base else "n/a"
+        lines.append(_row([encoding, str(len(seconds[encoding])), f"{per_run:.1f}", ratio]))
+    total = sum(sum(values) for values in seconds.values())
+    count = sum(len(values) for values in seconds.values())
+    lines += ["", f"{count} runs, {total / 3600:.2f} h of training summed over them (a resumed run: its last part)."]
+    return "\n".join(lines)
+
+
 def runs_csv(runs: list[ZooRun]) -> str:
     variants = sorted({v for r in runs for v in r.variants})
     multiples = sorted({m for r in runs for m in r.accuracy})
@@ -248,13 +278,13 @@ def runs_csv(runs: list[ZooRun]) -> str:
     header = ["task", "encoding", "seed", "train_length", *(f"accuracy_{m}x" for m in multiples)]
     header += [f"log_scaled_{m}x" for m in multiples]
     header += [f"{v}_{m}x" for v in variants for m in multiples if m > 1]
-    writer.writerow([*header, "steps", "run"])
+    writer.writerow([*header, "steps", "train_seconds", "run"])
     for r in runs:
         cells: list[Any] = [r.task, r.encoding, r.seed, r.train_length]
         cells += [_number(r.accuracy.get(m)) for m in multiples]
         cells += [_number(r.log_scaled.get(m)) for m in multiples]
         cells += [_number(r.variants.get(v, {}).get(m)) for v in variants for m in multiples if m > 1]
-        writer.writerow([*cells, r.steps[0], str(r.path)])
+        writer.writerow([*cells, r.steps[0], _number(r.train_seconds), str(r.path)])
     return buffer.getvalue()
 
 
@@ -347,6 +377,8 @@ def report_zoo(directory: str | Path) -> AnalysisResult:
     order = [encoding for encoding, *_ in ranking]
     parts = [overall_table(ranking, len(tables))]
     parts += [task_table(task, rows, train_lengths[task]) for task, rows in tables.items()]
+    seconds = training_seconds(runs)
+    parts += [table for table in [time_table(seconds, order)] if table]
     warning = short_run_warning({f"{r.task} {r.encoding} seed {r.seed}": r.steps for r in runs})
     notes = ([warning] if warning else []) + notes
     text = "\n\n".join(parts) + ("\n\n" + "\n".join(notes) if notes else "")
@@ -357,6 +389,7 @@ def report_zoo(directory: str | Path) -> AnalysisResult:
         "zoo.json",
         {
             "overall": [{"encoding": e, "mean_rank": r, "mean_score": s, "tasks": n} for e, r, s, n in ranking],
+            "train_seconds": {e: {"runs": len(v), "mean": mean(v), "total": sum(v)} for e, v in seconds.items()},
             "tasks": {
                 task: [
                     {
