@@ -191,7 +191,7 @@ def task_table(task: str, rows: list[Row], train_length: int) -> str:
     longest = multiples[-1] * train_length
     header = ["rank", "encoding", "seeds", *(f"{m}x ({m * train_length})" for m in multiples), "score (2-8x)"]
     header += [f"{longest}: x log L/log {train_length}", f"{longest}: best test-time rule"]
-    lines = [f"### {task} (trained at {train_length})", "", _row(header), "|" + "|".join("---" for _ in header) + "|"]
+    lines = [f"### {task} (trained at {train_length})", "", *_head(header)]
     for row in rows:
         rule = f"{row.best_variant[1].cell()} ({row.best_variant[0]})" if row.best_variant else "n/a"
         cells = [f"{row.rank:g}", row.encoding, str(row.seeds)]
@@ -208,7 +208,7 @@ def scaled_table(rows: list[Row], train_length: int) -> str:
     with_rules = any(row.rules for row in rows)
     header = ["encoding", *(f"{m}x: x log L" for m in multiples)]
     header += [f"{m}x: best rule" for m in multiples] if with_rules else []
-    lines = [f"With test-time scaling (trained at {train_length}):", "", _row(header), "|" + "---|" * len(header)]
+    lines = [f"With test-time scaling (trained at {train_length}):", "", *_head(header)]
     for row in rows:
         cells = [row.encoding, *(row.scaled[m].cell() if m in row.scaled else "n/a" for m in multiples)]
         if with_rules:
@@ -219,6 +219,11 @@ def scaled_table(rows: list[Row], train_length: int) -> str:
 
 def _row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
+
+
+def _head(header: list[str]) -> list[str]:
+    """A markdown table's header row and its separator."""
+    return [_row(header), "|" + "---|" * len(header)]
 
 
 def overall_ranking(tables: dict[str, list[Row]]) -> list[tuple[str, float, float, int]]:
@@ -237,7 +242,7 @@ def overall_ranking(tables: dict[str, list[Row]]) -> list[tuple[str, float, floa
 
 def overall_table(ranking: list[tuple[str, float, float, int]], n_tasks: int) -> str:
     header = ["rank", "encoding", "mean rank", "mean score (2-8x)", "tasks"]
-    lines = ["### Overall", "", _row(header), "|" + "|".join("---" for _ in header) + "|"]
+    lines = ["### Overall", "", *_head(header)]
     for place, (encoding, rank, score, tasks) in enumerate(ranking, 1):
         lines.append(_row([str(place), encoding, f"{rank:.2f}", f"{score:.3f}", f"{tasks}/{n_tasks}"]))
     return "\n".join(lines)
@@ -259,7 +264,7 @@ def time_table(seconds: dict[str, list[float]], order: list[str], baseline: str 
         return ""
     base = mean(seconds[baseline]) if seconds.get(baseline) else math.nan
     header = ["encoding", "runs", "s / run", f"x {baseline}"]
-    lines = ["### Training time", "", _row(header), "|" + "|".join("---" for _ in header) + "|"]
+    lines = ["### Training time", "", *_head(header)]
     for encoding in [e for e in order if e in seconds]:
         per_run = mean(seconds[encoding])
         ratio = f"{per_run / base:.2f}" if base == base else "n/a"
