@@ -1,0 +1,313 @@
+"""Seed-level statistics for every report and analysis: intervals, differences, ranks and split seeds.
+
+**The seed is the unit of replication.** A run's figure (an accuracy, a loss, a fitted depth) is one draw of the
+whole pipeline: initialisation, data order and, for the random encodings, their own draws all follow the seed.
+The spread that matters when a write-up says "A beats B" is the spread *between seeds*; tokens, documents or
+evaluation windows inside one run are not independent replicates of it. Hence:
+
+* :meth:`Interval.of` -- **the primary interval**: the mean over seeds with the two-sided 95% Student-t interval
+  over them (``mean ± t(n-1) * sd / sqrt(n)``). With 3 seeds it is wide (t = 4.303), which is honest: it is
+  the interval a referee computes from the per-seed numbers in the tables.
+* :func:`paired_difference` -- A minus B when the runs share data under a seed (same corpus, same seed ids):
+  the per-seed differences remove what the seed does to both (data order, initialisation), then a t-interval
+  over those differences. Use it for two encodings on one corpus.
+* :func:`welch` / :func:`welch_difference` -- A minus B when nothing is shared (two corpora, two arms trained
+  on different data): Welch's unequal-variance t with the Welch-Satterthwaite degrees of freedom.
+* :func:`bootstrap_ranks` / :func:`bootstrap_mean_rank` -- how sure a ranking is: a *paired* bootstrap over
+  seed ids (every method gets the same resampled seeds in a round, since they share data under a seed), and
+  :func:`not_separated` to group places whose rank intervals overlap.
+* :func:`hierarchical_bootstrap` -- for figures measured on many units inside each run (documents, windows):
+  seeds first, then units within each resampled seed. It is a *secondary* interval: with 3 seeds any bootstrap
+  under-covers (it can only ever see 3 seed values, and its percentile interval ignores that the seed sd is
+  itself estimated from 3 numbers), so the t-interval over the seed means stays primary.
+* :func:`split_seeds` / :func:`seeds_cell` -- where seeds split into two outcomes (one seed learns a task, two
+  do not) a mean and an interval describe no run that happened; reports print the per-seed values instead.
+
+scipy is not a dependency: Student-t quantiles come from a table (1-10 degrees of freedom) and a
+Cornish-Fisher expansion beyond (accurate to 3 decimals).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from statistics import mean, stdev
+
+import numpy as np
+
+#: two-sided 95% Student-t quantiles by degrees of freedom (1 to 10); beyond, a Cornish-Fisher expansion
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+LEVEL = 0.95
+
+
+def t_quantile(df: int, level: float = LEVEL) -> float:
+    """The two-sided ``level`` quantile of Student's t with ``df`` degrees of freedom (to 3 decimals).
+
+    Only 95% is supported (scipy is not a dependency): other levels raise ``ValueError``.
+    """
+    if not math.isclose(level, LEVEL):
+        raise ValueError(f"t_quantile supports only level={LEVEL} (got {level}); scipy is not a dependency")
+    if df < 1:
+        raise ValueError(f"t_quantile needs at least 1 degree of freedom (got {df})")
+    if df <= len(T975):
+        return T975[df - 1]
+    z = 1.959964
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def t_quantile_real(df: float, level: float = LEVEL) -> float:
+    """:func:`t_quantile` at a fractional ``df`` (Welch-Satterthwaite), interpolated linearly between integers.
+
+    Below 1 degree of freedom it uses 1 (the widest tabulated quantile) rather than extrapolate.
+    """
+    if not df >= 1:  # also catches NaN
+        return t_quantile(1, level)
+    low = math.floor(df)
+    frac = df - low
+    if frac == 0:
+        return t_quantile(low, level)
+    return (1 - frac) * t_quantile(low, level) + frac * t_quantile(low + 1, level)
+
+
+def _finite(values: Iterable[float]) -> list[float]:
+    """The values without NaNs (a run that did not produce the figure)."""
+    return [float(v) for v in values if v == v]
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean over seeds with its 95% interval; ``n`` is the number of seeds (one seed: no interval)."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Iterable[float], bounds: tuple[float, float] | None = None) -> Interval:
+        """Mean and 95% Student-t interval over ``values`` (one per seed), NaNs dropped, clipped to ``bounds``."""
+        values = _finite(values)
+        if not values:
+            return cls(math.nan, math.nan, math.nan, 0)
+        m = mean(values)
+        if len(values) < 2:
+            return cls(m, math.nan, math.nan, 1)
+        half = t_quantile(len(values) - 1) * stdev(values) / math.sqrt(len(values))
+        low, high = m - half, m + half
+        if bounds is not None:  # e.g. accuracies: an interval past 0 or 1 says nothing more
+            low, high = max(bounds[0], low), min(bounds[1], high)
+        return cls(m, low, high, len(values))
+
+    @property
+    def has_interval(self) -> bool:
+        return self.n >= 2 and math.isfinite(self.low) and math.isfinite(self.high)
+
+    def cell(self, digits: int = 3) -> str:
+        """``0.684 [0.52, 0.85]`` (bounds one digit shorter than the mean), the mean alone, or ``n/a``."""
+        if self.n == 0 or self.mean != self.mean:
+            return "n/a"
+        if not self.has_interval:
+            return f"{self.mean:.{digits}f}"
+        bd = max(digits - 1, 0)
+        return f"{self.mean:.{digits}f} [{self.low:.{bd}f}, {self.high:.{bd}f}]"
+
+    def excludes(self, value: float) -> bool:
+        """True when the interval lies wholly on one side of ``value`` (False when there is no interval)."""
+        return self.has_interval and (self.low > value or self.high < value)
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        """JSON-ready: NaN becomes None (JSON has no NaN)."""
+        clean = lambda x: None if x != x else x
+        return {"mean": clean(self.mean), "low": clean(self.low), "high": clean(self.high), "n": self.n}
+
+
+def paired_difference(a: Mapping[int, float], b: Mapping[int, float]) -> Interval:
+    """A minus B over the seeds both have: per-seed differences and a t-interval over them (``n``: paired seeds).
+
+    The paired test for runs that share data under a seed: the seed's own effect cancels in each difference.
+    """
+    seeds = sorted(set(a) & set(b))
+    return Interval.of(a[s] - b[s] for s in seeds)
+
+
+def welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
+    """Welch's t of mean(a) - mean(b), its Welch-Satterthwaite degrees of freedom and the 95% half-width.
+
+    For unpaired seed-level comparisons (different corpora or arms: nothing shared under a seed). NaNs are
+    dropped; fewer than 2 values on a side gives NaNs (no variance to estimate).
+    """
+    a, b = _finite(a), _finite(b)
+    if len(a) < 2 or len(b) < 2:
+        return math.nan, math.nan, math.nan
+    va, vb = stdev(a) ** 2 / len(a), stdev(b) ** 2 / len(b)
+    diff, se = mean(a) - mean(b), math.sqrt(va + vb)
+    if se == 0:  # identical seeds on both sides: a difference is either exact or nothing
+        return (math.nan if diff == 0 else math.copysign(math.inf, diff)), math.nan, 0.0
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    return diff / se, df, t_quantile_real(df) * se
+
+
+def welch_difference(a: Sequence[float], b: Sequence[float]) -> Interval:
+    """mean(a) - mean(b) with Welch's 95% interval as an :class:`Interval` (``n``: seeds on both sides)."""
+    a, b = _finite(a), _finite(b)
+    if not a or not b:
+        return Interval(math.nan, math.nan, math.nan, 0)
+    diff = mean(a) - mean(b)
+    _, _, half = welch(a, b)
+    return Interval(diff, diff - half, diff + half, len(a) + len(b))
+
+
+def _score_matrix(scores: Mapping[str, Mapping[int, float]]) -> tuple[list[int], np.ndarray]:
+    """Seed ids (the union over methods) and a methods x seeds array, NaN where a method lacks a seed."""
+    seeds = sorted({s for per_seed in scores.values() for s in per_seed})
+    matrix = np.array([[per_seed.get(s, math.nan) for s in seeds] for per_seed in scores.values()], dtype=float)
+    return seeds, matrix.reshape(len(scores), len(seeds))
+
+
+def _seed_means(matrix: np.ndarray) -> np.ndarray:
+    """Each method's mean over the seeds it has (NaN when it has none; nanmean would warn)."""
+    counts = np.sum(~np.isnan(matrix), axis=-1)
+    sums = np.nansum(matrix, axis=-1)
+    return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+
+def _resampled_means(matrix: np.ndarray, rounds: int, rng: np.random.Generator) -> np.ndarray:
+    """Methods x rounds means over seed ids resampled with replacement, the same ids for every method."""
+    n_seeds = matrix.shape[1]
+    idx = rng.integers(0, n_seeds, size=(rounds, n_seeds))
+    return _seed_means(matrix[:, idx])  # methods x rounds (x resampled seeds, averaged away)
+
+
+def _ranks(means: np.ndarray, higher_is_better: bool) -> np.ndarray:
+    """Competition ranks down axis 0 (1 = best; ties share the better rank; NaN ranks last)."""
+    oriented = means if higher_is_better else -means
+    oriented = np.where(np.isnan(oriented), -np.inf, oriented)
+    # rank = 1 + how many methods are strictly better in the same round
+    return 1 + np.sum(oriented[None, :, ...] > oriented[:, None, ...], axis=1)
+
+
+def bootstrap_ranks(
+    scores: Mapping[str, Mapping[int, float]], rounds: int = 2000, seed: int = 0, higher_is_better: bool = True
+) -> dict[str, tuple[int, int, float]]:
+    """Per method: (low, high) the 2.5%-97.5% percentile interval of its rank, and its mean bootstrap rank.
+
+    ``scores[method][seed_id]``. Each round resamples the seed ids with replacement -- the same ids for every
+    method, because methods share data under a seed (paired) -- takes each method's mean over the resampled
+    seeds (those it has), and ranks the methods. Deterministic for a given ``seed``.
+    """
+    if not scores:
+        return {}
+    _, matrix = _score_matrix(scores)
+    rng = np.random.default_rng(seed)
+    ranks = _ranks(_resampled_means(matrix, rounds, rng), higher_is_better)  # methods x rounds
+    low = np.percentile(ranks, 2.5, axis=1, method="inverted_cdf")
+    high = np.percentile(ranks, 97.5, axis=1, method="inverted_cdf")
+    mean_rank = ranks.mean(axis=1)
+    return {m: (int(low[i]), int(high[i]), float(mean_rank[i])) for i, m in enumerate(scores)}
+
+
+def bootstrap_mean_rank(
+    per_task: Mapping[str, Mapping[str, Mapping[int, float]]],
+    rounds: int = 2000,
+    seed: int = 0,
+    higher_is_better: bool = True,
+) -> dict[str, tuple[float, float, float]]:
+    """Per method: (mean rank over tasks, 2.5% and 97.5% of its bootstrap mean rank).
+
+    ``per_task[task][method][seed_id]``. In each task the methods are ranked by their seed-mean score (1 = best,
+    ties share the better rank); the overall figure is a method's mean rank over the tasks it was run on. The
+    bootstrap resamples seed ids *paired across methods* (they share a task's data under a seed) and
+    *independently per task*: a seed id names different data in different tasks, so nothing ties task A's
+    seed 0 to task B's. Deterministic for a given ``seed``.
+    """
+    methods = sorted({m for scores in per_task.values() for m in scores})
+    rng = np.random.default_rng(seed)
+    point_sum, boot_sum, count = np.zeros(len(methods)), np.zeros((len(methods), rounds)), np.zeros(len(methods))
+    for task in sorted(per_task):  # sorted: the draws do not depend on the dict's order
+        scores = per_task[task]
+        if not scores:
+            continue
+        rows = [methods.index(m) for m in scores]
+        _, matrix = _score_matrix(scores)
+        point_sum[rows] += _ranks(_seed_means(matrix), higher_is_better)
+        boot_sum[rows] += _ranks(_resampled_means(matrix, rounds, rng), higher_is_better)
+        count[rows] += 1
+    result = {}
+    for i, m in enumerate(methods):
+        boot = boot_sum[i] / count[i]
+        low, high = np.percentile(boot, [2.5, 97.5])
+        result[m] = (float(point_sum[i] / count[i]), float(low), float(high))
+    return result
+
+
+def not_separated(intervals: Mapping[str, Sequence[float]], order: Sequence[str]) -> list[list[str]]:
+    """``order`` (best first) cut into groups of consecutive places whose rank intervals overlap.
+
+    ``intervals[method] = (low, high)`` (extra items are ignored). Two neighbours are joined when their
+    intervals share a point (``max(lows) <= min(highs)``); groups chain, so A-B and B-C joined puts A, B and C
+    in one group even if A's and C's intervals do not meet. The groups partition ``order``: a group of one is a
+    place separated from both neighbours; a group of several is a set of places the data do not order.
+    """
+    groups: list[list[str]] = []
+    for name in order:
+        if groups:
+            prev = intervals[groups[-1][-1]]
+            low, high = intervals[name][0], intervals[name][1]
+            if max(prev[0], low) <= min(prev[1], high):
+                groups[-1].append(name)
+                continue
+        groups.append([name])
+    return groups
+
+
+def split_seeds(values: Sequence[float], gap: float = 0.25) -> bool:
+    """True where the seeds split into two outcomes (bimodal): print per-seed values, not a mean.
+
+    The rule, on the sorted finite values: the largest gap between neighbours exceeds ``gap`` (an absolute
+    distance, 0.25 for accuracies; pass one on the figure's own scale otherwise) *and* is larger than all the
+    other gaps together (more than half of the range), so the spread is one jump between two clusters rather
+    than an even scatter. Both sides then hold at least one seed by construction; fewer than 2 values: False.
+    """
+    values = sorted(_finite(values))
+    if len(values) < 2:
+        return False
+    gaps = [b - a for a, b in zip(values, values[1:])]
+    widest = max(gaps)
+    return widest > gap and widest > (values[-1] - values[0]) - widest
+
+
+def seeds_cell(values: Sequence[float], digits: int = 2) -> str:
+    """Per-seed values in seed order, ``0.02 / 0.98 / 1.00`` (a missing one: ``n/a``)."""
+    return " / ".join("n/a" if v != v else f"{v:.{digits}f}" for v in values)
+
+
+def hierarchical_bootstrap(
+    per_seed_units: Mapping[int, Sequence[float]], rounds: int = 2000, seed: int = 0
+) -> Interval:
+    """Seeds first, then units: mean of seed means with a 2.5%-97.5% percentile interval; ``n`` = seeds.
+
+    Each round resamples the seeds with replacement, and for every resampled seed resamples its units (with
+    replacement, independently each time a seed is drawn); the round's figure is the mean of those seed means
+    (seeds weigh equally, however many units each has). Secondary to :meth:`Interval.of` over the seed means:
+    with 3 seeds any bootstrap under-covers. Fewer than 2 seeds: no interval (the seed scatter is unknown).
+    """
+    units = {s: np.asarray(_finite(v), dtype=float) for s, v in sorted(per_seed_units.items())}
+    units = {s: v for s, v in units.items() if v.size}
+    if not units:
+        return Interval(math.nan, math.nan, math.nan, 0)
+    point = float(np.mean([v.mean() for v in units.values()]))
+    if len(units) < 2:
+        return Interval(point, math.nan, math.nan, len(units))
+    arrays = list(units.values())
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(arrays), size=(rounds, len(arrays)))
+    seed_means = np.empty((rounds, len(arrays)))
+    for slot in range(len(arrays)):
+        for j, arr in enumerate(arrays):
+            rows = np.flatnonzero(idx[:, slot] == j)
+            draws = rng.integers(0, arr.size, size=(rows.size, arr.size))
+            seed_means[rows, slot] = arr[draws].mean(axis=1)
+    boot = seed_means.mean(axis=1)
+    low, high = np.percentile(boot, [2.5, 97.5])
+    return Interval(point, float(low), float(high), len(arrays))

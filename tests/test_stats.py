@@ -1,0 +1,152 @@
+"""poslab.analysis.stats: seed-level intervals, paired and Welch differences, bootstrap ranks, split seeds."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from poslab.analysis import stats
+from poslab.analysis.stats import Interval
+
+
+def test_t_quantile_table_and_expansion():
+    assert stats.t_quantile(2) == 4.303
+    assert stats.t_quantile(30) == pytest.approx(2.042, abs=1e-3)
+    assert stats.t_quantile(1000) == pytest.approx(1.962, abs=1e-3)
+    with pytest.raises(ValueError):
+        stats.t_quantile(2, level=0.9)
+    with pytest.raises(ValueError):
+        stats.t_quantile(0)
+
+
+def test_t_interval_matches_a_hand_computation():
+    iv = Interval.of([1.0, 2.0, 3.0])
+    half = 4.303 * 1.0 / math.sqrt(3)  # sd of [1, 2, 3] is 1
+    assert (iv.mean, iv.n) == (2.0, 3)
+    assert iv.low == pytest.approx(2 - half) and iv.high == pytest.approx(2 + half)
+    assert iv.cell() == "2.000 [-0.48, 4.48]"
+    assert iv.excludes(-1.0) and iv.excludes(5.0) and not iv.excludes(0.0)
+
+
+def test_interval_nans_bounds_and_small_n():
+    iv = Interval.of([0.9, math.nan, 1.0, 0.95], bounds=(0.0, 1.0))
+    assert iv.n == 3 and iv.high == 1.0 and iv.low < 0.95
+    one = Interval.of([0.684])
+    assert one.n == 1 and math.isnan(one.low) and one.cell() == "0.684" and not one.excludes(0.0)
+    none = Interval.of([math.nan])
+    assert none.n == 0 and none.cell() == "n/a" and none.as_dict() == {"mean": None, "low": None, "high": None, "n": 0}
+    assert Interval(0.684, 0.52, 0.85, 3).cell() == "0.684 [0.52, 0.85]"
+    assert Interval(0.684, 0.52, 0.85, 3).cell(digits=2) == "0.68 [0.5, 0.8]"
+
+
+def test_paired_difference_removes_a_shared_seed_effect():
+    rng = np.random.default_rng(1)
+    offsets = {s: float(rng.normal(0, 5)) for s in range(5)}  # what a seed does to both runs: large
+    noise = {s: float(rng.normal(0, 0.01)) for s in range(5)}
+    a = {s: offsets[s] + 0.3 + noise[s] for s in range(5)}
+    b = {s: offsets[s] for s in range(5)}
+    b[99] = 123.0  # a seed only b has is not paired
+    diff = stats.paired_difference(a, b)
+    assert diff.n == 5
+    assert diff.mean == pytest.approx(0.3, abs=0.02)
+    assert diff.high - diff.low < 0.1 and diff.excludes(0.0)
+    unpaired = stats.welch_difference([a[s] for s in range(5)], [b[s] for s in range(5)])
+    assert not unpaired.excludes(0.0)  # the same data unpaired: the seed effect swamps the difference
+
+
+def test_welch_matches_a_hand_computation():
+    a, b = [1.0, 2.0, 3.0], [2.0, 4.0, 7.0, 8.0]
+    va, vb = 1.0 / 3, (np.var(b, ddof=1)) / 4  # sd(a)=1; var(b)=22/3
+    t, df, half = stats.welch(a, b)
+    se = math.sqrt(va + vb)
+    assert t == pytest.approx((2.0 - 5.25) / se)
+    assert df == pytest.approx((va + vb) ** 2 / (va**2 / 2 + vb**2 / 3))
+    lo, hi = stats.t_quantile(math.floor(df)), stats.t_quantile(math.ceil(df))
+    assert hi * se <= half <= lo * se
+    diff = stats.welch_difference(a, b)
+    assert diff.mean == pytest.approx(-3.25) and diff.high - diff.mean == pytest.approx(half)
+    assert all(math.isnan(x) for x in stats.welch([1.0], [2.0, 3.0]))
+
+
+def test_bootstrap_ranks_clear_winner_and_indistinguishable_pair():
+    rng = np.random.default_rng(2)
+    scores = {
+        "best": {s: 0.9 + 0.01 * rng.random() for s in range(3)},
+        "twin_a": {s: 0.5 + 0.05 * rng.random() for s in range(3)},
+        "twin_b": {s: 0.5 + 0.05 * rng.random() for s in range(3)},
+        "worst": {s: 0.1 + 0.01 * rng.random() for s in range(3)},
+    }
+    ranks = stats.bootstrap_ranks(scores, rounds=500, seed=3)
+    assert ranks["best"][:2] == (1, 1) and ranks["worst"][:2] == (4, 4)
+    (la, ha, _), (lb, hb, _) = ranks["twin_a"], ranks["twin_b"]
+    assert max(la, lb) <= min(ha, hb)  # overlapping rank intervals
+    assert stats.bootstrap_ranks(scores, rounds=500, seed=3) == ranks  # deterministic
+    lower = stats.bootstrap_ranks(scores, rounds=500, seed=3, higher_is_better=False)
+    assert lower["worst"][:2] == (1, 1)
+    groups = stats.not_separated({m: r[:2] for m, r in ranks.items()}, ["best", "twin_a", "twin_b", "worst"])
+    assert groups == [["best"], ["twin_a", "twin_b"], ["worst"]]
+
+
+def test_bootstrap_ranks_are_paired_over_seeds():
+    # b is below a by 0.01 in every seed, while seeds move both by a lot: paired, a is always first
+    scores = {"a": {0: 0.2, 1: 0.9, 2: 0.5}, "b": {0: 0.19, 1: 0.89, 2: 0.49}}
+    ranks = stats.bootstrap_ranks(scores, rounds=300, seed=0)
+    assert ranks["a"] == (1, 1, 1.0) and ranks["b"] == (2, 2, 2.0)
+
+
+def test_ties_share_the_better_rank():
+    scores = {"a": {0: 1.0}, "b": {0: 1.0}, "c": {0: 0.0}}
+    ranks = stats.bootstrap_ranks(scores, rounds=10)
+    assert ranks == {"a": (1, 1, 1.0), "b": (1, 1, 1.0), "c": (3, 3, 3.0)}
+
+
+def test_bootstrap_mean_rank():
+    per_task = {
+        "t1": {"a": {0: 0.9, 1: 0.95, 2: 0.92}, "b": {0: 0.5, 1: 0.6, 2: 0.55}, "c": {0: 0.1, 1: 0.2, 2: 0.15}},
+        "t2": {"a": {0: 0.1, 1: 0.2, 2: 0.15}, "b": {0: 0.9, 1: 0.95, 2: 0.92}, "c": {0: 0.5, 1: 0.6, 2: 0.55}},
+    }
+    result = stats.bootstrap_mean_rank(per_task, rounds=200, seed=4)
+    assert result == {"a": (2.0, 2.0, 2.0), "b": (1.5, 1.5, 1.5), "c": (2.5, 2.5, 2.5)}
+    per_task["t2"]["c"] = {0: 0.85, 1: 0.97, 2: 0.5}  # c now overlaps b in t2: its mean rank can move
+    result = stats.bootstrap_mean_rank(per_task, rounds=500, seed=4)
+    assert result["c"][1] < result["c"][2]
+    assert stats.bootstrap_mean_rank(per_task, rounds=500, seed=4) == result
+
+
+def test_not_separated_chains():
+    iv = {"a": (1, 2), "b": (2, 3), "c": (3, 4), "d": (6, 6)}
+    assert stats.not_separated(iv, ["a", "b", "c", "d"]) == [["a", "b", "c"], ["d"]]
+
+
+def test_split_seeds_and_seeds_cell():
+    assert stats.split_seeds([0.0, 0.02, 0.98])
+    assert stats.split_seeds([1.0, 0.0])
+    assert not stats.split_seeds([0.5, 0.52, 0.55])
+    assert not stats.split_seeds([0.0, 0.3, 0.6, 0.9])  # an even scatter, not two outcomes
+    assert not stats.split_seeds([0.9])
+    assert stats.seeds_cell([0.02, 0.98, 1.0]) == "0.02 / 0.98 / 1.00"
+    assert stats.seeds_cell([0.5, math.nan]) == "0.50 / n/a"
+
+
+def _pooled_bootstrap(units: list[float], rounds: int, seed: int) -> tuple[float, float]:
+    rng = np.random.default_rng(seed)
+    arr = np.asarray(units)
+    boot = arr[rng.integers(0, arr.size, size=(rounds, arr.size))].mean(axis=1)
+    low, high = np.percentile(boot, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def test_hierarchical_bootstrap_covers_the_seed_scatter():
+    rng = np.random.default_rng(5)
+    per_seed = {s: list(rng.normal(centre, 0.1, size=200)) for s, centre in enumerate([-1.0, 0.0, 1.0])}
+    iv = stats.hierarchical_bootstrap(per_seed, rounds=1000, seed=6)
+    seed_means = [float(np.mean(v)) for v in per_seed.values()]
+    assert iv.n == 3 and iv.mean == pytest.approx(np.mean(seed_means))
+    pooled_low, pooled_high = _pooled_bootstrap([u for v in per_seed.values() for u in v], 1000, 6)
+    assert iv.high - iv.low > 5 * (pooled_high - pooled_low)  # units within a seed are not replicates
+    assert iv.low < min(seed_means) + 0.5 and iv.high > max(seed_means) - 0.5
+    assert stats.hierarchical_bootstrap(per_seed, rounds=1000, seed=6) == iv
+    one = stats.hierarchical_bootstrap({0: [1.0, 2.0]})
+    assert one.n == 1 and one.mean == 1.5 and math.isnan(one.low)
