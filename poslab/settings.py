@@ -153,6 +153,8 @@ class SyntheticTaskSettings(TaskSettings):
     k: Count = 3
     vocab_size: Annotated[int, Bound(">=", 2)] = 16
     train_length: Annotated[int, Bound(">=", 2)] = 32  # log-length scaling divides by log(train_length)
+    # [low, high]: each training batch's length drawn from it (high must equal train_length: the datamodule checks)
+    train_lengths: list[Annotated[int, Bound(">=", 2)]] | None = None
     eval_lengths: list[Annotated[int, Bound(">=", 2)]] | None = None
     eval_size: Count = 256
     eval_seed: int = 12345
@@ -168,6 +170,7 @@ class FlipFlopSettings(SyntheticTaskSettings):
 @dataclass
 class CountingSettings(SyntheticTaskSettings):
     num_variables: Count = 3
+    program_length: Annotated[int, Bound(">=", 6)] | None = None  # null: the program fills the whole length
 
 
 @dataclass
@@ -468,7 +471,8 @@ def check_heads(d_model: int, n_heads: int) -> None:
 
 
 def max_length(task: Mapping[str, Any]) -> int:
-    """The longest sequence a task's model sees: its context, or the longest evaluation length."""
+    """The longest sequence a task's model sees: its context, or the longest training or evaluation length."""
     if "context_length" in task:
         return int(task["context_length"])
-    return max([int(task["train_length"]), *(int(n) for n in task.get("eval_lengths") or [])])
+    lengths = [task["train_length"], *(task.get("train_lengths") or []), *(task.get("eval_lengths") or [])]
+    return max(int(n) for n in lengths)

@@ -18,7 +18,8 @@ from a task's minimum on (trained at 32, evaluated at 64 to 256), and the
 tasks whose instance grows (copy's prefix, the number of pairs, reads and
 statements) grow with it. Unscored positions have the target ``IGNORE``.
 
-Training batch ``i`` is a pure function of ``(seed, i)``: resuming at step
+Training batch ``i`` is a pure function of ``(seed, i)``, its length too when
+``train_lengths`` asks for lengths drawn per batch: resuming at step
 ``i`` resumes the data exactly, and under DDP every rank slices its rows out of
 the same global batch, so the data is the same whatever the number of
 processes. Evaluation sets are fresh sequences from their own fixed seed, one
@@ -94,8 +95,8 @@ class Task:
             if length < self.min_length:
                 raise ConfigError(
                     f"length {length} is too short for task {self.name!r}, whose shortest sequence is "
-                    f"{self.min_length} ({self.shortest}); allowed: task.train_length and task.eval_lengths "
-                    f">= {self.min_length}."
+                    f"{self.min_length} ({self.shortest}); allowed: task.train_length, task.train_lengths and "
+                    f"task.eval_lengths >= {self.min_length}."
                 )
 
     def check_vocabulary(self, needed: int, holds: str) -> None:
@@ -116,6 +117,19 @@ class Task:
     def sample(self, batch_size: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         tokens = self.draw(batch_size, length, generator)
         return tokens, self.targets(tokens)
+
+    @property
+    def chance(self) -> float:
+        """The accuracy of uniform guessing over the classes, ``1 / num_classes``: the floor a report shows beside
+        the models (the best constant answer, read from the targets, is another baseline, not this one)."""
+        return 1.0 / self.num_classes
+
+    def trivial_rules(self, tokens: Tensor) -> dict[str, Tensor]:
+        """Named trivial predictors a report shows as baselines beside the models: each maps ``tokens``
+        ``[batch, length]`` to predicted classes of the same shape, from the tokens alone (only the scored
+        positions count; elsewhere a valid class stands in). Constant answers are not here: they come from the
+        targets. A task with no natural rule has none."""
+        return {}
 
 
 @register
@@ -213,6 +227,11 @@ class Copy(Task):
         tokens = torch.full((batch_size, length), self.padding, dtype=torch.long)
         tokens[:, :n], tokens[:, n], tokens[:, n + 1 : 2 * n + 1] = prefix, self.separator, prefix
         return tokens
+
+    def trivial_rules(self, tokens: Tensor) -> dict[str, Tensor]:
+        """``repeat_input``: predict the current input token (its class where it is a content token), the answer
+        of a model that echoes instead of looking back ``n + 1`` positions."""
+        return {"repeat_input": torch.where(tokens < self.num_classes, tokens, 0)}
 
     def targets(self, tokens: Tensor) -> Tensor:
         n = (tokens.shape[1] - 1) // 2
@@ -351,6 +370,13 @@ class FlipFlop(Task):
         tokens[:, 0 : 2 * pairs : 2], tokens[:, 1 : 2 * pairs : 2] = instructions, bits
         return tokens
 
+    def trivial_rules(self, tokens: Tensor) -> dict[str, Tensor]:
+        """``last_bit``: at a read instruction, the bit just before it (the previous pair's bit, whatever its
+        instruction): right after a write or a read (their bit is the remembered one), a coin flip after an ignore,
+        so about ``p_write + p_read + p_ignore / 2`` (0.6 on FFL(0.8))."""
+        previous = torch.cat([torch.zeros_like(tokens[:, :1]), tokens[:, :-1]], dim=1)
+        return {"last_bit": torch.where(previous <= 1, previous, 0)}  # bits are ids 0 and 1
+
     def targets(self, tokens: Tensor) -> Tensor:
         pairs = tokens.shape[1] // 2
         instructions, bits = tokens[:, 0 : 2 * pairs : 2], tokens[:, 1 : 2 * pairs : 2]
@@ -379,6 +405,13 @@ class Counting(Task):
     the length too: at 32 they are 0 to about 6 (mean 1.3), at 256 0 to 10 (a quarter at 10), so a model trained
     at 32 meets answers it was never trained on; the generator's 3 to 512 statements cover them all in training.
 
+    ``program_length`` (null: the above) fixes the answers' distribution across lengths: the program is drawn
+    as above at ``program_length`` tokens (``program_length - 2`` of statements), then ``length -
+    program_length`` ``pass;`` fillers go between its statements (never inside ``x = 0 ;`` or ``x ++;``) at
+    uniformly random places, every interleaving of statements and fillers equally likely, before ``print x``.
+    The program, so the answer, has the same distribution at every length; only the distances between the
+    statements that matter grow. A length below ``program_length`` is refused.
+
     Ids (the reference's words): values 0..10 (also the classes; ``0`` is also the set's ``0``), ``=`` 11,
     ``;`` 12, ``pass;`` 13, ``++;`` 14, ``print`` 15, variables ``16 .. 16 + num_variables - 1``.
     """
@@ -386,14 +419,16 @@ class Counting(Task):
     name: ClassVar[str] = "counting"
     shortest: ClassVar[str] = "x = 0 ; print x"
     MAX_VALUE: ClassVar[int] = 10
+    SHORTEST_PROGRAM: ClassVar[int] = 6  # x = 0 ; print x
     EQUALS, SEMICOLON, PASS, INCREMENT, PRINT, FIRST_VARIABLE = 11, 12, 13, 14, 15, 16  # ids, not settings
     WEIGHTS: ClassVar[dict[str, int]] = {"set": 1, "pass": 50, "increment": 7}
 
     num_variables: int = 3
+    program_length: int | None = None
 
     @property
     def min_length(self) -> int:
-        return 6
+        return self.SHORTEST_PROGRAM if self.program_length is None else self.program_length
 
     @property
     def num_classes(self) -> int:
@@ -408,33 +443,74 @@ class Counting(Task):
             self.FIRST_VARIABLE + self.num_variables,
             f"values 0..10, =, ;, pass;, ++;, print and {self.num_variables} variables",
         )
+        self.check_program_length(lengths)
         super().validate(lengths)
 
-    def program(self, length: int, rng: random.Random) -> list[int]:
-        """One sequence's tokens, drawn as count_data_gen.py draws a sample."""
-        variables = list(range(self.FIRST_VARIABLE, self.FIRST_VARIABLE + self.num_variables))
-        operations, weights = list(self.WEIGHTS), list(self.WEIGHTS.values())
+    def check_program_length(self, lengths: Sequence[int]) -> None:
+        """``program_length``: null or a whole number that fits ``x = 0 ; print x``, and no longer than any length
+        (the program is drawn at it; filler only lengthens it)."""
+        given = self.program_length
+        if given is None:
+            return
+        if isinstance(given, bool) or not isinstance(given, int) or given < self.SHORTEST_PROGRAM:
+            raise ConfigError(
+                f"task.program_length={given!r} is not allowed; task.program_length takes null (the program fills "
+                f"the whole length) or a whole number of at least {self.SHORTEST_PROGRAM} (x = 0 ; print x)."
+            )
+        shorter = sorted({n for n in lengths if n < given})
+        if shorter:
+            raise ConfigError(
+                f"length {shorter[0]} is shorter than task.program_length={given}: the program is drawn at "
+                f"{given} tokens and filler only lengthens it; allowed: task.train_length, task.train_lengths and "
+                f"task.eval_lengths >= {given}, or a shorter task.program_length."
+            )
+
+    def statements(self, length: int, rng: random.Random) -> tuple[list[list[int]], int]:
+        """The statements of one program of ``length - 2`` tokens and the variable it prints, drawn as
+        count_data_gen.py draws a sample."""
         for _ in range(100_000):  # the generator's whole-sample retries
-            tokens: list[int] = []
+            drawn: list[list[int]] = []
             state: dict[int, int] = {}
-            while len(tokens) < length - 2:
-                room = length - 2 - len(tokens)
-                operation = rng.choices(operations, weights)[0]
-                if operation == "set" and room >= 4:
-                    variable = rng.choice(variables)
-                    state[variable] = 0
-                    tokens += [variable, self.EQUALS, 0, self.SEMICOLON]
-                elif operation == "pass":
-                    tokens.append(self.PASS)
-                elif operation == "increment" and state and room >= 2:
-                    variable = rng.choice(list(state))
-                    if state[variable] < self.MAX_VALUE:
-                        state[variable] += 1
-                        tokens += [variable, self.INCREMENT]
+            room = length - 2
+            while room > 0:
+                statement = self.statement(rng, state, room)
+                if statement:
+                    drawn.append(statement)
+                    room -= len(statement)
             if state:
-                variable = rng.choice(list(state))
-                return [*tokens, self.PRINT, variable]
+                return drawn, rng.choice(list(state))
         raise RuntimeError(f"counting: no program of length {length} set a variable in 100000 draws.")
+
+    def statement(self, rng: random.Random, state: dict[int, int], room: int) -> list[int]:
+        """One draw of the generator's loop: a statement that fits ``room`` tokens (updating ``state``), or none
+        (``[]``: a set or an increment that does not fit, or an increment past 10) and the loop draws again."""
+        operation = rng.choices(list(self.WEIGHTS), list(self.WEIGHTS.values()))[0]
+        if operation == "set" and room >= 4:
+            variable = rng.choice(range(self.FIRST_VARIABLE, self.FIRST_VARIABLE + self.num_variables))
+            state[variable] = 0
+            return [variable, self.EQUALS, 0, self.SEMICOLON]
+        if operation == "pass":
+            return [self.PASS]
+        if operation == "increment" and state and room >= 2:
+            variable = rng.choice(list(state))
+            if state[variable] < self.MAX_VALUE:
+                state[variable] += 1
+                return [variable, self.INCREMENT]
+        return []
+
+    def program(self, length: int, rng: random.Random) -> list[int]:
+        """One sequence's tokens: the program (at ``program_length``, then ``pass;`` fillers placed uniformly
+        between its statements, when set), then ``print x``."""
+        if self.program_length is None:
+            drawn, printed = self.statements(length, rng)
+        else:
+            drawn, printed = self.statements(self.program_length, rng)
+            fillers = length - self.program_length
+            # which of the len(drawn) + fillers statements are fillers: a uniform subset, so a uniform interleaving
+            at = set(rng.sample(range(len(drawn) + fillers), fillers))
+            kept = iter(drawn)
+            drawn = [[self.PASS] if slot in at else next(kept) for slot in range(len(drawn) + fillers)]
+        return [token for statement in drawn for token in statement] + [self.PRINT, printed]
 
     def draw(self, batch_size: int, length: int, generator: torch.Generator) -> Tensor:
         # one Python RNG per row, seeded from the generator: the reference's draws, at Python speed
@@ -490,20 +566,71 @@ def batch_generator(seed: int, index: int) -> torch.Generator:
 
 
 class TrainingBatches(IterableDataset):
-    """Endless training batches; this rank's rows of global batch i, for i = start, start + 1, ..."""
+    """Endless training batches; this rank's rows of global batch i, for i = start, start + 1, ...
 
-    def __init__(self, task: Task, batch_size: int, length: int, seed: int) -> None:
+    With ``lengths = (low, high)`` each batch has its own length, uniform over ``low .. high`` (inclusive) and
+    drawn first from the batch's generator, so it too is a function of ``(seed, i)`` alone: every rank makes
+    the same global batch, and a resume continues the same lengths. One length per batch: no padding.
+    """
+
+    def __init__(
+        self, task: Task, batch_size: int, length: int, seed: int, lengths: tuple[int, int] | None = None
+    ) -> None:
         self.task, self.batch_size, self.length, self.seed = task, batch_size, length, seed
+        self.lengths = lengths
         self.start, self.rank, self.world_size = 0, 0, 1
+
+    def draw_length(self, generator: torch.Generator) -> int:
+        """The length of the batch ``generator`` makes: ``length``, or one drawn from ``lengths``. A range of one
+        length draws nothing, so it makes the very batches of that fixed length."""
+        if self.lengths is None or self.lengths[0] == self.lengths[1]:
+            return self.length
+        low, high = self.lengths
+        return low + int(torch.randint(high - low + 1, (1,), generator=generator))
+
+    def batch_length(self, index: int) -> int:
+        """The length of global batch ``index`` (what ``__iter__`` yields for it), without making the batch."""
+        return self.draw_length(batch_generator(self.seed, index))
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
         rows = self.batch_size // self.world_size
         index = self.start
         while True:
-            tokens, targets = self.task.sample(self.batch_size, self.length, batch_generator(self.seed, index))
+            generator = batch_generator(self.seed, index)
+            tokens, targets = self.task.sample(self.batch_size, self.draw_length(generator), generator)
             part = slice(self.rank * rows, (self.rank + 1) * rows)
             yield tokens[part], targets[part]
             index += 1
+
+
+def training_lengths(train_lengths: Any, train_length: int) -> tuple[int, int] | None:
+    """``task.train_lengths`` checked: null, or ``[low, high]`` whole numbers with ``low <= high`` ending at
+    ``task.train_length``. The high end must be written as ``train_length`` too, because the encodings' training
+    length (RoPE's ``original_length``), log-length scaling and ``accuracy_past_train`` read ``train_length``
+    as the longest length trained on; a range ending elsewhere would leave them a length never trained at."""
+    if train_lengths is None:
+        return None
+    # a list, a tuple or (from Hydra's instantiate) a ListConfig; never a string
+    pair = list(train_lengths) if isinstance(train_lengths, Sequence) and not isinstance(train_lengths, str) else None
+    if pair is None or len(pair) != 2 or not all(isinstance(n, int) and not isinstance(n, bool) for n in pair):
+        shown = pair if pair is not None else train_lengths
+        raise ConfigError(
+            f"task.train_lengths={shown!r} is not allowed; task.train_lengths takes null (every batch at "
+            f"task.train_length) or a list of two whole numbers [low, high], e.g. [8, 32]."
+        )
+    low, high = pair
+    if low > high:
+        raise ConfigError(
+            f"task.train_lengths={pair} has its low end {low} above its high end {high}; allowed: [low, high] with "
+            f"low <= high, e.g. [{high}, {low}]."
+        )
+    if high != train_length:
+        raise ConfigError(
+            f"task.train_lengths={pair} ends at {high} but task.train_length={train_length}; allowed: "
+            f"task.train_length equal to the high end, the longest length trained on (add "
+            f"task.train_length={high})."
+        )
+    return low, high
 
 
 class EvaluationSet(Dataset):
@@ -532,16 +659,20 @@ class SyntheticDataModule(L.LightningDataModule):
         eval_batch_size: int = 256,
         eval_seed: int = 12_345,
         seed: int = 0,
+        train_lengths: Sequence[int] | None = None,
         **settings: Any,
     ) -> None:
-        """``settings``: the task's own (lag's ``k``, flip_flop's probabilities, counting's ``num_variables``)."""
+        """``settings``: the task's own (lag's ``k``, flip_flop's probabilities, counting's ``num_variables``).
+        ``train_lengths``: null (every training batch at ``train_length``) or ``[low, high]``, each batch's length
+        drawn from it; ``train_length`` must then be ``high``, and stays the longest length trained on."""
         super().__init__()
         self.task = make_task(name, vocab_size, **settings)
         self.train_length, self.eval_lengths = int(train_length), [int(n) for n in eval_lengths]
-        self.task.validate([self.train_length, *self.eval_lengths])
+        self.train_lengths = training_lengths(train_lengths, self.train_length)
+        self.task.validate([self.train_length, *(self.train_lengths or ()), *self.eval_lengths])
         self.batch_size, self.eval_size, self.eval_batch_size = batch_size, eval_size, eval_batch_size
         self.eval_seed, self.seed = eval_seed, seed
-        self.train_batches = TrainingBatches(self.task, batch_size, self.train_length, seed)
+        self.train_batches = TrainingBatches(self.task, batch_size, self.train_length, seed, self.train_lengths)
         self.eval_sets: list[EvaluationSet] = []
         self.vocab_size, self.num_classes = self.task.vocab_size, self.task.num_classes
 
@@ -552,11 +683,16 @@ class SyntheticDataModule(L.LightningDataModule):
     @property
     def paragraph_density(self) -> float:
         """Paragraph starts per token, for an encoding that takes it from the data (rand_axial, period_axial): a
-        generated sequence is one paragraph, so one start per training sequence."""
-        return 1.0 / self.train_length
+        generated sequence is one paragraph, so one start per training sequence, of the mean training length."""
+        if self.train_lengths is None:
+            return 1.0 / self.train_length
+        return 2.0 / sum(self.train_lengths)  # lengths uniform over low .. high: their mean is (low + high) / 2
 
     def describe(self) -> dict[str, Any]:
-        return {"train_length": self.train_length, "eval_lengths": self.eval_lengths}
+        """What results.json records of the data: ``train_length`` is the longest length trained on, and
+        ``train_lengths`` the range drawn from (null: every batch at ``train_length``)."""
+        lengths = list(self.train_lengths) if self.train_lengths is not None else None
+        return {"train_length": self.train_length, "train_lengths": lengths, "eval_lengths": self.eval_lengths}
 
     def trainer_arguments(self) -> dict[str, Any]:
         return {}
