@@ -1,6 +1,7 @@
 """The hRoPE analyses' readings: what "cross-paragraph attention" means under an intervention, the U* readings
-of the robustness table, and intervals over seeds and documents together. Each on planted attention whose
-answer is known."""
+of the robustness table, and the intervals over seeds (Student-t over seeds, paired by seed on one corpus, Welch's
+across corpora; the secondary bootstrap over seeds then documents). Each on planted values whose answer is
+known."""
 
 from __future__ import annotations
 
@@ -24,14 +25,21 @@ from poslab.analysis.hrope import (
     fake_split,
     intervention_readings,
     merge_boundary,
-    nested_difference,
     nested_interval,
     pair_statistics,
     split_position,
     u_readings,
     well_from,
 )
-from poslab.analysis.hrope_report import robustness_tables, summary_table
+from poslab.analysis.hrope_report import (
+    arm_summaries,
+    claims,
+    comparison_table,
+    depth_cell,
+    robustness_tables,
+    seed_difference,
+    summary_table,
+)
 
 from .test_hrope_analysis import document, planted_attention
 
@@ -177,16 +185,29 @@ def test_the_interval_over_seeds_and_documents_holds_the_spread_of_seeds():
     assert math.isnan(nested_interval([Estimate(0.1, (0.0, 0.2))])[1][0])  # no replicates: no interval
 
 
-def test_a_difference_paired_by_documents_is_tighter_than_either_side():
-    """ΔU* of an arm minus RoPE's: every run of a corpus uses the same document resamples, so replicate m of
-    each run moves with the documents of resample m; the document noise they share cancels."""
-    rng = np.random.default_rng(1)
-    shared = rng.standard_normal(800) * 0.2  # what resample m's documents do to any model
-    arm = [Estimate.of(0.10 + s * 0.005, 0.10 + s * 0.005 + shared) for s in range(3)]
-    rope = [Estimate.of(0.04 + s * 0.005, 0.04 + s * 0.005 + shared) for s in range(3)]
-    difference, (low, high) = nested_difference(arm, rope)
-    assert difference == pytest.approx(0.06)
-    assert 0.0 < low < 0.06 < high and high - low < 0.5 * np.subtract(*nested_interval(arm)[1][::-1])
+def test_a_difference_paired_by_seed_cancels_what_a_seed_does_to_both_arms():
+    """ΔU* of an arm minus RoPE's on one corpus: seed s trains both on the same batches and both read the same
+    documents, so a seed's shared effect cancels in the per-seed difference; Welch's (no pairing) keeps it."""
+    seed_effect = {0: -0.2, 1: 0.0, 2: 0.25}
+    arm = {s: 0.10 + e + 0.002 * s for s, e in seed_effect.items()}
+    rope = {s: 0.04 + e for s, e in seed_effect.items()}
+    paired = seed_difference(arm, rope, paired=True)
+    assert paired.test == "paired over 3 seeds" and paired.interval.mean == pytest.approx(0.062)
+    assert 0.05 < paired.interval.low < paired.interval.high < 0.075 and paired.side == 1
+    unpaired = seed_difference(arm, rope, paired=False)
+    assert unpaired.test.startswith("Welch, ") and unpaired.side == 0  # not separated
+    assert unpaired.t == pytest.approx(0.062 / math.sqrt(2 * np.var(list(rope.values()), ddof=1) / 3), rel=0.05)
+    one_common = seed_difference({0: 0.1, 1: 0.2}, {1: 0.0, 2: 0.1}, paired=True)
+    assert one_common.test.startswith("Welch")  # one common seed: nothing to pair
+
+
+def test_the_interval_over_seeds_is_the_t_interval_the_referee_computes():
+    """rand_axial's U* on OpenWebText with a seed sd of 0.17: a t-interval over 3 seeds is ±0.42."""
+    cell = depth_cell([-0.50, -0.33, -0.16])
+    assert cell == "−0.33 [−0.75, +0.09] sd 0.17 (3)"
+    assert depth_cell([-0.30]) == "−0.30 (1)" and depth_cell([math.nan]) == "n/a"
+    # seeds that split into two outcomes are listed one by one
+    assert depth_cell([-0.02, -0.05, -0.90]).endswith("(3) (split: −0.02 / −0.05 / −0.90)")
 
 
 def fake_analysis(tmp_path, encoding: str, corpus: str, seed: int, depths: dict[str, float], shuffle: float,
@@ -220,19 +241,50 @@ def test_the_report_says_under_which_readings_a_claim_holds_and_compares_each_sh
         runs.append(fake_analysis(tmp_path, "hrope_axial", "python_code", seed, hrope, 0.04, "interleaved", 1.9))
         runs.append(fake_analysis(tmp_path, "rope", "python_code", seed, dict.fromkeys(names, -0.3), 0.04))
     text = robustness_tables(runs)
-    assert "Code: hrope_axial:split deeper than rand_axial:split (seed means): holds under main, no_log_n, " \
-        "no_key_0, same_paragraph_trend; not under log_trend" in text  # fmt: skip
-    assert "the shuffle moves hrope_axial:split's U* beyond RoPE's (interval of the difference excludes 0): " \
-        "holds under all 5 readings" in text  # fmt: skip
-    assert "the shuffle moves rand_axial:split's U* beyond RoPE's (interval of the difference excludes 0): " \
-        "holds under none" in text  # fmt: skip
+    assert "Code: hrope_axial:split deeper than rand_axial:split (paired over 3 seeds; the difference's 95% " \
+        "interval below 0): holds under main, no_log_n, no_key_0, same_paragraph_trend; not under log_trend" \
+        in text  # fmt: skip
+    assert "the shuffle moves hrope_axial:split's U* beyond RoPE's (paired over 3 seeds; the difference's 95% " \
+        "interval excludes 0): holds under all 5 readings" in text  # fmt: skip
+    assert "the shuffle moves rand_axial:split's U* beyond RoPE's (paired over 3 seeds; the difference's 95% " \
+        "interval excludes 0): holds under none" in text  # fmt: skip
     table = summary_table(runs).splitlines()
-    row = next(line for line in table if line.startswith("| hrope_axial:split | Code | 3 | 2.000 |"))
+    row = next(line for line in table if line.startswith("| hrope_axial:split | Code | 3 | 2.000 [2.00, 2.00] |"))
     cells = [c.strip() for c in row.split("|")[1:-1]]
-    assert cells[4].startswith("−0.80 [") and cells[5].startswith("+0.10 [") and cells[6].startswith("+0.06 [")
-    low, high = (float(v.replace("−", "-")) for v in cells[6].split("[")[1].rstrip("]").split(","))
-    assert 0.059 < low <= high < 0.061  # the document noise, the same in every run here, cancels exactly
-    arm_low, arm_high = (float(v.replace("−", "-")) for v in cells[5].split("[")[1].rstrip("]").split(","))
-    assert arm_high - arm_low > 0.02  # while each arm's own interval carries it
-    assert any(line.startswith("| hrope_axial:interleaved | Code | 3 | 1.900 |") for line in table)
+    # every seed gives the same value here: the t-intervals over seeds have no width
+    assert cells[4] == "−0.80 [−0.80, −0.80]" and cells[5] == "+0.10 [+0.10, +0.10]"
+    assert cells[6] == "+0.06 [+0.06, +0.06]"  # ΔU* minus RoPE's, paired by seed
+    # the secondary bootstrap over seeds then documents carries the document noise (sd 0.01 per replicate)
+    arm_low, arm_high = (float(v.replace("−", "-")) for v in cells[-1].strip("[]").split(","))
+    assert arm_low < 0.095 and arm_high > 0.105
+    assert any(line.startswith("| hrope_axial:interleaved | Code | 3 | 1.900 [1.90, 1.90] |") for line in table)
     assert any(line.startswith("| rope | Code | 3 |") and "| — |" in line for line in table)
+    assert "| Code: hrope_axial:split deeper than rand_axial:split | −0.30 [−0.30, −0.30] | paired over 3 seeds " \
+        "| −∞ | deeper |" in comparison_table(claims(runs))  # fmt: skip
+
+
+def test_deeper_by_seed_means_alone_is_not_separated(tmp_path):
+    """hrope_axial's seed mean is deeper than rand_axial's, but the seeds scatter: the paired interval of the
+    difference holds 0, and the claim does not hold. Across corpora the comparison is Welch's."""
+    names = [r.name for r in u_readings("linear")]
+    runs = []
+    for seed, (h, r, w) in enumerate([(-0.9, -0.5, -0.30), (-0.3, -0.55, -0.32), (-0.6, -0.45, -0.28)]):
+        runs.append(fake_analysis(tmp_path, "hrope_axial", "python_code", seed, dict.fromkeys(names, h), 0.1))
+        runs.append(fake_analysis(tmp_path, "rand_axial", "python_code", seed, dict.fromkeys(names, r), 0.1))
+        runs.append(fake_analysis(tmp_path, "hrope_axial", "wikitext2", seed, dict.fromkeys(names, w), 0.1))
+    found = {c.text: c for c in claims(runs)}
+    versus = found["Code: hrope_axial deeper than rand_axial"]
+    assert versus.differences["main"].interval.mean == pytest.approx(-0.1)
+    assert versus.verdict() == "not separated" and not versus.holds("main")
+    corpora = found["hrope_axial: deeper on Code than on WikiText-2"]
+    assert corpora.differences["main"].test.startswith("Welch, ")
+    t, df = corpora.differences["main"].t, corpora.differences["main"].df
+    assert t == pytest.approx(-0.3 / math.sqrt(0.09 / 3 + 0.0004 / 3)) and 2.0 < df < 2.1
+    assert corpora.verdict() == "not separated"  # t −1.7 on 2 df
+    assert "Code: hrope_axial deeper than rand_axial (paired over 3 seeds; the difference's 95% interval below " \
+        "0): holds under none" in robustness_tables(runs)  # fmt: skip
+    summary = {(s["arm"], s["corpus"]): s for s in arm_summaries(runs)}
+    depth = summary[("hrope_axial", "Code")]["U*"]
+    assert depth["per_seed"] == [-0.9, -0.3, -0.6] and depth["n"] == 3 and not depth["split"]
+    assert depth["mean"] == pytest.approx(-0.6) and depth["high"] - depth["mean"] == pytest.approx(4.303 * 0.3 / 3**0.5)
+    json.dumps(summary[("hrope_axial", "Code")], allow_nan=False)  # the arms' JSON holds no NaN

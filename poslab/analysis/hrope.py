@@ -36,8 +36,13 @@ offered: it moves for a blind model too (the labels move, the attention does not
 **Shuffle test** (the write-up's): the whole paragraphs between the first and the last are put in a random
 order, the first (token 0, the attention sink) and the last (truncated by the window) stay in place, so a
 window needs four paragraphs; indices are renumbered in the new order and U* recomputed on those documents.
-Reported: ``ΔU* = U*(shuffled) - U*`` on the same documents, with a paired bootstrap interval over documents;
-reports give the seed mean with an interval over seeds and documents together (``nested_interval``).
+Reported: ``ΔU* = U*(shuffled) - U*`` on the same documents, with a paired bootstrap interval over documents.
+
+**Over seeds** (``poslab.analysis.hrope_report``) the seed is the unit of replication: a figure's interval is
+the Student-t interval over the seed values (``poslab.analysis.stats.Interval``), and comparisons are seed-level
+differences (paired by seed on one corpus, Welch's across corpora). The intervals over documents here serve the
+per-run table, and ``nested_interval`` (seeds, then documents within each seed: a hierarchical bootstrap) a
+secondary column: with 3 seeds any bootstrap under-covers the seed scatter.
 
 **Readings of U*** (``u_readings``): the main one above, and four changes for robustness: without ``+log n``,
 key 0 left out, the trend fitted on same-paragraph pairs only, the other trend form.
@@ -465,7 +470,7 @@ def interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
 @dataclass
 class Estimate:
     """A statistic of one run, its 95% bootstrap interval over documents, and the bootstrap replicates behind
-    it (kept for intervals over documents and seeds together: ``nested_interval``)."""
+    it (kept for the secondary interval over seeds, then documents: ``nested_interval``)."""
 
     value: float
     interval: tuple[float, float]
@@ -498,12 +503,13 @@ def document_mean(values: np.ndarray, weights: np.ndarray) -> Estimate:
 def nested_replicates(
     runs: Sequence[Estimate], replicates: int = 2000, seed: int = 0, document_seed: int = 1
 ) -> np.ndarray | None:
-    """Bootstrap replicates of the seed mean of ``runs`` (one Estimate per seed) over seeds and documents
-    together: each replicate draws the seeds with replacement and, for each drawn seed, one of its own
-    replicates over documents (a resample of its documents). Two groups drawn with the same ``document_seed``
-    pick the same document resamples slot by slot (paired by documents when their runs share the documents and
-    the resampling seed, as runs of one corpus do); ``seed`` draws the seeds. None when a run has no replicates
-    (read back from JSON) or no run has a value."""
+    """Bootstrap replicates of the seed mean of ``runs`` (one Estimate per seed), hierarchical, seeds first:
+    each replicate draws the seeds with replacement and, for each drawn seed, one of its own replicates over
+    documents (a resample of its documents) -- ``stats.hierarchical_bootstrap`` with each run's document
+    replicates standing in for per-unit values (U* is fitted on all documents at once, not a mean of them).
+    Two groups drawn with the same ``document_seed`` pick the same document resamples slot by slot (paired by
+    documents when their runs share the documents and the resampling seed, as runs of one corpus do); ``seed``
+    draws the seeds. None when a run has no replicates (read back from JSON) or no run has a value."""
     usable = [r for r in runs if math.isfinite(r.value)]
     if not usable or any(len(r.replicates) == 0 for r in usable):
         return None
@@ -520,7 +526,8 @@ def nested_replicates(
 def nested_interval(
     runs: Sequence[Estimate], replicates: int = 2000, seed: int = 0
 ) -> tuple[float, tuple[float, float]]:
-    """The seed mean of ``runs`` and its 95% interval over seeds and documents (``nested_replicates``)."""
+    """The seed mean of ``runs`` and its 95% hierarchical bootstrap interval, seeds then documents
+    (``nested_replicates``). Secondary: with 3 seeds it under-covers; the t-interval over seeds is primary."""
     mean = seed_mean(runs)
     if not math.isfinite(mean):
         return math.nan, (math.nan, math.nan)
@@ -531,19 +538,6 @@ def nested_interval(
 def seed_mean(runs: Sequence[Estimate]) -> float:
     usable = [r.value for r in runs if math.isfinite(r.value)]
     return float(np.mean(usable)) if usable else math.nan
-
-
-def nested_difference(
-    runs: Sequence[Estimate], baseline: Sequence[Estimate], replicates: int = 2000, seed: int = 0
-) -> tuple[float, tuple[float, float]]:
-    """Seed mean of ``runs`` minus that of ``baseline`` (e.g. an arm's ΔU* minus RoPE's under the same shuffle),
-    with an interval over both groups' seeds and their shared documents (paired by document resample)."""
-    a, b = seed_mean(runs), seed_mean(baseline)
-    if not (math.isfinite(a) and math.isfinite(b)):
-        return math.nan, (math.nan, math.nan)
-    da = nested_replicates(runs, replicates, seed, document_seed=seed + 1)
-    db = nested_replicates(baseline, replicates, seed + 7, document_seed=seed + 1)
-    return a - b, (math.nan, math.nan) if da is None or db is None else interval(da - db)
 
 
 # ---- one run ----------------------------------------------------------------------------------------------------
