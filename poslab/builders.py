@@ -17,7 +17,7 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 
 from poslab.checkpoint import uncompiled_state_dict
-from poslab.encodings import encoding_class
+from poslab.encodings import encoding_class, fill_length_settings
 from poslab.errors import ConfigError, MissingRunError, PoslabError
 from poslab.model import ModelConfig
 from poslab.run_files import MODEL_FILE
@@ -41,10 +41,13 @@ def build_model_config(
 ) -> ModelConfig:
     settings = OmegaConf.to_container(cfg.model, resolve=True)
     encoding = OmegaConf.to_container(cfg.encoding, resolve=True)
+    cls = encoding_class(str(encoding.get("name")))
     # settings an encoding takes from the data when left null (e.g. rand_axial's paragraph density)
-    for key in encoding_class(str(encoding.get("name"))).corpus_settings:
+    for key in cls.corpus_settings:
         if encoding.get(key) is None and datamodule is not None and hasattr(datamodule, key):
             encoding[key] = getattr(datamodule, key)
+    if datamodule is not None:  # settings tied to the length trained on (FIRE's threshold, T5's max_distance)
+        encoding = fill_length_settings(cls, encoding, datamodule.max_length, datamodule.train_length)
     try:
         return ModelConfig(vocab_size=vocab_size, n_outputs=n_outputs, encoding=encoding, **settings)
     except TypeError as error:

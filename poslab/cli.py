@@ -174,12 +174,17 @@ def encoding_lines() -> list[str]:
     from omegaconf import OmegaConf
 
     from poslab.config import compose_config
-    from poslab.encodings import ENCODINGS
+    from poslab.encodings import ENCODINGS, length_setting_kinds
 
     lines = []
     for name, cls in sorted(ENCODINGS.items()):
         settings = OmegaConf.to_container(compose_config([f"encoding={name}"]).encoding, resolve=True)
-        shown = ", ".join(f"{key}={_setting(value)}" for key, value in settings.items() if key != "name")
+        kinds = length_setting_kinds(cls)  # a length setting says what its null is filled with
+        shown = ", ".join(
+            f"{key}={_setting(value)}" + (f" ({kinds[key]})" if key in kinds else "")
+            for key, value in settings.items()
+            if key != "name"
+        )
         paths = f" Paths: {', '.join(cls.attention_paths)}."  # model.attention options, the first the fastest
         lines.append(f"{name:18s} {cls.summary}" + (f" Settings: {shown}." if shown else " No settings.") + paths)
     return lines

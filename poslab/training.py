@@ -87,6 +87,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     module = build_module(cfg, datamodule)
     label = module.model.encoding.label()
     log.info("%s %s seed %s: %s parameters", cfg.task.name, label, cfg.seed, f"{module.model.num_parameters():,}")
+    for note in untrained_at_test(module, datamodule):
+        log.warning("note: %s", note)
 
     if "wandb" in str(cfg.get("logger")).lower():
         wandb_offline_unless_key()
@@ -133,6 +135,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "parameters": module.model.num_parameters(),
         "train_seconds": round(train_seconds, 3),
         "figures": module.figures,
+        # what ran where the config says null (length settings filled in), and what evaluation reads untrained
+        "encoding_settings": module.model.encoding.resolved_settings,
+        "untrained_at_test": untrained_at_test(module, datamodule),
         "throughput": next((c.summary() for c in trainer.callbacks if isinstance(c, Throughput)), {}),
         "environment": {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "torch": torch.__version__},
         "config": resolved,
@@ -152,6 +157,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             f"the evaluation figures are not finite ({format_figures(module.figures)}).", trainer.global_step
         )
     return results
+
+
+def untrained_at_test(module: L.LightningModule, datamodule: L.LightningDataModule) -> list[str]:
+    """The encoding's sentences on what evaluation reads that training never trained (``PositionEncoding.
+    untrained_at_test``), from its current values: at start the initial ones, after training the trained ones."""
+    return module.model.encoding.untrained_at_test(datamodule.train_length, datamodule.max_length)
 
 
 def all_finite(figures: Any) -> bool:

@@ -47,8 +47,9 @@ def context(layer: int, hidden: Tensor) -> LayerContext:
 
 
 # ---- CoPE ------------------------------------------------------------------------------------------------------
-def random_cope(max_pos: int) -> Any:
-    cope = build_encoding({"name": "cope", "max_pos": max_pos}, SHAPE, 64)
+def random_cope(max_pos: int | None, position_logits: str = "after_scale", train_length: int | None = None) -> Any:
+    settings = {"name": "cope", "max_pos": max_pos, "position_logits": position_logits}
+    cope = build_encoding(settings, SHAPE, 64, train_length=train_length)
     with torch.no_grad():
         for layer in cope.layers:
             nn.init.normal_(layer.table)
@@ -59,7 +60,7 @@ def random_cope(max_pos: int) -> Any:
 def test_cope_term_is_x_transformers_cope_for_every_key_up_to_the_query(max_pos):
     g = torch.Generator().manual_seed(0)
     q, k = 2 * torch.randn(B, H, T, HEAD_DIM, generator=g), 2 * torch.randn(B, H, T, HEAD_DIM, generator=g)
-    cope = random_cope(max_pos)
+    cope = random_cope(max_pos)  # x-transformers adds the term to the scaled logits: after_scale
     for layer in range(SHAPE.n_layers):
         reference = CoPE(dim=HEAD_DIM, heads=H, max_pos=max_pos)
         with torch.no_grad():
@@ -75,6 +76,48 @@ def test_cope_term_is_x_transformers_cope_for_every_key_up_to_the_query(max_pos)
     assert not torch.allclose(cope.layers[0].table, cope.layers[1].table)  # each layer its own table
 
 
+def authors_cope_logits(query: Tensor, key: Tensor, pos_emb: Tensor, npos: int) -> Tensor:
+    """The attention logits of the CoPE authors' ``ContextPosSelfAttn.forward`` (facebookresearch/RAM,
+    ``projects/cope/src/cope/context_position.py``, default flags: no ``cope_nodiv``, gates from the keys), restated
+    for ``query, key [B*H, L, head_dim]``, ``pos_emb [1, head_dim, npos]`` and a causal ``attn_mask``, before their
+    softmax (the masked logits -inf)."""
+    head_dim = query.shape[-1]
+    attn_mask = torch.ones(query.shape[1], query.shape[1]).tril()[None]
+    gate_logits = torch.bmm(query, key.transpose(-1, -2))
+    gates = torch.sigmoid(gate_logits / math.sqrt(head_dim)) * attn_mask
+    positions = gates.flip(-1).cumsum(dim=-1).flip(-1).clamp(max=npos - 1)
+    pos_logits_fixed = torch.matmul(query, pos_emb)
+    positions_ceil, positions_floor = positions.ceil().long(), positions.floor().long()
+    pos_logits_ceil = pos_logits_fixed.gather(-1, positions_ceil)
+    pos_logits_floor = pos_logits_fixed.gather(-1, positions_floor)
+    pos_ceil_weight = positions - positions_floor
+    pos_logits = pos_logits_ceil * pos_ceil_weight + pos_logits_floor * (1 - pos_ceil_weight)
+    attn_logits = gate_logits + pos_logits
+    attn_logits = attn_logits / math.sqrt(head_dim)
+    return attn_logits + attn_mask.log()
+
+
+@pytest.mark.parametrize("train_length", [8, 32])  # positions clamped to npos - 1 = 8 (T = 24); none clamped
+def test_cope_scores_are_the_authors_code_on_the_same_weights(train_length):
+    """The default CoPE (``position_logits: before_scale``, ``max_pos`` null = training length + 1, the authors'
+    ``block_size + 1``): the layer's scores ``q.k / sqrt(d) + term`` equal the authors' attention logits."""
+    g = torch.Generator().manual_seed(3)
+    q, k = 2 * torch.randn(B, H, T, HEAD_DIM, generator=g), 2 * torch.randn(B, H, T, HEAD_DIM, generator=g)
+    cope = random_cope(None, "before_scale", train_length=train_length)
+    assert cope.max_pos == train_length + 1
+    for layer in range(SHAPE.n_layers):
+        table = cope.layers[layer].table.detach()
+        expected = authors_cope_logits(q.flatten(0, 1), k.flatten(0, 1), table.T[None], train_length + 1)
+        term = cope.score_term(context(layer, torch.zeros(B, T, SHAPE.d_model)), q, k).detach()
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(HEAD_DIM) + term
+        assert torch.allclose(scores.flatten(0, 1)[:, SEEN], expected[:, SEEN], atol=1e-5)
+    # the variant that adds the term after the scaling (x-transformers', the authors' --cope-nodiv) differs by sqrt(d)
+    after = random_cope(None, "after_scale", train_length=train_length)
+    after.load_state_dict(cope.state_dict())
+    ctx = context(0, torch.zeros(B, T, SHAPE.d_model))
+    assert torch.allclose(after.score_term(ctx, q, k), cope.score_term(ctx, q, k) * math.sqrt(HEAD_DIM), atol=1e-4)
+
+
 def planted(on: Tensor, logit: float = 60.0) -> tuple[Tensor, Tensor]:
     """Queries and keys along one direction: ``q_t . k_s / sqrt(d) = +logit`` for keys ``on``, ``-logit`` off."""
     direction = torch.ones(HEAD_DIM) / math.sqrt(HEAD_DIM)
@@ -85,7 +128,7 @@ def planted(on: Tensor, logit: float = 60.0) -> tuple[Tensor, Tensor]:
 
 
 def test_cope_counts_the_keys_whose_gates_open():
-    cope = ContextualPositions(max_pos=T + 2, head_dim=HEAD_DIM)  # no clamp
+    cope = ContextualPositions(max_pos=T + 2, head_dim=HEAD_DIM, position_logits="after_scale")  # no clamp
     with torch.no_grad():
         nn.init.normal_(cope.table)
     # every gate 1: relative positions t - s + 1 (the paper's remark)
@@ -230,7 +273,8 @@ def test_cope_starts_as_its_inner_encoding(inner):
 
 
 def test_labels():
-    assert tiny("cope").encoding.label() == "cope:16"
+    assert tiny("cope", max_pos=16).encoding.label() == "cope:16"
+    assert tiny("cope", max_pos=16, position_logits="after_scale").encoding.label() == "cope:16:after_scale"
     assert tiny("cope", max_pos=8, inner="rope", base=500_000).encoding.label() == "cope:8:rope:500000"
     assert tiny("forget_gate").encoding.label() == "forget_gate"
     assert tiny("forget_gate", inner="rope").encoding.label() == "forget_gate:rope"

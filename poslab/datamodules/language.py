@@ -173,6 +173,11 @@ class LanguageModelDataModule(L.LightningDataModule):
     def max_length(self) -> int:
         return self.context_length
 
+    @property
+    def train_length(self) -> int:
+        """The length trained on: the context (what settings tied to the training length take)."""
+        return self.context_length
+
     def describe(self) -> dict[str, Any]:
         return {
             "corpus": self.corpus["name"],

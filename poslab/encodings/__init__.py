@@ -15,6 +15,8 @@ from poslab.encodings.base import (
     PositionInputs,
     build_encoding,
     encoding_class,
+    fill_length_settings,
+    length_setting_kinds,
     register,
 )
 
@@ -31,5 +33,7 @@ __all__ = [
     "PositionInputs",
     "build_encoding",
     "encoding_class",
+    "fill_length_settings",
+    "length_setting_kinds",
     "register",
 ]

@@ -206,6 +206,12 @@ class PositionEncoding(nn.Module):
     #: settings that, left null, are the longest sequence the run uses (``max_length``: the context, or the longest
     #: evaluation length), filled in when the encoding is built: a learned table as long as the run needs
     length_settings: ClassVar[tuple[str, ...]] = ()
+    #: settings that, left null, are tied to the *training* length ``L`` (the context, or the longest training
+    #: length of a synthetic task), as their papers tie them: ``(scale, offset)`` gives ``int(scale * L) + offset``
+    #: (T5's ``max_distance``: ``L``; CoPE's ``max_pos``: ``L + 1``, the authors' ``block_size + 1``; FIRE's
+    #: threshold: ``L / 2``). Filled before ``validate`` (``fill_length_settings``); a model built with no training
+    #: length (a test, a benchmark) takes the longest length as its training length.
+    train_length_settings: ClassVar[dict[str, tuple[float, int]]] = {}
     #: settings with a value in the YAML that may also be null, which means something of its own (increments_layer's
     #: ``max_delta: null``: no bound); any other setting takes its YAML default's type
     optional_settings: ClassVar[tuple[str, ...]] = ()
@@ -219,10 +225,19 @@ class PositionEncoding(nn.Module):
     def __init__(self, shape: ModelShape) -> None:
         super().__init__()
         self.shape = shape
+        self.resolved_settings: dict[str, Any] = {}  # filled by build_encoding: the settings it ran with
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         """Raise ``ConfigError`` if ``settings`` cannot work with this model and the longest evaluation length."""
+
+    def untrained_at_test(self, train_length: int, max_length: int) -> list[str]:
+        """One sentence per part of the encoding's trained parameters (or learned function) that evaluation at
+        ``max_length`` reaches but training at ``train_length`` never did (a learned row, a T5 bucket, a CoPE
+        position, FIRE inputs past the trained range); empty when training covers it all. Read from the current
+        values, so after training it describes what was trained. train.py logs each at start and records them in
+        ``results.json`` (``untrained_at_test``)."""
+        return []
 
     # ---- once per forward pass ----------------------------------------------------------------------------------
     def begin(self, token_embeddings: Tensor, inputs: PositionInputs) -> tuple[Tensor, Any]:
@@ -368,12 +383,39 @@ def own_settings(settings: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return str(settings.pop("name", None)), settings
 
 
+def fill_length_settings(
+    cls: type[PositionEncoding], settings: dict[str, Any], max_length: int, train_length: int | None = None
+) -> dict[str, Any]:
+    """``settings`` with the encoding's null length settings filled in: ``length_settings`` with the longest
+    sequence the run uses, ``train_length_settings`` with the training length plus their offset (``train_length``
+    None: the longest length, a model built outside a run). Explicit values are kept."""
+    filled = dict(settings)
+    trained = max_length if train_length is None else int(train_length)
+    for key in cls.length_settings:
+        if filled.get(key) is None:
+            filled[key] = max_length
+    for key, (scale, offset) in cls.train_length_settings.items():
+        if filled.get(key) is None:
+            filled[key] = int(scale * trained) + offset
+    return filled
+
+
+def length_setting_kinds(cls: type[PositionEncoding]) -> dict[str, str]:
+    """Each length setting of ``cls`` and what a null fills it with, for ``poslab encodings``."""
+    kinds = {key: "null = the longest length the run uses" for key in cls.length_settings}
+    for key, (scale, offset) in cls.train_length_settings.items():
+        times = "" if scale == 1 else f" x {scale:g}"
+        kinds[key] = f"null = the training length{times}" + (f" {offset:+d}" if offset else "")
+    return kinds
+
+
 def validate_encoding(
     settings: dict[str, Any],
     shape: ModelShape,
     max_length: int,
     filled_by_data: Callable[[str], bool] = lambda key: False,
     attention: str | None = None,
+    train_length: int | None = None,
 ) -> type[PositionEncoding]:
     """Check an ``encoding`` config (``name`` picks the class) against the model and the longest sequence,
     before anything is built: the encoding's ``validate`` (which checks the values given), that it can be
@@ -382,7 +424,7 @@ def validate_encoding(
     command before any data is read)."""
     name, own = own_settings(settings)
     cls = encoding_class(name)
-    cls.validate(own, shape, max_length)
+    cls.validate(fill_length_settings(cls, own, max_length, train_length), shape, max_length)
     if attention is not None:
         check_attention_path(cls, attention)
     for key in cls.corpus_settings:
@@ -395,15 +437,18 @@ def validate_encoding(
 
 
 def build_encoding(
-    settings: dict[str, Any], shape: ModelShape, max_length: int, attention: str | None = None
+    settings: dict[str, Any],
+    shape: ModelShape,
+    max_length: int,
+    attention: str | None = None,
+    train_length: int | None = None,
 ) -> PositionEncoding:
     """Validate ``settings`` (the ``encoding`` config; ``name`` picks the class) for the ``attention`` path (when
-    given) and build the encoding."""
-    cls = validate_encoding(settings, shape, max_length, attention=attention)
+    given) and build the encoding, its null length settings filled in (``fill_length_settings``). The settings
+    it was built with are ``encoding.resolved_settings``: what ran, where the config says null."""
+    cls = validate_encoding(settings, shape, max_length, attention=attention, train_length=train_length)
     name, settings = own_settings(settings)
-    for key in cls.length_settings:
-        if settings.get(key) is None:
-            settings[key] = max_length
+    settings = fill_length_settings(cls, settings, max_length, train_length)
     try:
         encoding = cls(shape, **settings)
     except TypeError as error:  # an unexpected key: say which ones are allowed
@@ -413,4 +458,5 @@ def build_encoding(
         ) from error
     if attention == "flex":
         encoding.check_flex()
+    encoding.resolved_settings = {"name": name, **settings}
     return encoding

@@ -19,6 +19,14 @@ relative positions, the paper's remark.
 ``E`` is one table per layer, shared by the heads, starting at zero (the paper's code and x-transformers'): the
 term is 0 and the model NoPE (``inner: none``, the paper's CoPE-only runs) or RoPE (``inner: rope``) at start.
 
+As the authors run it (facebookresearch/RAM ``projects/cope/src/cope/context_position.py``, run by its
+``run.sh``), the default: the position logits are added *before* the division by ``sqrt(head_dim)``
+(``attn_logits += pos_logits; attn_logits /= sqrt(head_dim)``), so the term is ``term / sqrt(head_dim)``
+(``position_logits: before_scale``), and the table has ``npos = block_size + 1`` rows: ``max_pos`` null is the
+training length + 1 (``train_length_settings``), every count a training sequence can reach. poslab's earlier
+variant, the term added after the scaling (the authors' ``--cope-nodiv``, x-transformers' placement), is
+``position_logits: after_scale``; with ``max_pos: 16`` it is the zoo's first CoPE.
+
 Compared with x-transformers' ``CoPE(dim=head_dim, heads=H, max_pos)`` (the default interpolation, not
 ``soft_onehot``): the same term for every ``(t, s <= t)`` (``tests/test_content_positions.py``). poslab writes the
 interpolation as ``z[floor p] + (p - floor p) * (z[floor p + 1] - z[floor p])``, the same number (``ceil p = floor
@@ -36,7 +44,7 @@ from torch import Tensor, nn
 
 from poslab.encodings.base import LayerContext, ModelShape, register
 from poslab.encodings.rotary import OptionalRotation
-from poslab.settings import check_whole
+from poslab.settings import check_choice, check_whole
 
 
 class ContentTermEncoding(OptionalRotation):
@@ -46,13 +54,20 @@ class ContentTermEncoding(OptionalRotation):
     attention_paths = ("sdpa", "explicit")  # a [B, H, T, T] term per layer: an additive mask, no score_mod
 
 
+#: where the position logits join the attention logits: before their 1/sqrt(head_dim) (the authors' default) or
+#: after it (their ``--cope-nodiv``; x-transformers)
+PLACEMENTS = ("before_scale", "after_scale")
+
+
 class ContextualPositions(nn.Module):
     """One layer's CoPE: the position table ``E [max_pos, head_dim]`` (shared by the heads) and its term."""
 
-    def __init__(self, max_pos: int, head_dim: int) -> None:
+    def __init__(self, max_pos: int, head_dim: int, position_logits: str = "before_scale") -> None:
         super().__init__()
         self.max_pos = max_pos
         self.table = nn.Parameter(torch.zeros(max_pos, head_dim))  # zero: no term at start, as the paper's code
+        # the model adds every term after the score scaling: a term meant before it is divided here
+        self.term_scale = 1 / math.sqrt(head_dim) if position_logits == "before_scale" else 1.0
 
     def positions(self, q: Tensor, k: Tensor) -> Tensor:
         """``p [B, H, T, T]`` (fp32): the gates of keys ``s..t`` summed, clamped to ``max_pos - 1``; keys after the
@@ -70,7 +85,7 @@ class ContextualPositions(nn.Module):
             step = torch.diff(z, dim=-1, append=z[..., -1:])  # z[e + 1] - z[e]; 0 past the last row
             floor = p.floor()
             index = floor.long()
-            return z.gather(-1, index) + (p - floor) * step.gather(-1, index)
+            return (z.gather(-1, index) + (p - floor) * step.gather(-1, index)) * self.term_scale
 
 
 @register("cope")
@@ -82,19 +97,44 @@ class CopeEncoding(ContentTermEncoding):
         "learned interpolated position embeddings; per layer, over NoPE or RoPE (inner)."
     )
 
-    def __init__(self, shape: ModelShape, max_pos: int = 16, **inner_and_rotary: Any) -> None:
+    train_length_settings = {"max_pos": (1.0, 1)}  # null: the training length + 1, the authors' block_size + 1
+
+    def __init__(
+        self, shape: ModelShape, max_pos: int = 33, position_logits: str = "before_scale", **inner_and_rotary: Any
+    ) -> None:
         super().__init__(shape, **inner_and_rotary)  # inner; base, pairing, rotary_dim
-        self.max_pos = int(max_pos)
-        self.layers = nn.ModuleList(ContextualPositions(self.max_pos, shape.head_dim) for _ in range(shape.n_layers))
+        self.max_pos, self.position_logits = int(max_pos), position_logits
+        self.layers = nn.ModuleList(
+            ContextualPositions(self.max_pos, shape.head_dim, position_logits) for _ in range(shape.n_layers)
+        )
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         super().validate(settings, shape, max_length)
-        meaning = "the rows of each layer's position table; contextual positions past max_pos - 1 share the last row"
-        check_whole("encoding.max_pos", settings.get("max_pos", 16), 1, meaning)
+        meaning = (
+            "the rows of each layer's position table; contextual positions past max_pos - 1 share the last row; "
+            "null: the training length + 1 (the authors' block_size + 1)"
+        )
+        check_whole("encoding.max_pos", settings.get("max_pos", 33), 1, meaning)
+        check_choice("encoding.position_logits", settings.get("position_logits", "before_scale"), PLACEMENTS)
 
     def score_term(self, context: LayerContext, q: Tensor, k: Tensor) -> Tensor:
         return self.layers[context.layer](q, k)
 
+    def untrained_at_test(self, train_length: int, max_length: int) -> list[str]:
+        # a count p[t, s] <= t - s + 1 <= the length: training reaches rows up to train_length at most
+        last = self.max_pos - 1
+        reached, trained = min(max_length, last), min(train_length, last)
+        notes = []
+        if reached > trained:
+            notes.append(
+                f"CoPE position rows {trained + 1}..{reached} can be read in evaluation (length {max_length}) but "
+                f"never in training (length {train_length}): they keep their initial zeros."
+            )
+        if max_length > last:
+            notes.append(f"CoPE counts past {last} (max_pos={self.max_pos}) share the last row at length {max_length}.")
+        return notes
+
     def label(self) -> str:
-        return f"cope:{self.max_pos}{self.inner_label()}"
+        placement = "" if self.position_logits == "before_scale" else ":after_scale"
+        return f"cope:{self.max_pos}{placement}{self.inner_label()}"

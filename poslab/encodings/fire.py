@@ -14,9 +14,17 @@ stretching a few tokens over the whole range.
 The normaliser is the paper's ``max(L, i)`` with ``i`` the query index (0-based in the paper's PyTorch listing,
 ``torch.max(positions, threshold)`` over ``arange``), not ``i + 1``. Parametrisation and initialisation as that
 listing: ``c`` learned from 0.1 (``init_c``) and used as ``|c * x|``; ``L = |m * L0|`` with ``L0 = 512`` fixed
-(``init_L``) and the multiplier ``m`` learned from 1; ``eps = 1e-6``; the MLP with PyTorch's default init. 512 is
-above poslab's training lengths: then every query is normalised by ``psi(L)``, no interpolation until ``t > L``;
-``threshold`` smaller than the training length gives the progressive interpolation within it.
+(``init_L``) and the multiplier ``m`` learned from 1; ``eps = 1e-6``; the MLP with PyTorch's default init.
+
+The threshold is tied to the training length ``T`` (``train_length_settings``): null (the default) starts ``L`` at
+``T / 2``. Then every training query from ``L`` on is normalised by its own position, so training shows ``f_theta``
+the whole input range ``[0, 1]``, and every longer query, normalised by its own position, asks for inputs inside
+it: the progressive interpolation the method is, within the training length. Half, not ``T - 1``: ``L`` is
+learned, and at ``T - 1`` a small rise (seen in 20 steps) leaves the last training query short of 1 while every
+longer one reaches it; at ``T / 2`` it would have to double. A fixed 512 at poslab's training length 32
+normalised every query by ``psi(512)`` (training inputs up to 0.36, up to 0.83 at 256: a ReLU MLP extrapolated,
+the opposite of the method). An explicit ``threshold`` is kept; ``untrained_at_test`` says when evaluation
+reaches inputs past the range training showed.
 
 Layers: the paper's listing is one module, which its models use per layer (each layer its own ``f_theta, c, L``,
 as far as could be checked here; the paper also discusses sharing it across layers). Here ``per_layer: false``
@@ -59,6 +67,10 @@ class FireBias(nn.Module):
         psi = lambda x: torch.log(torch.abs(c * x) + 1)  # noqa: E731
         return psi(position[:, None] - position[None, :]) / (psi(normaliser) + EPS)
 
+    def largest_input(self, length: int) -> float:
+        """The largest MLP input at ``length``: the key 0 seen from the last query (``psi(t) / psi(max(L, t))``)."""
+        return float(self.normalised_distance(length, torch.device("cpu"))[-1, 0])
+
     def forward(self, length: int, device: torch.device) -> Tensor:
         with torch.autocast(device.type, enabled=False):
             x = self.normalised_distance(length, device)
@@ -74,13 +86,14 @@ class FireEncoding(PositionEncoding):
         "one bias per head; shared by the layers or per layer."
     )
     attention_paths = ("sdpa", "explicit")  # an MLP per score: no pointwise score_mod
+    train_length_settings = {"threshold": (0.5, 0)}  # null: half the training length (the module docstring)
 
     def __init__(
         self,
         shape: ModelShape,
         hidden: int = 32,
         c: float = 0.1,
-        threshold: float = 512.0,
+        threshold: float = 16.0,
         per_layer: bool = False,
     ) -> None:
         super().__init__(shape)
@@ -92,14 +105,29 @@ class FireEncoding(PositionEncoding):
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         check_whole("encoding.hidden", settings.get("hidden", 32), 1, "the MLP's width; the paper: 32")
         check_number("encoding.c", settings.get("c", 0.1), 0, meaning="psi(x) = log(c x + 1); the paper starts at 0.1")
-        threshold = settings.get("threshold", 512.0)
-        check_number("encoding.threshold", threshold, 0, meaning="L, the normaliser's floor; the paper: 512")
+        threshold = settings.get("threshold", 16.0)
+        meaning = "L, the normaliser's floor; null: half the training length (the paper: 512)"
+        check_number("encoding.threshold", threshold, 0, meaning=meaning)
         per_layer = settings.get("per_layer", False)
         if not isinstance(per_layer, bool):
             raise ConfigError(f"encoding.per_layer={per_layer!r} must be true (one FIRE per layer) or false (shared).")
 
     def score_bias(self, length: int, device: torch.device) -> Tensor | None:
         return None if self.per_layer else self.fire[0](length, device)
+
+    def untrained_at_test(self, train_length: int, max_length: int) -> list[str]:
+        notes = []
+        with torch.no_grad():
+            for index, fire in enumerate(self.fire):
+                trained, tested = fire.largest_input(train_length), fire.largest_input(max_length)
+                if tested > trained + 1e-3:  # past the range training showed, beyond rounding
+                    which = f"layer {index}'s FIRE" if self.per_layer else "FIRE"
+                    threshold = float((fire.threshold_multiplier * fire.threshold_init).abs())
+                    notes.append(
+                        f"{which} MLP sees inputs up to {trained:.3f} in training (length {train_length}, threshold "
+                        f"{threshold:.1f}) and up to {tested:.3f} at length {max_length}: it extrapolates there."
+                    )
+        return notes
 
     def score_term(self, context: LayerContext, q: Tensor, k: Tensor) -> Tensor | None:
         if not self.per_layer:

@@ -39,5 +39,13 @@ class LearnedEncoding(PositionEncoding):
                 f"a learned table has no row for those positions: set encoding.max_positions >= {max_length}."
             )
 
+    def untrained_at_test(self, train_length: int, max_length: int) -> list[str]:
+        if max_length <= train_length:
+            return []
+        return [
+            f"learned position rows {train_length}..{max_length - 1} are read in evaluation but never in training "
+            f"(length {train_length}): they keep their initial values."
+        ]
+
     def begin(self, token_embeddings: Tensor, inputs: PositionInputs) -> tuple[Tensor, Any]:
         return token_embeddings + self.table(inputs.positions.long()), None

@@ -19,6 +19,12 @@ causal=True)``, the same bias given the same table. x-transformers multiplies it
 attention layers set to ``sqrt(dim_head)`` (a reparametrisation of an N(0, 1) table); ``scale=1`` is T5's bias.
 
 Initialisation as transformers' ``T5PreTrainedModel._init_weights``: ``table ~ N(0, d_model ** -0.5)``.
+
+``max_distance`` is tied to the training length (``train_length_settings``): null (the default) is the training
+length, so the log-spaced buckets span the distances training sees and every farther distance shares the last
+bucket, which training updated. T5's 128 belongs to its training lengths (512); at poslab's training length 32 a
+fixed 128 left buckets 22-31 (distances 35 and up) at their random initial values for evaluation to read.
+``untrained_at_test`` names the buckets evaluation uses that training never did.
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ def relative_position_bucket(relative_position: Tensor, num_buckets: int = 32, m
 class T5BiasEncoding(PositionEncoding):
     summary = "T5 relative bias: a learned scalar per head for each bucket of the query-key distance (log-spaced)."
     attention_paths = ("sdpa", "explicit", "flex")  # the bucket is pointwise and the table a lookup: a score_mod
+    train_length_settings = {"max_distance": (1.0, 0)}  # null: the training length
+    no_weight_decay = ("table",)  # a bucket training never reads keeps its initial value, as a learned row
 
     def __init__(self, shape: ModelShape, num_buckets: int = 32, max_distance: int = 128) -> None:
         super().__init__(shape)
@@ -62,13 +70,30 @@ class T5BiasEncoding(PositionEncoding):
         check_whole("encoding.num_buckets", buckets, 2, "T5: 32")
         distance = settings.get("max_distance", 128)
         check_whole(
-            "encoding.max_distance", distance, buckets // 2 + 1, "past the num_buckets // 2 exact ones; T5: 128"
+            "encoding.max_distance",
+            distance,
+            buckets // 2 + 1,
+            "past the num_buckets // 2 exact ones; null: the training length (T5: 128 at training length 512)",
         )
 
     def buckets(self, length: int, device: torch.device) -> Tensor:
         """``[T, T]`` bucket of every query (rows) and key (columns)."""
         position = torch.arange(length, device=device)
         return relative_position_bucket(position[None, :] - position[:, None], self.num_buckets, self.max_distance)
+
+    def used_buckets(self, length: int) -> set[int]:
+        """The buckets of the distances ``0 .. length - 1`` (what a causal sequence of ``length`` reads)."""
+        distance = -torch.arange(length)
+        return set(relative_position_bucket(distance, self.num_buckets, self.max_distance).tolist())
+
+    def untrained_at_test(self, train_length: int, max_length: int) -> list[str]:
+        untrained = sorted(self.used_buckets(max_length) - self.used_buckets(train_length))
+        if not untrained:
+            return []
+        return [
+            f"T5 buckets {untrained} (distances past {train_length - 1}, max_distance={self.max_distance}) are used "
+            f"up to length {max_length} but never in training at length {train_length}: they keep their initial values."
+        ]
 
     def score_bias(self, length: int, device: torch.device) -> Tensor:
         return self.table.float()[self.buckets(length, device)].permute(2, 0, 1)  # [T, T, H] -> [H, T, T]
@@ -83,6 +108,6 @@ class T5BiasEncoding(PositionEncoding):
         return t5
 
     def label(self) -> str:
-        if (self.num_buckets, self.max_distance) == (32, 128):
+        if self.num_buckets == 32:  # T5's count; max_distance follows the training length unless given
             return self.name  # type: ignore[attr-defined]
         return f"{self.name}:{self.num_buckets}x{self.max_distance}"  # type: ignore[attr-defined]
