@@ -15,7 +15,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from poslab.errors import ConfigError
 from poslab.launching import register_resolvers
 from poslab.run_files import AUTO, CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE, directories_holding
-from poslab.settings import CONF_DIR, SYNTHETIC_TASKS, check_settings, encoding_defaults
+from poslab.settings import CONF_DIR, SYNTHETIC_TASKS, check_settings, encoding_defaults, task_defaults
 
 
 def register_config_resolvers() -> None:
@@ -166,13 +166,16 @@ def check_resume(cfg: DictConfig, checkpoint: Path) -> None:
 
 
 def encoding_at_default(cfg: DictConfig) -> list[str]:
-    """The encoding's settings (``encoding.<key>``) whose value is written as its YAML declares it (an
-    interpolation compared as written, before it resolves): what a resume of a checkpoint written before the
-    setting existed may take as unchanged."""
-    declared = encoding_defaults().get(str(cfg.encoding.get("name")), {})
-    written = OmegaConf.to_container(cfg.encoding, resolve=False)
-    assert isinstance(written, dict)
-    return [f"encoding.{k}" for k, v in written.items() if k in declared and declared[k] == v]
+    """The encoding's and the task's settings (``encoding.<key>``, ``task.<key>``) whose value is written as their
+    YAML declares it (an interpolation compared as written, before it resolves): what a resume of a checkpoint
+    written before the setting existed (``task.train_lengths``, a new encoding setting) may take as unchanged."""
+    found = []
+    for section, defaults in (("encoding", encoding_defaults()), ("task", task_defaults())):
+        declared = defaults.get(str(cfg[section].get("name")), {})
+        written = OmegaConf.to_container(cfg[section], resolve=False)
+        assert isinstance(written, dict)
+        found += [f"{section}.{k}" for k, v in written.items() if k in declared and declared[k] == v]
+    return found
 
 
 def available_devices(accelerator: str) -> int | None:

@@ -396,6 +396,16 @@ def encoding_defaults() -> dict[str, dict[str, Any]]:
     return found
 
 
+def task_defaults() -> dict[str, dict[str, Any]]:
+    """Each task's settings as its YAML declares them (the YAMLs it inherits first), by task name."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted((CONF_DIR / "task").glob("*.yaml")):
+        merged = _yaml_with_defaults(path)
+        if "name" in merged:
+            found[str(merged["name"])] = merged
+    return found
+
+
 def _yaml_with_defaults(path: Path) -> dict[str, Any]:
     raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     assert isinstance(raw, dict)

@@ -47,3 +47,15 @@ def test_a_setting_the_checkpoint_lacks_given_another_value_is_a_change(tmp_path
     assert "encoding.base: 500000 → 10000" in config_changes(
         saved, OmegaConf.to_container(cfg, resolve=True), (), defaults
     )
+
+
+def test_task_settings_added_since_the_checkpoint_at_their_defaults_are_no_change(tmp_path):
+    cfg = compose_config(["encoding=rope", "task=counting"], tmp_path)
+    defaults = encoding_at_default(cfg)
+    assert {"task.train_lengths", "task.program_length"} <= set(defaults)
+    saved = OmegaConf.to_container(cfg, resolve=True)
+    del saved["task"]["train_lengths"], saved["task"]["program_length"]
+    assert config_changes(saved, OmegaConf.to_container(cfg, resolve=True), (), defaults) == []
+    varied = compose_config(["encoding=rope", "task=counting", "task.train_lengths=[8,32]"], tmp_path)
+    changes = config_changes(saved, OmegaConf.to_container(varied, resolve=True), (), encoding_at_default(varied))
+    assert changes == ["task.train_lengths: (not set) → [8, 32]"]
