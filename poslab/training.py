@@ -187,8 +187,9 @@ def format_figures(figures: dict[str, Any]) -> str:
     """``L32: accuracy 1.000, ...`` for per-length figures, ``val_loss 1.234, ...`` for flat ones."""
     parts = []
     for key, value in figures.items():
-        if isinstance(value, dict):
-            parts.append(f"L{key}: " + ", ".join(f"{k} {v:.3f}" for k, v in value.items()))
+        if isinstance(value, dict):  # the model's figures; baselines and selection sets are in results.json
+            shown = {k: v for k, v in value.items() if not k.startswith(("baseline_", "selection_"))}
+            parts.append(f"L{key}: " + ", ".join(f"{k} {v:.3f}" for k, v in shown.items()))
         else:
             parts.append(f"{key} {value:.4g}")
     return "; ".join(parts)

@@ -111,9 +111,12 @@ def test_tiny_run_writes_results_with_every_figure(tmp_path):
     written = json.loads((tmp_path / "results.json").read_text())
     assert written["figures"] == results["figures"]
     assert set(written["figures"]) == {"32", "64", "128"}
-    assert set(written["figures"]["32"]) == {"accuracy", "accuracy_log_scaled"}
-    rules = {f"accuracy_test_{rule}" for rule in ("linear", "ntk", "yarn", "llama3")}  # rope's test-time variants
-    assert set(written["figures"]["128"]) == {"accuracy", "accuracy_past_train", "accuracy_log_scaled", *rules}
+    baselines = {"baseline_chance", "baseline_constant"}
+    assert set(written["figures"]["32"]) == {"accuracy", "accuracy_log_scaled", *baselines}
+    ways = ["accuracy", "accuracy_log_scaled", *(f"accuracy_test_{r}" for r in ("linear", "ntk", "yarn", "llama3"))]
+    past = {f"{way}_past_train" for way in ways} | {"baseline_constant_past_train"}
+    selection = {"selection_" + way.removeprefix("accuracy_") for way in ways[1:]}  # rope's test-time variants
+    assert set(written["figures"]["128"]) == {*ways, *past, *selection, *baselines}
     assert written["config"]["encoding"]["name"] == "rope" and written["steps"] == 3
     assert all(0.0 <= v <= 1.0 for row in written["figures"].values() for v in row.values())
     assert not list(tmp_path.glob(".results.json.*"))  # no temporary file left behind

@@ -42,6 +42,8 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from poslab.errors import ConfigError
 
 IGNORE = -100  # target value of unscored positions (cross_entropy's ignore_index)
+#: the selection sets' seed is the evaluation seed plus this: sequences of their own, never a test set's
+SELECTION_SEED_OFFSET = 1_000_003
 
 
 def lag_targets(tokens: Tensor, k: int) -> Tensor:
@@ -698,12 +700,22 @@ class SyntheticDataModule(L.LightningDataModule):
         return {}
 
     def module_arguments(self) -> dict[str, Any]:
-        return {"train_length": self.train_length, "eval_lengths": self.eval_lengths}
+        return {"train_length": self.train_length, "eval_lengths": self.eval_lengths, "task": self.task}
 
     def setup(self, stage: str | None = None) -> None:
         assign_rank(self.train_batches, self.trainer, self.batch_size)
         if not self.eval_sets:
             self.eval_sets = [EvaluationSet(self.task, self.eval_size, n, self.eval_seed) for n in self.eval_lengths]
+            # a second set per length past training, from another seed: test-time rules are chosen on it and
+            # reported on the test set, so the choice is not made on the figures it reports
+            seed = self.eval_seed + SELECTION_SEED_OFFSET
+            self.eval_sets += [EvaluationSet(self.task, self.eval_size, n, seed) for n in self.selection_lengths]
+
+    @property
+    def selection_lengths(self) -> list[int]:
+        """The evaluation lengths past the training length, which also get a selection set (``test_dataloader``
+        gives the test sets first, then these)."""
+        return [n for n in self.eval_lengths if n > self.train_length]
 
     def train_dataloader(self) -> DataLoader:
         # Batch i depends only on (seed, i): after a resume, continue at the restored step.

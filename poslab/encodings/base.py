@@ -281,6 +281,18 @@ class PositionEncoding(nn.Module):
         raise ValueError(f"encoding {self.name!r} has no test-time variant {variant!r}")  # type: ignore[attr-defined]
         yield
 
+    def evaluation_draws(self) -> int:
+        """How many random draws the encoding's evaluation averages over (randomized positions: ``eval_draws``); 1
+        for an encoding that evaluates deterministically. The evaluation runs each draw inside ``evaluation_draw``
+        and reports the mean over draws, with their spread."""
+        return 1
+
+    @contextmanager
+    def evaluation_draw(self, draw: int) -> Iterator[None]:
+        """Within the block the encoding evaluates with its ``draw``-th random draw (0 ..
+        ``evaluation_draws() - 1``); nothing to do for a deterministic encoding."""
+        yield
+
     def label(self) -> str:
         """Short name used in reports, e.g. ``rope:1000000`` or ``alibi:0.5``."""
         return self.name  # type: ignore[attr-defined]

@@ -21,10 +21,15 @@ The reference: DeepMind's ``randomized_positional_encodings`` (``models/position
   seed (``EVAL_SEED``), one subset shared by the rows, so an evaluation is reproducible and a sequence gets the
   same positions whatever batch it is in. ``arange``: the token indices ``0..T-1``, the usual RoPE positions,
   for comparison.
+- draws in evaluation (``eval_draws``, default 8): one fixed draw makes every accuracy conditional on that draw,
+  so the evaluation runs ``eval_draws`` of them (seeds ``EVAL_SEED + k``, ``evaluation_draw``) and reports their
+  mean, with the spread over draws (``accuracy_draw_sd``). ``eval_draws: 1`` is the single draw of before.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -33,7 +38,7 @@ from torch import Tensor
 from poslab.encodings.base import ModelShape, PositionInputs, register
 from poslab.encodings.rotary import RotaryEncoding
 from poslab.errors import ConfigError
-from poslab.settings import check_choice
+from poslab.settings import check_choice, check_whole
 
 EVAL_POSITIONS = ("sampled", "arange")
 #: seed of the subset drawn in evaluation with eval_positions=sampled
@@ -57,15 +62,22 @@ class RandomizedRopeEncoding(RotaryEncoding):
     uses_row_seeds = True  # training draws are a function of (seed, step, global row): DDP-invariant
 
     def __init__(
-        self, shape: ModelShape, max_position: int = 2048, eval_positions: str = "sampled", **rotary: Any
+        self,
+        shape: ModelShape,
+        max_position: int = 2048,
+        eval_positions: str = "sampled",
+        eval_draws: int = 8,
+        **rotary: Any,
     ) -> None:
         super().__init__(shape, **rotary)  # base, pairing, rotary_dim
         self.max_position, self.eval_positions = int(max_position), eval_positions
+        self.eval_draws, self.eval_draw = int(eval_draws), 0
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         super().validate(settings, shape, max_length)
         check_choice("encoding.eval_positions", settings.get("eval_positions", "sampled"), EVAL_POSITIONS)
+        check_whole("encoding.eval_draws", settings.get("eval_draws", 8), 1, "position draws evaluation averages over")
         max_position = settings.get("max_position", 2048)
         whole = isinstance(max_position, int) or (isinstance(max_position, float) and max_position.is_integer())
         if isinstance(max_position, bool) or not whole or max_position < max_length:
@@ -87,7 +99,7 @@ class RandomizedRopeEncoding(RotaryEncoding):
         if not self.training:
             if self.eval_positions == "arange":
                 return inputs.positions
-            generator = torch.Generator(device=device).manual_seed(EVAL_SEED)
+            generator = torch.Generator(device=device).manual_seed(EVAL_SEED + self.eval_draw)
             return sorted_sample(length, self.max_position, generator, device)[None]
         seeds = inputs.coordinates.get("row_seed")
         if seeds is None:  # called outside the training module: torch's RNG
@@ -99,6 +111,17 @@ class RandomizedRopeEncoding(RotaryEncoding):
                 for seed in seeds[:, 0].tolist()
             ]
         )
+
+    def evaluation_draws(self) -> int:
+        return self.eval_draws if self.eval_positions == "sampled" else 1  # arange draws nothing
+
+    @contextmanager
+    def evaluation_draw(self, draw: int) -> Iterator[None]:
+        self.eval_draw = draw
+        try:
+            yield
+        finally:
+            self.eval_draw = 0
 
     def label(self) -> str:
         label = f"{super().label()}:{self.max_position}"

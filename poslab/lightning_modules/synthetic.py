@@ -1,51 +1,113 @@
 """Training and length-extrapolation evaluation on the synthetic tasks (``poslab.datamodules.synthetic``).
 
-At every evaluation length L the module reports, as the write-up does:
-``accuracy`` over scored positions; ``accuracy_past_train`` over positions
-t >= train_length only (when L > train_length); ``accuracy_log_scaled`` with
-every attention score multiplied by log(L)/log(train_length) at test time
-(Chiang & Cholak, 2022; the factor is 1 at the training length); and, for an
-encoding with test-time variants (``PositionEncoding.test_time_variants``: RoPE's
-scaling rules applied with factor L / train_length), ``accuracy_<variant>`` at
-each length past the training length (at or below it every rule is the identity).
+At every evaluation length L the module reports, keyed by L in ``results.json``, for each way of evaluating the
+trained model:
+
+- ``accuracy``: the plain model, over every scored position;
+- ``accuracy_log_scaled``: every attention score multiplied by log(L)/log(train_length) at test time (Chiang &
+  Cholak, 2022; the factor is 1 at the training length);
+- ``accuracy_<variant>`` for an encoding with test-time variants (``PositionEncoding.test_time_variants``: RoPE's
+  scaling rules with factor L / train_length), at each length past the training length (at or below it every
+  rule is the identity);
+
+and past the training length each of them again over the positions ``t >= train_length`` only
+(``<name>_past_train``): the positions a causal model has never computed, what extrapolation is. A selection set
+(other sequences of the same length, ``SyntheticDataModule.selection_lengths``) gives ``selection_<way>``, the
+past-training accuracy on which a report chooses among the test-time ways before reading their test figures.
+
+Beside them, the baselines of the same evaluation set (``baseline_*``, all positions and ``_past_train``):
+``chance`` (a uniform guess, 1 / classes), ``constant`` (the best constant answer, chosen on this set itself: an
+upper bound on any constant rule) and the task's own trivial rules (``Task.trivial_rules``: flip_flop's last bit,
+copy's repeated input). An encoding that draws at random in evaluation (randomized positions,
+``PositionEncoding.evaluation_draws``) is evaluated under each draw: the figures are their mean, and
+``accuracy_draw_sd`` / ``accuracy_past_train_draw_sd`` their standard deviation over draws.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from statistics import stdev
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torchmetrics import Metric
 from torchmetrics.classification import MulticlassAccuracy
 
-from poslab.datamodules.synthetic import IGNORE
+from poslab.datamodules.synthetic import IGNORE, Task
 from poslab.lightning_modules.base import TransformerModule
 from poslab.model import ModelConfig
 
-METRICS = ("accuracy", "accuracy_past_train", "accuracy_log_scaled")
+PAST = "_past_train"
+
+
+class ClassCounts(Metric):
+    """How often each class is the target at the scored positions (summed over DDP ranks): the best constant
+    answer's accuracy is the largest count over the total."""
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.add_state("counts", default=torch.zeros(num_classes, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, targets: Tensor) -> None:
+        scored = targets[targets != IGNORE]
+        self.counts += torch.bincount(scored.flatten(), minlength=len(self.counts))
+
+    def compute(self) -> Tensor:
+        total = self.counts.sum()
+        return self.counts.max() / total if total else torch.tensor(math.nan)
+
+
+def past_training(targets: Tensor, train_length: int) -> Tensor:
+    """``targets`` with every position before ``train_length`` unscored."""
+    past = targets.clone()
+    past[:, :train_length] = IGNORE
+    return past
 
 
 class SyntheticTaskModule(TransformerModule):
     def __init__(
-        self, model: ModelConfig, optimizer: dict[str, Any], max_length: int, train_length: int, eval_lengths: list[int]
+        self,
+        model: ModelConfig,
+        optimizer: dict[str, Any],
+        max_length: int,
+        train_length: int,
+        eval_lengths: list[int],
+        task: Task | None = None,
     ) -> None:
+        """``task``: the datamodule's task, whose trivial rules are baselines (None: no rules, chance and the best
+        constant only)."""
         super().__init__(model, optimizer, max_length)
-        self.train_length, self.eval_lengths = train_length, list(eval_lengths)
+        self.train_length, self.eval_lengths, self.task = train_length, list(eval_lengths), task
         self.variants = self.model.encoding.test_time_variants()
-        self.metrics = nn.ModuleDict(
-            {
-                self._key(length, metric): MulticlassAccuracy(model.n_outputs, average="micro", ignore_index=IGNORE)
-                for length in self.eval_lengths
-                for metric in self.metric_names()
-                if metric in ("accuracy", "accuracy_log_scaled") or length > train_length
-            }
+        self.draws = self.model.encoding.evaluation_draws()
+        accuracy = lambda: MulticlassAccuracy(model.n_outputs, average="micro", ignore_index=IGNORE)  # noqa: E731
+        names = [(length, name) for length in self.eval_lengths for name in self.accuracy_names(length)]
+        self.metrics = nn.ModuleDict({self._key(length, name): accuracy() for length, name in names})
+        self.constants = nn.ModuleDict(
+            {self._key(n, f"baseline_constant{part}"): ClassCounts(model.n_outputs) for n, part in self.parts()}
         )
         self.figures: dict[str, dict[str, float]] = {}
 
-    def metric_names(self) -> list[str]:
-        return [*METRICS, *(f"accuracy_{variant}" for variant in self.variants)]
+    def parts(self) -> list[tuple[int, str]]:
+        """(length, "") for every length and (length, "_past_train") for those past the training length."""
+        return [(n, part) for n in self.eval_lengths for part in ("", PAST) if not part or n > self.train_length]
+
+    def ways(self, length: int) -> list[str]:
+        """The ways of evaluating at ``length``: plain (``accuracy``), log-scaled, and past the training length
+        each test-time variant."""
+        variants = [f"accuracy_{v}" for v in self.variants] if length > self.train_length else []
+        return ["accuracy", "accuracy_log_scaled", *variants]
+
+    def accuracy_names(self, length: int) -> list[str]:
+        past = length > self.train_length
+        names = [name + part for name in self.ways(length) for part in ("", PAST) if not part or past]
+        names += [f"selection_{way.removeprefix('accuracy_')}" for way in self.ways(length)[1:]] if past else []
+        if self.draws > 1:  # the plain accuracy of each draw, for the spread over draws
+            names += [f"accuracy{part}_draw{d}" for d in range(self.draws) for part in ("", PAST) if not part or past]
+        return names
 
     @staticmethod
     def _key(length: int, metric: str) -> str:
@@ -62,33 +124,77 @@ class SyntheticTaskModule(TransformerModule):
         logits = self.model(tokens, self.with_row_seeds(self.coordinates(tokens), len(tokens))).logits
         return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE)  # bf16 logits
 
+    def predictions(self, tokens: Tensor) -> Iterator[tuple[str, Tensor]]:
+        """(way, predicted classes ``[B, T]``) for each way of evaluating at this length (``ways``)."""
+        length, coordinates = tokens.shape[1], self.coordinates(tokens)
+        for way in self.ways(length):
+            if way == "accuracy":
+                logits = self.model(tokens, coordinates).logits
+            elif way == "accuracy_log_scaled":
+                scale = math.log(length) / math.log(self.train_length)
+                logits = self.model(tokens, coordinates, score_scale=scale).logits
+            else:
+                with self.model.encoding.evaluated_as(way.removeprefix("accuracy_")):
+                    logits = self.model(tokens, coordinates).logits
+            yield way, logits.argmax(-1)
+
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         tokens, targets = batch
         length = tokens.shape[1]
-        coordinates = self.coordinates(tokens)
-        predictions = self.model(tokens, coordinates).logits.argmax(-1)
-        self.metrics[self._key(length, "accuracy")].update(predictions, targets)
-        if length > self.train_length:
-            past = targets.clone()
-            past[:, : self.train_length] = IGNORE
-            self.metrics[self._key(length, "accuracy_past_train")].update(predictions, past)
-        scale = math.log(length) / math.log(self.train_length)
-        scaled = self.model(tokens, coordinates, score_scale=scale).logits.argmax(-1)
-        self.metrics[self._key(length, "accuracy_log_scaled")].update(scaled, targets)
-        if length > self.train_length:
-            for variant in self.variants:
-                with self.model.encoding.evaluated_as(variant):
-                    predicted = self.model(tokens, coordinates).logits.argmax(-1)
-                self.metrics[self._key(length, f"accuracy_{variant}")].update(predicted, targets)
+        selection = dataloader_idx >= len(self.eval_lengths)  # the selection sets follow the test sets
+        scored = {"": targets, PAST: past_training(targets, self.train_length)}
+        if length <= self.train_length:
+            del scored[PAST]
+        if not selection:
+            self.update_baselines(tokens, scored)
+        for draw in range(self.draws):
+            with self.model.encoding.evaluation_draw(draw):
+                for way, predicted in self.predictions(tokens):
+                    if selection:
+                        if way != "accuracy":
+                            key = f"selection_{way.removeprefix('accuracy_')}"
+                            self.metrics[self._key(length, key)].update(predicted, scored[PAST])
+                        continue
+                    for part, target in scored.items():
+                        self.metrics[self._key(length, way + part)].update(predicted, target)
+                        if self.draws > 1 and way == "accuracy":
+                            self.metrics[self._key(length, f"accuracy{part}_draw{draw}")].update(predicted, target)
+
+    def update_baselines(self, tokens: Tensor, scored: dict[str, Tensor]) -> None:
+        """The best-constant counts and the task's trivial rules on this batch of the test set."""
+        length = tokens.shape[1]
+        rules = self.task.trivial_rules(tokens) if self.task is not None else {}
+        for part, target in scored.items():
+            self.constants[self._key(length, f"baseline_constant{part}")].update(target)
+            for name, predicted in rules.items():
+                key = self._key(length, f"baseline_{name}{part}")
+                if key not in self.metrics:  # the task's rules are known once its data is: made on first use
+                    self.metrics[key] = MulticlassAccuracy(
+                        self.model.cfg.n_outputs, average="micro", ignore_index=IGNORE
+                    ).to(tokens.device)
+                self.metrics[key].update(predicted, target)
 
     def on_test_epoch_end(self) -> None:
         self.figures = {}
         for length in self.eval_lengths:
-            row = {}
-            for metric in self.metric_names():
-                key = self._key(length, metric)
-                if key in self.metrics:
-                    row[metric] = float(self.metrics[key].compute())
-                    self.metrics[key].reset()
-                    self.log(f"eval/L{length}/{metric}", row[metric], add_dataloader_idx=False, sync_dist=False)
+            row: dict[str, float] = {}
+            for collection in (self.metrics, self.constants):
+                prefix = self._key(length, "")
+                for key in [k for k in collection if k.startswith(prefix)]:
+                    row[key.removeprefix(prefix)] = float(collection[key].compute())
+                    collection[key].reset()
+            row = self.with_draw_spread(row)
+            row["baseline_chance"] = 1.0 / self.model.cfg.n_outputs
+            for metric, value in row.items():
+                self.log(f"eval/L{length}/{metric}", value, add_dataloader_idx=False, sync_dist=False)
             self.figures[str(length)] = row
+
+    def with_draw_spread(self, row: dict[str, float]) -> dict[str, float]:
+        """``row`` with its per-draw accuracies replaced by their standard deviation over draws."""
+        if self.draws < 2:
+            return row
+        for part in ("", PAST):
+            draws = [row.pop(f"accuracy{part}_draw{d}") for d in range(self.draws) if f"accuracy{part}_draw{d}" in row]
+            if draws:
+                row[f"accuracy{part}_draw_sd"] = stdev(draws)
+        return row
