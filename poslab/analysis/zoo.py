@@ -1,127 +1,109 @@
-"""The position zoo's report: every encoding on every synthetic task, ranked by how well it extrapolates.
+"""The position zoo's report: every encoding on every synthetic task, ranked by how well it extrapolates, with the
+uncertainty of every figure and of every place.
 
     poslab report zoo DIR        (DIR: the multirun directory of ``python train.py -m experiment=position_zoo``)
 
-Per task one table: accuracy at 1x, 2x, 4x and 8x the training length (mean over seeds and a 95% Student-t
-interval over them), then the same trained models evaluated with test-time scaling at the longest length: scores
-times log(L)/log(L_train) (every encoding) and the best of the encoding's own test-time variants (RoPE's scaling
-rules with factor L / L_train; ``PositionEncoding.test_time_variants``). Encodings are ranked within a task by
-their *extrapolation score*, the mean plain accuracy at 2x, 4x and 8x (ties: by 1x); the overall ranking is by
-the mean of those ranks over tasks. Files: ``zoo.md`` (the tables), ``zoo.csv`` (one row per run),
-``zoo.json``, a training-time table (seconds per run by encoding, against RoPE's, and their sum),
-``zoo_accuracy.png`` (accuracy against length, a panel per task), ``zoo_heatmap.png``
-(extrapolation score, encodings x tasks).
+What is measured (``poslab.lightning_modules.synthetic``; the statistics are ``poslab.analysis.stats``):
+
+- **Extrapolation score**: the mean accuracy over the positions *past* the training length (``t >=
+  train_length``, ``accuracy_past_train``) at 2x, 4x and 8x. Positions before it a causal model computes exactly
+  as in training, so they say nothing about extrapolation (at 2x they are half the scored positions of lag).
+- **1x**: the accuracy at the training length, beside it. A method under 0.9 of the task's best 1x is flagged
+  (``!``): it did not learn the task, and its extrapolation score says little.
+- **Baselines** from the same evaluation sets: chance, the best constant answer (chosen on the set itself: an
+  upper bound on any constant) and the task's trivial rules (flip_flop's last bit); the best of them is the
+  ``baseline`` column and the dashed line of every plot.
+- **Test-time scaling** (the same trained weights): scores x log(L)/log(L_train), and the encoding's test-time
+  rules (RoPE's), each past the training length; a rule is *chosen on the selection set* (other sequences of the
+  same length) and its test figure reported, so the choice is not made on the figures it reports (runs written
+  before selection sets existed: chosen on the test set, and marked so).
+- **Intervals**: mean over seeds with a 95% Student-t interval; where seeds split into two outcomes the per-seed
+  values instead. **Ranks**: within a task by the seed-mean score, with a paired bootstrap interval over seeds
+  (every encoding sees the same data under a seed); overall, the mean rank over the ranked tasks with its
+  bootstrap interval, the groups of places the data do not separate, and the places each encoding takes when one
+  task is left out. Plain ``counting`` (answers that grow with the length) is left out of the overall ranking;
+  ``counting`` with ``program_length`` (filler) is ranked.
+
+Files: ``zoo.md`` (every table), ``zoo.csv`` (one row per run, every figure by multiple), ``zoo.json``,
+``zoo_accuracy.png`` (small multiples: a row per task, a column per family of methods, the baseline in each
+panel), ``zoo_heatmap.png`` (extrapolation score, encodings x tasks).
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from statistics import mean, stdev
+from statistics import mean
 from typing import Any
 
 from poslab.analysis.extrapolation import is_grid_result
 from poslab.analysis.output import AnalysisResult, short_run_warning, training_steps
 from poslab.analysis.results import FinishedRun, collect_runs, differing_settings, setting_values
+from poslab.analysis.stats import Interval, bootstrap_mean_rank, bootstrap_ranks, not_separated, seeds_cell, split_seeds
+from poslab.analysis.zoo_render import plot_accuracy, plot_heatmap, runs_csv, zoo_markdown
 from poslab.errors import MissingRunError
-from poslab.plotting import plt
 from poslab.run_files import ANALYSIS_DIR, RESULTS_FILE
 
-MULTIPLES = (1, 2, 4, 8)  # test lengths as multiples of the training length
-EXTRAPOLATION = (2, 4, 8)  # the multiples the ranking averages
-#: two-sided 95% Student-t quantiles by degrees of freedom (1 to 10); beyond, a Cornish-Fisher expansion
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
-
-
-def t_quantile(df: int) -> float:
-    """The 97.5% quantile of Student's t with ``df`` degrees of freedom (to 3 decimals)."""
-    if df <= len(T975):
-        return T975[df - 1]
-    z = 1.959964
-    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-
-
-@dataclass(frozen=True)
-class Interval:
-    """A mean over seeds with its 95% t-interval, clipped to [0, 1] (accuracies); one seed: no interval."""
-
-    mean: float
-    low: float
-    high: float
-    n: int
-
-    @classmethod
-    def of(cls, values: list[float]) -> Interval:
-        values = [v for v in values if v == v]
-        if not values:
-            return cls(math.nan, math.nan, math.nan, 0)
-        m = mean(values)
-        if len(values) < 2:
-            return cls(m, math.nan, math.nan, 1)
-        half = t_quantile(len(values) - 1) * stdev(values) / math.sqrt(len(values))
-        return cls(m, max(0.0, m - half), min(1.0, m + half), len(values))
-
-    def cell(self) -> str:
-        if self.n == 0:
-            return "n/a"
-        if self.n == 1:
-            return f"{self.mean:.3f}"
-        return f"{self.mean:.3f} [{self.low:.2f}, {self.high:.2f}]"
+EXTRAPOLATION = (2, 4, 8)  # the multiples of the training length the score averages
+PAST = "_past_train"
+LEARNED_FRACTION = 0.9  # under this fraction of the task's best 1x accuracy a method is flagged
+ACCURACY = (0.0, 1.0)
 
 
 @dataclass
 class ZooRun:
-    """One finished run of the zoo: its task and encoding, and its accuracies by multiple of the training length."""
+    """One finished run of the zoo: its task and encoding, and its figures by multiple of the training length."""
 
     task: str
-    encoding: str  # the encoding's label (``rope``, ``alibi``, ``rope:test_yarn`` ...) plus settings telling it apart
+    encoding: str  # the encoding's label plus the settings telling it apart
     seed: int
     train_length: int
-    accuracy: dict[int, float]  # by multiple (1, 2, 4, 8) present in the run
-    log_scaled: dict[int, float]
-    variants: dict[str, dict[int, float]] = field(default_factory=dict)  # variant -> multiple -> accuracy
+    ranked: bool  # False: a task whose answers change with the length (plain counting), left out of the ranking
+    figures: dict[int, dict[str, float]]  # multiple -> the run's figures at that length
     steps: tuple[int | None, int | None] = (None, None)
-    train_seconds: float = math.nan  # this process's fit only: a resumed job counts its last part
+    train_seconds: float = math.nan
     path: Path = Path()
+
+    def figure(self, multiple: int, key: str) -> float:
+        return float(self.figures.get(multiple, {}).get(key, math.nan))
+
+    def past(self, multiple: int, way: str = "accuracy") -> float:
+        """``way``'s accuracy past the training length at ``multiple`` (1x: over every position)."""
+        return self.figure(multiple, way if multiple == 1 else way + PAST)
 
     @property
     def score(self) -> float:
-        """The extrapolation score: mean plain accuracy at 2x, 4x and 8x (those the run has)."""
-        values = [self.accuracy[m] for m in EXTRAPOLATION if m in self.accuracy]
+        values = [self.past(m) for m in EXTRAPOLATION if m in self.figures]
+        values = [v for v in values if v == v]
         return mean(values) if values else math.nan
+
+    @property
+    def variants(self) -> list[str]:
+        return sorted({k.removeprefix("accuracy_") for row in self.figures.values() for k in row if _is_variant(k)})
+
+
+def _is_variant(key: str) -> bool:
+    return key.startswith("accuracy_test_") and not key.endswith(PAST)
 
 
 def zoo_run(run: FinishedRun, keys: list[str]) -> ZooRun:
     result = run.result
     train = int(result["train_length"])
-    accuracy: dict[int, float] = {}
-    log_scaled: dict[int, float] = {}
-    variants: dict[str, dict[int, float]] = defaultdict(dict)
-    for length, row in result["figures"].items():
-        if int(length) % train:
-            continue  # a length that is no multiple of the training length: not in the zoo's columns
-        multiple = int(length) // train
-        accuracy[multiple] = row["accuracy"]
-        log_scaled[multiple] = row.get("accuracy_log_scaled", math.nan)
-        for key, value in row.items():
-            if key.startswith("accuracy_test_"):
-                variants[key.removeprefix("accuracy_")][multiple] = value
+    figures = {int(n) // train: row for n, row in result["figures"].items() if int(n) % train == 0}
     values = dict(zip(keys, setting_values(run, keys)))
     # a task's own settings (counting's num_variables) tell tasks apart; anything else tells encodings apart
     task = [f"{k.removeprefix('task.')}={v}" for k, v in values.items() if k.startswith("task.")]
     settings = [f"{k}={v}" for k, v in values.items() if not k.startswith("task.")]
+    task_config = result.get("config", {}).get("task", {})
     return ZooRun(
         task=" ".join([result["task"], *task]),
         encoding=" ".join([result["label"], *settings]),
         seed=int(result["seed"]),
         train_length=train,
-        accuracy=accuracy,
-        log_scaled=log_scaled,
-        variants=dict(variants),
+        ranked=not (result["task"] == "counting" and task_config.get("program_length") is None),
+        figures=figures,
         steps=training_steps(run.path, result),
         train_seconds=float(result.get("train_seconds", math.nan)),
         path=run.path,
@@ -129,56 +111,115 @@ def zoo_run(run: FinishedRun, keys: list[str]) -> ZooRun:
 
 
 @dataclass
+class Cell:
+    """One figure over seeds: its values by seed, their interval, and whether the seeds split."""
+
+    by_seed: dict[int, float]
+
+    @property
+    def interval(self) -> Interval:
+        return Interval.of(list(self.by_seed.values()), bounds=ACCURACY)
+
+    @property
+    def split(self) -> bool:
+        return split_seeds(list(self.by_seed.values()))
+
+    def text(self) -> str:
+        values = [self.by_seed[s] for s in sorted(self.by_seed)]
+        return f"{seeds_cell(values)} (split)" if self.split else self.interval.cell()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.interval.as_dict(), "per_seed": self.by_seed, "split": self.split}
+
+
+def cell_of(runs: list[ZooRun], value: Any) -> Cell:
+    return Cell({r.seed: value(r) for r in runs})
+
+
+@dataclass
+class Rule:
+    """The test-time rule chosen at one multiple: its name, its test figure, and what it was chosen on."""
+
+    variant: str
+    test: Cell
+    chosen_on: str  # "selection set", or "test set" for runs without one (optimistic)
+
+
+@dataclass
 class Row:
-    """One encoding on one task: intervals over seeds of every figure, and its rank within the task."""
+    """One encoding on one task: every figure over seeds, its rank within the task and the rank's interval."""
 
     encoding: str
-    seeds: int
-    accuracy: dict[int, Interval]
-    score: Interval
-    scaled: dict[int, Interval]  # scores x log(L)/log(L_train), by multiple
-    rules: dict[int, tuple[str, Interval]]  # the best test-time variant at each multiple past 1 (none: no variants)
+    runs: list[ZooRun]
+    one_x: Cell
+    past: dict[int, Cell]
+    score: Cell
+    scaled: dict[int, Cell]
+    rules: dict[int, Rule]
+    draw_sd: dict[int, float] = field(default_factory=dict)  # randomized positions: mean sd over draws
     rank: float = math.nan
+    rank_interval: tuple[int, int] = (0, 0)
+    flagged: bool = False
 
     @property
-    def log_scaled(self) -> Interval:
-        """Log-length scaling at the longest multiple."""
-        return self.scaled[max(self.scaled)]
+    def seeds(self) -> int:
+        return len(self.runs)
 
-    @property
-    def best_variant(self) -> tuple[str, Interval] | None:
-        """The best test-time variant at the longest multiple."""
-        return self.rules.get(max(self.accuracy))
+
+def choose_rule(runs: list[ZooRun], multiple: int) -> Rule | None:
+    """The test-time variant with the best mean selection-set accuracy at ``multiple`` (past training), reported on
+    the test set; without selection figures, the best on the test set itself."""
+    variants = sorted(set.intersection(*(set(r.variants) for r in runs)))
+    variants = [
+        v for v in variants if any(r.past(multiple, f"accuracy_{v}") == r.past(multiple, f"accuracy_{v}") for r in runs)
+    ]  # evaluated at this multiple
+    if not variants:
+        return None
+    on_selection = all(f"selection_{variants[0]}" in r.figures.get(multiple, {}) for r in runs)
+    key = "selection_{}" if on_selection else "accuracy_{}" + PAST
+
+    def chosen_by(variant: str) -> float:
+        values = [r.figure(multiple, key.format(variant)) for r in runs]
+        values = [v for v in values if v == v]
+        return mean(values) if values else -1.0
+
+    best = max(variants, key=chosen_by)
+    test = cell_of(runs, lambda r: r.past(multiple, f"accuracy_{best}"))
+    return Rule(best, test, "selection set" if on_selection else "test set")
+
+
+def encoding_row(encoding: str, runs: list[ZooRun]) -> Row:
+    multiples = sorted(set.intersection(*(set(r.figures) for r in runs)))
+    past = [m for m in multiples if m > 1]
+    rules = {m: rule for m in past if (rule := choose_rule(runs, m)) is not None}
+    draw_sd = {m: mean(r.figure(m, "accuracy_past_train_draw_sd") for r in runs) for m in past}
+    return Row(
+        encoding=encoding,
+        runs=runs,
+        one_x=cell_of(runs, lambda r: r.past(1)),
+        past={m: cell_of(runs, lambda r, m=m: r.past(m)) for m in past},
+        score=cell_of(runs, lambda r: r.score),
+        scaled={m: cell_of(runs, lambda r, m=m: r.past(m, "accuracy_log_scaled")) for m in past},
+        rules=rules,
+        draw_sd={m: v for m, v in draw_sd.items() if v == v},
+    )
 
 
 def task_rows(runs: list[ZooRun]) -> list[Row]:
-    """The rows of one task's table, best first (extrapolation score, then accuracy at 1x); ties share a rank."""
+    """The rows of one task's table, best first by the seed-mean score (ties: by 1x), each with its rank (equal
+    scores to 3 decimals share the better one), its bootstrap rank interval and its 1x flag."""
     groups: dict[str, list[ZooRun]] = defaultdict(list)
     for run in runs:
         groups[run.encoding].append(run)
-    rows = []
-    for encoding, members in groups.items():
-        multiples = sorted(set.intersection(*(set(r.accuracy) for r in members)))
-        variants = sorted(set.intersection(*(set(r.variants) for r in members)))
-        rules = {}
-        for multiple in multiples[1:]:
-            candidates = [(v, Interval.of([r.variants[v].get(multiple, math.nan) for r in members])) for v in variants]
-            candidates = [(v, interval) for v, interval in candidates if interval.n]  # a rule evaluated there
-            if candidates:
-                rules[multiple] = max(candidates, key=lambda item: _or_low(item[1].mean))
-        rows.append(
-            Row(
-                encoding=encoding,
-                seeds=len(members),
-                accuracy={m: Interval.of([r.accuracy[m] for r in members]) for m in multiples},
-                score=Interval.of([r.score for r in members]),
-                scaled={m: Interval.of([r.log_scaled.get(m, math.nan) for r in members]) for m in multiples},
-                rules=rules,
-            )
-        )
-    rows.sort(key=lambda r: (-_or_low(r.score.mean), -_or_low(r.accuracy[1].mean if 1 in r.accuracy else math.nan)))
-    for row in rows:  # competition ranking: equal scores (to the table's 3 decimals) share the better rank
-        row.rank = 1 + sum(round(other.score.mean, 3) > round(row.score.mean, 3) for other in rows)
+    rows = [encoding_row(encoding, members) for encoding, members in groups.items()]
+    rows.sort(key=lambda r: (-_or_low(r.score.interval.mean), -_or_low(r.one_x.interval.mean)))
+    intervals = bootstrap_ranks({row.encoding: row.score.by_seed for row in rows})
+    best_one_x = max(_or_low(row.one_x.interval.mean) for row in rows)
+    for row in rows:
+        score = round(row.score.interval.mean, 3)
+        row.rank = 1 + sum(round(other.score.interval.mean, 3) > score for other in rows)
+        row.rank_interval = intervals[row.encoding][:2]
+        row.flagged = _or_low(row.one_x.interval.mean) < LEARNED_FRACTION * best_one_x
     return rows
 
 
@@ -186,173 +227,69 @@ def _or_low(value: float) -> float:
     return value if value == value else -1.0
 
 
-def task_table(task: str, rows: list[Row], train_length: int) -> str:
-    multiples = sorted({m for row in rows for m in row.accuracy})
-    longest = multiples[-1] * train_length
-    header = ["rank", "encoding", "seeds", *(f"{m}x ({m * train_length})" for m in multiples), "score (2-8x)"]
-    header += [f"{longest}: x log L/log {train_length}", f"{longest}: best test-time rule"]
-    lines = [f"### {task} (trained at {train_length})", "", *_head(header)]
-    for row in rows:
-        rule = f"{row.best_variant[1].cell()} ({row.best_variant[0]})" if row.best_variant else "n/a"
-        cells = [f"{row.rank:g}", row.encoding, str(row.seeds)]
-        cells += [row.accuracy[m].cell() if m in row.accuracy else "n/a" for m in multiples]
-        cells += [row.score.cell(), row.log_scaled.cell(), rule]
-        lines.append(_row(cells))
-    return "\n".join(lines + ["", scaled_table(rows, train_length)])
-
-
-def scaled_table(rows: list[Row], train_length: int) -> str:
-    """The same trained models with test-time scaling, at every multiple past the training length: scores x
-    log(L)/log(L_train) (every encoding), and the best of the encoding's test-time rules (RoPE's) with its name."""
-    multiples = sorted({m for row in rows for m in row.accuracy if m > 1})
-    with_rules = any(row.rules for row in rows)
-    header = ["encoding", *(f"{m}x: x log L" for m in multiples)]
-    header += [f"{m}x: best rule" for m in multiples] if with_rules else []
-    lines = [f"With test-time scaling (trained at {train_length}):", "", *_head(header)]
-    for row in rows:
-        cells = [row.encoding, *(row.scaled[m].cell() if m in row.scaled else "n/a" for m in multiples)]
-        if with_rules:
-            cells += [f"{row.rules[m][1].cell()} ({row.rules[m][0]})" if m in row.rules else "n/a" for m in multiples]
-        lines.append(_row(cells))
-    return "\n".join(lines)
-
-
-def _row(cells: list[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
-
-
-def _head(header: list[str]) -> list[str]:
-    """A markdown table's header row and its separator."""
-    return [_row(header), "|" + "---|" * len(header)]
-
-
-def overall_ranking(tables: dict[str, list[Row]]) -> list[tuple[str, float, float, int]]:
-    """(encoding, mean rank over tasks, mean extrapolation score over tasks, tasks) for the encodings of every
-    task's table, best first; an encoding missing from some task is ranked over the tasks it has, and says so."""
-    ranks: dict[str, list[float]] = defaultdict(list)
-    scores: dict[str, list[float]] = defaultdict(list)
-    for rows in tables.values():
-        for row in rows:
-            ranks[row.encoding].append(row.rank)
-            scores[row.encoding].append(row.score.mean)
-    ranking = [(e, mean(ranks[e]), mean(scores[e]), len(ranks[e])) for e in ranks]
-    ranking.sort(key=lambda item: (item[1], -_or_low(item[2])))
-    return ranking
-
-
-def overall_table(ranking: list[tuple[str, float, float, int]], n_tasks: int) -> str:
-    header = ["rank", "encoding", "mean rank", "mean score (2-8x)", "tasks"]
-    lines = ["### Overall", "", *_head(header)]
-    for place, (encoding, rank, score, tasks) in enumerate(ranking, 1):
-        lines.append(_row([str(place), encoding, f"{rank:.2f}", f"{score:.3f}", f"{tasks}/{n_tasks}"]))
-    return "\n".join(lines)
-
-
-def training_seconds(runs: list[ZooRun]) -> dict[str, list[float]]:
-    """The training seconds of each encoding's runs (every task and seed), where the runs recorded them."""
-    seconds: dict[str, list[float]] = defaultdict(list)
+def baselines(runs: list[ZooRun]) -> dict[int, dict[str, float]]:
+    """The baselines of a task's evaluation sets by multiple (1x over every position, past it over the positions
+    past training): chance, the best constant and the task's rules. The sets depend on the evaluation seed only,
+    so every run of the task has the same ones; the mean guards against a run with other sets."""
+    found: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
-        if run.train_seconds == run.train_seconds:
-            seconds[run.encoding].append(run.train_seconds)
-    return seconds
+        for multiple, row in run.figures.items():
+            for key, value in row.items():
+                if key.startswith("baseline_") and (multiple == 1) != key.endswith(PAST):
+                    found[multiple][key.removeprefix("baseline_").removesuffix(PAST)].append(value)
+            if "baseline_chance" in row and multiple > 1:
+                found[multiple]["chance"].append(row["baseline_chance"])
+    return {m: {name: mean(values) for name, values in sorted(rows.items())} for m, rows in sorted(found.items())}
 
 
-def time_table(seconds: dict[str, list[float]], order: list[str], baseline: str = "rope") -> str:
-    """Training time per run by encoding (mean over its runs) and against ``baseline``'s, and the sum over all
-    runs: the zoo's compute, its cost beside its ranking."""
-    if not seconds:
-        return ""
-    base = mean(seconds[baseline]) if seconds.get(baseline) else math.nan
-    header = ["encoding", "runs", "s / run", f"x {baseline}"]
-    lines = ["### Training time", "", *_head(header)]
-    for encoding in [e for e in order if e in seconds]:
-        per_run = mean(seconds[encoding])
-        ratio = f"{per_run / base:.2f}" if base == base else "n/a"
-        lines.append(_row([encoding, str(len(seconds[encoding])), f"{per_run:.1f}", ratio]))
-    total = sum(sum(values) for values in seconds.values())
-    count = sum(len(values) for values in seconds.values())
-    lines += ["", f"{count} runs, {total / 3600:.2f} h of training summed over them (a resumed run: its last part)."]
-    return "\n".join(lines)
+@dataclass
+class Ranking:
+    """The overall ranking: per encoding its mean rank over the ranked tasks, the bootstrap interval of it, its
+    mean score, the tasks it was ranked on, and its places with one task left out."""
+
+    order: list[str]
+    mean_rank: dict[str, tuple[float, float, float]]
+    mean_score: dict[str, float]
+    tasks: dict[str, int]
+    leave_one_out: dict[str, tuple[int, int]]
+    groups: list[list[str]]
+    excluded: dict[str, str]  # task -> why it is not ranked
 
 
-def runs_csv(runs: list[ZooRun]) -> str:
-    variants = sorted({v for r in runs for v in r.variants})
-    multiples = sorted({m for r in runs for m in r.accuracy})
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    header = ["task", "encoding", "seed", "train_length", *(f"accuracy_{m}x" for m in multiples)]
-    header += [f"log_scaled_{m}x" for m in multiples]
-    header += [f"{v}_{m}x" for v in variants for m in multiples if m > 1]
-    writer.writerow([*header, "steps", "train_seconds", "run"])
-    for r in runs:
-        cells: list[Any] = [r.task, r.encoding, r.seed, r.train_length]
-        cells += [_number(r.accuracy.get(m)) for m in multiples]
-        cells += [_number(r.log_scaled.get(m)) for m in multiples]
-        cells += [_number(r.variants.get(v, {}).get(m)) for v in variants for m in multiples if m > 1]
-        writer.writerow([*cells, r.steps[0], _number(r.train_seconds), str(r.path)])
-    return buffer.getvalue()
-
-
-def _number(value: float | None) -> str:
-    return "" if value is None or value != value else f"{value:.4f}"
-
-
-def plot_accuracy(tables: dict[str, list[Row]], train_lengths: dict[str, int], order: list[str]) -> Any:
-    """Accuracy against test length, one panel per task, a line per encoding (seed means, the interval shaded);
-    one colour and line style per encoding in every panel, the legend in overall-rank order."""
-    n = len(tables)
-    columns = min(3, n)
-    rows = math.ceil(n / columns)
-    size = (4.4 * columns + 2.6, 3.6 * rows)
-    fig, axes = plt.subplots(rows, columns, figsize=size, squeeze=False, layout="constrained")
-    cmap = plt.get_cmap("tab20")
-    styles = {e: (cmap(i % 20), ("-", "--", ":")[i // 20 % 3]) for i, e in enumerate(order)}
-    handles: dict[str, Any] = {}
-    for ax, (task, rows_of_task) in zip(axes.flat, tables.items()):
-        for row in sorted(rows_of_task, key=lambda r: order.index(r.encoding)):
-            multiples = sorted(row.accuracy)
-            lengths = [m * train_lengths[task] for m in multiples]
-            colour, style = styles[row.encoding]
-            means = [row.accuracy[m].mean for m in multiples]
-            (handles[row.encoding],) = ax.plot(lengths, means, style, marker="o", markersize=3, color=colour, lw=1.2)
-            lows = [row.accuracy[m].low for m in multiples]
-            if all(v == v for v in lows):
-                ax.fill_between(lengths, lows, [row.accuracy[m].high for m in multiples], color=colour, alpha=0.08)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(lengths, [str(v) for v in lengths])
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_xlabel("test length (tokens)")
-        ax.set_ylabel("accuracy")
-        ax.set_title(f"{task} (trained at {train_lengths[task]})")
-        ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[n:]:
-        ax.axis("off")
-    legend = [e for e in order if e in handles]
-    fig.legend([handles[e] for e in legend], legend, loc="outside right upper", fontsize=7, title="overall rank order")
-    return fig
-
-
-def plot_heatmap(tables: dict[str, list[Row]], order: list[str]) -> Any:
-    """The extrapolation score (mean accuracy at 2x-8x) of each encoding (rows, overall rank order) on each task."""
-    import numpy as np
-
-    tasks = list(tables)
-    values = np.full((len(order), len(tasks)), np.nan)
-    for j, task in enumerate(tasks):
+def overall_ranking(tables: dict[str, list[Row]], ranked: dict[str, bool]) -> Ranking:
+    tasks = [task for task in tables if ranked[task]]
+    per_task = {task: {row.encoding: row.score.by_seed for row in tables[task]} for task in tasks}
+    mean_rank = bootstrap_mean_rank(per_task)
+    scores: dict[str, list[float]] = defaultdict(list)
+    for task in tasks:
         for row in tables[task]:
-            values[order.index(row.encoding), j] = row.score.mean
-    fig, ax = plt.subplots(figsize=(1.3 * len(tasks) + 3.2, 0.32 * len(order) + 1.6), layout="constrained")
-    image = ax.imshow(values, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
-    ax.set_xticks(range(len(tasks)), tasks, rotation=30, ha="right")
-    ax.set_yticks(range(len(order)), order, fontsize=8)
-    for i in range(len(order)):
-        for j in range(len(tasks)):
-            if values[i, j] == values[i, j]:
-                colour = "black" if values[i, j] > 0.6 else "white"
-                ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=7, color=colour)
-    fig.colorbar(image, ax=ax, label="mean accuracy at 2x, 4x, 8x the training length")
-    ax.set_title("position zoo: extrapolation score")
-    return fig
+            scores[row.encoding].append(row.score.interval.mean)
+    order = sorted(mean_rank, key=lambda e: (mean_rank[e][0], -_or_low(mean(scores[e]))))
+    return Ranking(
+        order=order,
+        mean_rank=mean_rank,
+        mean_score={e: mean(scores[e]) for e in order},
+        tasks={e: len(scores[e]) for e in order},
+        leave_one_out=leave_one_task_out(per_task, order),
+        groups=not_separated({e: mean_rank[e][1:] for e in order}, order),
+        excluded={
+            task: "its answers change with the length (at 4x and beyond the commonest is the clamp 10): rank it "
+            "with task.program_length (counting_filler)"
+            for task in tables
+            if not ranked[task]
+        },
+    )
+
+
+def leave_one_task_out(per_task: dict[str, dict[str, dict[int, float]]], order: list[str]) -> dict[str, tuple]:
+    """Each encoding's best and worst place in the overall order when one task at a time is left out."""
+    places: dict[str, list[int]] = defaultdict(list)
+    for left_out in per_task if len(per_task) > 1 else []:
+        kept = {task: scores for task, scores in per_task.items() if task != left_out}
+        ranks = {e: r[0] for e, r in bootstrap_mean_rank(kept, rounds=1).items()}
+        for place, encoding in enumerate(sorted(ranks, key=lambda e: (ranks[e], order.index(e))), 1):
+            places[encoding].append(place)
+    return {e: (min(places[e]), max(places[e])) for e in order if places.get(e)}
 
 
 def load_zoo(directory: str | Path) -> tuple[list[ZooRun], list[str]]:
@@ -370,52 +307,82 @@ def load_zoo(directory: str | Path) -> tuple[list[ZooRun], list[str]]:
     return runs, found.notes()
 
 
+def training_seconds(runs: list[ZooRun]) -> dict[str, list[float]]:
+    """The training seconds of each encoding's runs (every task and seed), where the runs recorded them."""
+    seconds: dict[str, list[float]] = defaultdict(list)
+    for run in runs:
+        if run.train_seconds == run.train_seconds:
+            seconds[run.encoding].append(run.train_seconds)
+    return seconds
+
+
 def report_zoo(directory: str | Path) -> AnalysisResult:
-    """The zoo's tables (one per task, then the overall ranking) and its files, for ``DIR/analysis/zoo/``."""
+    """The zoo's tables (the overall ranking, then one per task) and its files, for ``DIR/analysis/zoo/``."""
     runs, notes = load_zoo(directory)
     by_task: dict[str, list[ZooRun]] = defaultdict(list)
     for run in runs:
         by_task[run.task].append(run)
     tables = {task: task_rows(members) for task, members in by_task.items()}
     train_lengths = {task: members[0].train_length for task, members in by_task.items()}
-    ranking = overall_ranking(tables)
-    order = [encoding for encoding, *_ in ranking]
-    parts = [overall_table(ranking, len(tables))]
-    parts += [task_table(task, rows, train_lengths[task]) for task, rows in tables.items()]
+    ranked = {task: all(r.ranked for r in members) for task, members in by_task.items()}
+    floors = {task: baselines(members) for task, members in by_task.items()}
+    ranking = overall_ranking(tables, ranked)
+    order = ranking.order + sorted({r.encoding for r in runs} - set(ranking.order))
     seconds = training_seconds(runs)
-    parts += [table for table in [time_table(seconds, order)] if table]
     warning = short_run_warning({f"{r.task} {r.encoding} seed {r.seed}": r.steps for r in runs})
     notes = ([warning] if warning else []) + notes
-    text = "\n\n".join(parts) + ("\n\n" + "\n".join(notes) if notes else "")
+    text = zoo_markdown(tables, train_lengths, floors, ranking, seconds, order) + (
+        "\n\n" + "\n".join(notes) if notes else ""
+    )
     result = AnalysisResult("zoo", text, Path(directory) / ANALYSIS_DIR / "zoo")
     result.add_text("zoo.md", text)
     result.add_text("zoo.csv", runs_csv(runs))
-    result.add_json(
-        "zoo.json",
-        {
-            "overall": [{"encoding": e, "mean_rank": r, "mean_score": s, "tasks": n} for e, r, s, n in ranking],
-            "train_seconds": {e: {"runs": len(v), "mean": mean(v), "total": sum(v)} for e, v in seconds.items()},
-            "tasks": {
-                task: [
-                    {
-                        "rank": row.rank,
-                        "encoding": row.encoding,
-                        "seeds": row.seeds,
-                        "accuracy": {f"{m}x": vars(i) for m, i in row.accuracy.items()},
-                        "score": vars(row.score),
-                        "log_scaled": {f"{m}x": vars(i) for m, i in row.scaled.items()},
-                        "best_rule": {f"{m}x": {"variant": v, **vars(i)} for m, (v, i) in row.rules.items()},
-                        "log_scaled_longest": vars(row.log_scaled),
-                        "best_variant_longest": (
-                            {"variant": row.best_variant[0], **vars(row.best_variant[1])} if row.best_variant else None
-                        ),
-                    }
-                    for row in rows
-                ]
-                for task, rows in tables.items()
-            },
-        },
-    )
-    result.add_figure("zoo_accuracy.png", plot_accuracy(tables, train_lengths, order))
+    result.add_json("zoo.json", zoo_summary(tables, floors, ranking, seconds))
+    result.add_figure("zoo_accuracy.png", plot_accuracy(tables, train_lengths, floors, order))
     result.add_figure("zoo_heatmap.png", plot_heatmap(tables, order))
     return result
+
+
+def zoo_summary(
+    tables: dict[str, list[Row]], floors: dict[str, dict], ranking: Ranking, seconds: dict[str, list[float]]
+) -> dict[str, Any]:
+    """Everything the tables and figures show, per seed where a figure has seeds: ``zoo.json``."""
+    return {
+        "overall": [
+            {
+                "encoding": e,
+                "mean_rank": ranking.mean_rank[e][0],
+                "mean_rank_interval": list(ranking.mean_rank[e][1:]),
+                "places_leaving_one_task_out": list(ranking.leave_one_out.get(e, ())),
+                "mean_score": ranking.mean_score[e],
+                "tasks": ranking.tasks[e],
+            }
+            for e in ranking.order
+        ],
+        "not_separated": [group for group in ranking.groups if len(group) > 1],
+        "excluded_from_ranking": ranking.excluded,
+        "train_seconds": {e: {"runs": len(v), "mean": mean(v), "total": sum(v)} for e, v in seconds.items()},
+        "tasks": {
+            task: {"baselines": floors[task], "rows": [row_summary(row) for row in rows]}
+            for task, rows in tables.items()
+        },
+    }
+
+
+def row_summary(row: Row) -> dict[str, Any]:
+    return {
+        "rank": row.rank,
+        "rank_interval": list(row.rank_interval),
+        "encoding": row.encoding,
+        "seeds": row.seeds,
+        "accuracy_1x": row.one_x.as_dict(),
+        "flagged_1x": row.flagged,
+        "past_train": {f"{m}x": cell.as_dict() for m, cell in row.past.items()},
+        "score": row.score.as_dict(),
+        "log_scaled_past_train": {f"{m}x": cell.as_dict() for m, cell in row.scaled.items()},
+        "rule": {
+            f"{m}x": {"variant": rule.variant, "chosen_on": rule.chosen_on, **rule.test.as_dict()}
+            for m, rule in row.rules.items()
+        },
+        "draw_sd_past_train": {f"{m}x": value for m, value in row.draw_sd.items()},
+    }

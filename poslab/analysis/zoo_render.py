@@ -1,0 +1,242 @@
+"""Rendering of the position zoo's report (``poslab.analysis.zoo``): markdown tables, the CSV and the PNGs, from
+the rows and the ranking alone (no model)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from statistics import mean
+from typing import TYPE_CHECKING, Any
+
+from poslab.plotting import plt
+
+if TYPE_CHECKING:
+    from poslab.analysis.zoo import Ranking, Row, ZooRun
+
+#: the families of the accuracy figure's columns, by encoding name (the label's first part); others: "other"
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "no position or absolute": ("none", "sinusoid", "learned"),
+    "rotary": (
+        "rope",
+        "xpos",
+        "randomized_rope",
+        "rope_nope_mix",
+        "increments_shared",
+        "increments_layer",
+        "hrope_axial",
+        "rand_axial",
+        "period_axial",
+    ),  # fmt: skip
+    "distance bias": ("alibi", "t5_bias", "kerple_log", "kerple_power", "fire", "sandwich"),
+    "content-dependent or scaled": ("cope", "forget_gate", "ssmax"),
+}
+
+
+def family_of(encoding: str) -> str:
+    name = encoding.split(":")[0].split(" ")[0]
+    return next((family for family, names in FAMILIES.items() if name in names), "other")
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _head(header: list[str]) -> list[str]:
+    """A markdown table's header row and its separator."""
+    return [_row(header), "|" + "---|" * len(header)]
+
+
+def best_baseline(floor: dict[str, float]) -> tuple[str, float]:
+    name = max(floor, key=lambda k: floor[k])
+    return name, floor[name]
+
+
+def overall_table(ranking: Ranking, n_tasks: int) -> str:
+    header = ["place", "encoding", "mean rank [95% bootstrap]", "places, one task left out", "mean score", "tasks"]
+    lines = ["### Overall", "", *_head(header)]
+    for place, encoding in enumerate(ranking.order, 1):
+        rank, low, high = ranking.mean_rank[encoding]
+        out = ranking.leave_one_out.get(encoding)
+        cells = [str(place), encoding, f"{rank:.2f} [{low:.2f}, {high:.2f}]", f"{out[0]}-{out[1]}" if out else "n/a"]
+        lines.append(_row([*cells, f"{ranking.mean_score[encoding]:.3f}", f"{ranking.tasks[encoding]}/{n_tasks}"]))
+    groups = [group for group in ranking.groups if len(group) > 1]
+    lines += ["", "Places not separated (consecutive places whose mean-rank intervals overlap):"]
+    lines += [f"- {', '.join(group)}" for group in groups] or ["- none: every place is separated from its neighbours"]
+    lines += [f"\nLeft out of the ranking: {task}: {why}." for task, why in ranking.excluded.items()]
+    return "\n".join(lines)
+
+
+def task_table(task: str, rows: list[Row], train_length: int, floor: dict[int, dict[str, float]]) -> str:
+    """Rank with its interval, 1x (flagged under 0.9 of the best), past-training accuracy at each multiple beside
+    the best baseline's, the score; then the baselines and the test-time table."""
+    multiples = sorted({m for row in rows for m in row.past})
+    header = ["rank [95%]", "encoding", "seeds", f"1x ({train_length})"]
+    header += [f"{m}x ({m * train_length}) past {train_length}" for m in multiples] + ["score (2-8x, past)"]
+    lines = [f"### {task} (trained at {train_length})", "", *_head(header)]
+    for row in rows:
+        low, high = row.rank_interval
+        cells = [f"{row.rank:g} [{low}, {high}]", row.encoding, str(row.seeds)]
+        cells.append(row.one_x.text() + (" !" if row.flagged else ""))
+        cells += [row.past[m].text() if m in row.past else "n/a" for m in multiples]
+        lines.append(_row([*cells, row.score.text()]))
+    lines += ["", "! : 1x accuracy under 0.9 of the task's best: the task was not learned at the training length."]
+    lines += ["", baseline_table(floor, train_length), "", scaled_table(rows, train_length)]
+    return "\n".join(lines)
+
+
+def baseline_table(floor: dict[int, dict[str, float]], train_length: int) -> str:
+    if not floor:
+        return "Baselines: not recorded by these runs."
+    names = sorted({name for row in floor.values() for name in row})
+    header = ["baseline (same evaluation sets)", *(f"{m}x" + (" past" if m > 1 else "") for m in floor)]
+    lines = [*_head(header)]
+    for name in names:
+        lines.append(_row([name, *(f"{floor[m][name]:.3f}" if name in floor[m] else "n/a" for m in floor)]))
+    return "\n".join(lines)
+
+
+def scaled_table(rows: list[Row], train_length: int) -> str:
+    """The same trained models with test-time scaling, past the training length: scores x log(L)/log(L_train)
+    (every encoding), and the encoding's test-time rule chosen on the selection set, with its name."""
+    multiples = sorted({m for row in rows for m in row.scaled})
+    with_rules = any(row.rules for row in rows)
+    header = ["encoding", *(f"{m}x: x log L" for m in multiples)]
+    header += [f"{m}x: chosen rule" for m in multiples] if with_rules else []
+    lines = [f"With test-time scaling (trained at {train_length}; accuracy past {train_length}):", "", *_head(header)]
+    chosen_on = set()
+    for row in rows:
+        cells = [row.encoding, *(row.scaled[m].text() if m in row.scaled else "n/a" for m in multiples)]
+        if with_rules:
+            cells += [f"{r.test.text()} ({r.variant})" if (r := row.rules.get(m)) else "n/a" for m in multiples]
+            chosen_on |= {rule.chosen_on for rule in row.rules.values()}
+        lines.append(_row(cells))
+    if chosen_on:
+        lines += ["", f"Rules chosen on: {', '.join(sorted(chosen_on))} (the test set: optimistic)."]
+    return "\n".join(lines)
+
+
+def time_table(seconds: dict[str, list[float]], order: list[str], baseline: str = "rope") -> str:
+    """Training time per run by encoding (mean over its runs) and against ``baseline``'s, and the sum."""
+    if not seconds:
+        return ""
+    base = mean(seconds[baseline]) if seconds.get(baseline) else math.nan
+    lines = ["### Training time", "", *_head(["encoding", "runs", "s / run", f"x {baseline}"])]
+    for encoding in [e for e in order if e in seconds]:
+        per_run = mean(seconds[encoding])
+        ratio = f"{per_run / base:.2f}" if base == base else "n/a"
+        lines.append(_row([encoding, str(len(seconds[encoding])), f"{per_run:.1f}", ratio]))
+    total = sum(sum(values) for values in seconds.values())
+    count = sum(len(values) for values in seconds.values())
+    lines += ["", f"{count} runs, {total / 3600:.2f} h of training summed over them (a resumed run: its last part)."]
+    return "\n".join(lines)
+
+
+def zoo_markdown(
+    tables: dict[str, list[Row]],
+    train_lengths: dict[str, int],
+    floors: dict[str, dict],
+    ranking: Ranking,
+    seconds: dict[str, list[float]],
+    order: list[str],
+) -> str:
+    parts = [overall_table(ranking, sum(task not in ranking.excluded for task in tables))]
+    parts += [task_table(task, rows, train_lengths[task], floors[task]) for task, rows in tables.items()]
+    return "\n\n".join(parts + [table for table in [time_table(seconds, order)] if table])
+
+
+def runs_csv(runs: list[ZooRun]) -> str:
+    """One row per run: every figure at every multiple (``<figure>@<m>x``), its steps, time and directory."""
+    columns = sorted({(m, key) for r in runs for m, row in r.figures.items() for key in row})
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    header = ["task", "encoding", "seed", "train_length", "score", *(f"{key}@{m}x" for m, key in columns)]
+    writer.writerow([*header, "steps", "train_seconds", "run"])
+    for r in runs:
+        cells: list[Any] = [r.task, r.encoding, r.seed, r.train_length, _number(r.score)]
+        cells += [_number(r.figures.get(m, {}).get(key)) for m, key in columns]
+        writer.writerow([*cells, r.steps[0], _number(r.train_seconds), str(r.path)])
+    return buffer.getvalue()
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None or value != value else f"{value:.4f}"
+
+
+def plot_accuracy(
+    tables: dict[str, list[Row]], train_lengths: dict[str, int], floors: dict[str, dict], order: list[str]
+) -> Any:
+    """Small multiples: a row per task, a column per family of methods (at most nine lines a panel, each its own
+    colour), accuracy at 1x and past the training length beyond it (seed means, the interval shaded), the best
+    baseline dashed and chance dotted in every panel."""
+    families = [f for f in [*FAMILIES, "other"] if any(family_of(e) == f for e in order)]
+    fig, axes = plt.subplots(
+        len(tables), len(families), figsize=(3.6 * len(families), 2.5 * len(tables) + 1.2), squeeze=False,
+        sharex="row", sharey=True, layout="constrained",
+    )  # fmt: skip
+    colours = plt.get_cmap("tab10")
+    for i, (task, rows) in enumerate(tables.items()):
+        length = train_lengths[task]
+        for j, family in enumerate(families):
+            ax = axes[i, j]
+            ax.set_xscale("log", base=2)  # before the rows set their ticks: a scale change resets them
+            members = [e for e in order if family_of(e) == family]
+            for row in sorted((r for r in rows if r.encoding in members), key=lambda r: members.index(r.encoding)):
+                draw_row(ax, row, length, colours(members.index(row.encoding) % 10))
+            draw_baselines(ax, floors[task], length)
+            ax.set_ylim(-0.02, 1.02)
+            ax.grid(alpha=0.3)
+            ax.set_title(f"{task}: {family}" if i == 0 else task, fontsize=8)
+            if i == len(tables) - 1:
+                ax.set_xlabel("test length (tokens)")
+            if i == 0:
+                ax.legend(fontsize=6, loc="lower left")
+        axes[i, 0].set_ylabel("accuracy (past L_train)")
+    fig.suptitle(
+        "position zoo: accuracy at 1x, then past the training length\ndashed: best baseline, dotted: chance",
+        fontsize=9,
+    )
+    return fig
+
+
+def draw_row(ax: Any, row: Row, train_length: int, colour: Any) -> None:
+    cells = [(1, row.one_x), *sorted(row.past.items())]
+    lengths = [m * train_length for m, _ in cells]
+    intervals = [cell.interval for _, cell in cells]
+    ax.plot(lengths, [i.mean for i in intervals], "-o", markersize=3, lw=1.2, color=colour, label=row.encoding)
+    if all(i.has_interval for i in intervals):
+        ax.fill_between(lengths, [i.low for i in intervals], [i.high for i in intervals], color=colour, alpha=0.12)
+    ax.set_xticks(lengths, [str(v) for v in lengths], fontsize=7)
+
+
+def draw_baselines(ax: Any, floor: dict[int, dict[str, float]], train_length: int) -> None:
+    if not floor:
+        return
+    lengths = [m * train_length for m in floor]
+    ax.plot(lengths, [best_baseline(row)[1] for row in floor.values()], "--", color="black", lw=1, label="baseline")
+    chance = [row.get("chance", math.nan) for row in floor.values()]
+    ax.plot(lengths, chance, ":", color="grey", lw=1)
+
+
+def plot_heatmap(tables: dict[str, list[Row]], order: list[str]) -> Any:
+    """The extrapolation score (mean accuracy past the training length at 2x-8x) of each encoding (rows,
+    overall order) on each task."""
+    import numpy as np
+
+    tasks = list(tables)
+    values = np.full((len(order), len(tasks)), np.nan)
+    for j, task in enumerate(tasks):
+        for row in tables[task]:
+            values[order.index(row.encoding), j] = row.score.interval.mean
+    fig, ax = plt.subplots(figsize=(1.3 * len(tasks) + 3.2, 0.32 * len(order) + 1.6), layout="constrained")
+    image = ax.imshow(values, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(len(tasks)), tasks, rotation=30, ha="right")
+    ax.set_yticks(range(len(order)), order, fontsize=8)
+    for i in range(len(order)):
+        for j in range(len(tasks)):
+            if values[i, j] == values[i, j]:
+                colour = "black" if values[i, j] > 0.6 else "white"
+                ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=7, color=colour)
+    fig.colorbar(image, ax=ax, label="mean accuracy past the training length, 2x-8x")
+    ax.set_title("position zoo: extrapolation score")
+    return fig
