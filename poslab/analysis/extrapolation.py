@@ -23,6 +23,7 @@ from poslab.analysis.results import (
     differing_settings,
     setting_values,
 )
+from poslab.analysis.stats import Interval, seeds_cell, split_seeds
 from poslab.errors import MissingRunError, UsageError
 from poslab.plotting import plt
 from poslab.run_files import ANALYSIS_DIR, RESULTS_FILE
@@ -167,7 +168,8 @@ def seed_means(runs: list[GridRun]) -> dict[Cell, dict[str, float]]:
 def markdown_table(
     runs: list[GridRun], reference: list[GridRun] | None = None, reference_label: str = REFERENCE_LABEL
 ) -> str:
-    """Seed means per task x scheme, with the training steps and evaluation sequences behind them; with a
+    """Seed means per task x scheme with their 95% t-interval over seeds, with the training steps and evaluation
+    sequences behind them; with a
     reference, its figures follow in columns labelled ``reference_label`` and a last column gives the largest
     absolute difference in the row."""
     ours, theirs = seed_means(runs), seed_means(reference) if reference else {}
@@ -190,7 +192,7 @@ def markdown_table(
     for (task, label, settings), row in ours.items():
         ref = theirs.get((task, label, ()))
         cells = [task, label, *(value for _, value in settings), str(row["seeds"])]
-        cells += [f"{row[key]:.3f}" for key in figures]
+        cells += [seed_cell(members[(task, label, settings)], key) for key in figures]
         cells += [_span([steps_cell(*r.steps) for r in members[(task, label, settings)]])]
         cells += [_span([str(r.eval_size) if r.eval_size else "n/a" for r in members[(task, label, settings)]])]
         if theirs:
@@ -199,6 +201,24 @@ def markdown_table(
             cells.append(f"{max(diffs):.3f}" if diffs else "n/a")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def seed_cell(members: list[GridRun], key: str) -> str:
+    """One figure of a row's runs: its mean with the 95% t-interval over seeds (``poslab.analysis.stats``), the
+    per-seed values where the seeds split into two outcomes, the value alone for one seed."""
+    values = [run_figure(run, key) for run in members]
+    if split_seeds(values):
+        return f"{seeds_cell(values)} (split)"
+    return Interval.of(values, bounds=(0.0, 1.0)).cell()
+
+
+def run_figure(run: GridRun, key: str) -> float:
+    """A figure of ``seed_means``'s keys (``L<n>``, ``past``, ``log_scaled``) of one run."""
+    if key == "past":
+        return run.past_train
+    if key == "log_scaled":
+        return run.log_scaled
+    return run.accuracy[int(key.removeprefix("L"))]
 
 
 def _span(values: list[str]) -> str:

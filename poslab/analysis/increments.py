@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from poslab.analysis.stats import roc_auc
 from poslab.datamodules.codec import SEPARATOR
 from poslab.fonts import cjk_font, has_glyph
 from poslab.io import write_atomic
@@ -445,25 +446,6 @@ def chinese_gaps(text: str, hmm: bool = True) -> tuple[np.ndarray, np.ndarray]:
         np.array([offsets[k] for k in gaps], dtype=np.int64),
         np.array([int(k in starts) for k in gaps], dtype=np.int64),
     )
-
-
-def roc_auc(scores: Any, labels: Any) -> float:
-    """ROC-AUC of ``scores`` for binary ``labels``: the chance that a random positive outscores a random
-    negative, ties counting half (Mann–Whitney U from average ranks). NaN if only one class is present."""
-    s = _numpy(scores).astype(np.float64).reshape(-1)
-    y = _numpy(labels).astype(bool).reshape(-1)
-    if s.shape != y.shape:
-        raise ValueError(f"{s.size} scores for {y.size} labels")
-    if np.isnan(s).any():
-        raise ValueError("scores contain NaN")
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
-    if n_pos == 0 or n_neg == 0:
-        return math.nan
-    _, inverse, counts = np.unique(s, return_inverse=True, return_counts=True)
-    ends = np.cumsum(counts)
-    ranks = (ends - (counts - 1) / 2.0)[inverse]  # 1-based ranks, each tie group sharing its average rank
-    u = ranks[y].sum() - n_pos * (n_pos + 1) / 2.0
-    return float(u / (n_pos * n_neg))
 
 
 def boundary_auc(text: str, tokens: Any, deltas: Any, hmm: bool = True) -> list[float]:

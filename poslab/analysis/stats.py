@@ -20,6 +20,7 @@ evaluation windows inside one run are not independent replicates of it. Hence:
   seeds first, then units within each resampled seed. It is a *secondary* interval: with 3 seeds any bootstrap
   under-covers (it can only ever see 3 seed values, and its percentile interval ignores that the seed sd is
   itself estimated from 3 numbers), so the t-interval over the seed means stays primary.
+* :func:`roc_auc` -- how well a score separates two classes (the increments' word boundaries): Mann-Whitney U.
 * :func:`split_seeds` / :func:`seeds_cell` -- where seeds split into two outcomes (one seed learns a task, two
   do not) a mean and an interval describe no run that happened; reports print the per-seed values instead.
 
@@ -33,6 +34,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import mean, stdev
+from typing import Any
 
 import numpy as np
 
@@ -311,3 +313,22 @@ def hierarchical_bootstrap(
     boot = seed_means.mean(axis=1)
     low, high = np.percentile(boot, [2.5, 97.5])
     return Interval(point, float(low), float(high), len(arrays))
+
+
+def roc_auc(scores: Any, labels: Any) -> float:
+    """ROC-AUC of ``scores`` for binary ``labels``: the chance that a random positive outscores a random
+    negative, ties counting half (Mann–Whitney U from average ranks). NaN if only one class is present."""
+    s = np.asarray(scores).astype(np.float64).reshape(-1)
+    y = np.asarray(labels).astype(bool).reshape(-1)
+    if s.shape != y.shape:
+        raise ValueError(f"{s.size} scores for {y.size} labels")
+    if np.isnan(s).any():
+        raise ValueError("scores contain NaN")
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos == 0 or n_neg == 0:
+        return math.nan
+    _, inverse, counts = np.unique(s, return_inverse=True, return_counts=True)
+    ends = np.cumsum(counts)
+    ranks = (ends - (counts - 1) / 2.0)[inverse]  # 1-based ranks, each tie group sharing its average rank
+    u = ranks[y].sum() - n_pos * (n_pos + 1) / 2.0
+    return float(u / (n_pos * n_neg))
