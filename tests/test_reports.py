@@ -52,9 +52,11 @@ def test_report_grid_on_a_small_multirun_prints_the_writeup_format(tmp_path, cap
         "lag  rope:1000000 seed ",
     ]
     assert lines[4].startswith("lag  alibi:0.0625 seed 0") and lines[6].startswith("seen none         seed 0")
-    table = [line for line in lines if line.startswith("| ")]
+    start = next(i for i, line in enumerate(lines) if line.startswith("| task | scheme |"))
+    table = lines[start : lines.index("", start)]  # the seed table; the baselines' table follows it
     assert table[0].startswith("| task | scheme | seeds | length 32 | length 64 | length 128")
-    assert len(table) == 1 + 6  # header + 2 tasks x 3 schemes
+    assert len(table) == 2 + 6  # header, separator, 2 tasks x 3 schemes
+    table = [line for line in table if line.startswith("| ")]
     header = [cell.strip() for cell in table[0].strip("|").split("|")]
     seen_none = next(line for line in table if line.startswith("| seen | none | 2 | "))
     row = dict(zip(header, (cell.strip() for cell in seen_none.strip("|").split("|"))))
@@ -101,3 +103,19 @@ def test_wavelengths_command(capsys):
     out = capsys.readouterr().out
     assert "of 32 pairs never finish one turn within 1,000 positions" in out
     assert poslab_main(["wavelengths", "--head-dim", "7"]) == 2
+
+
+def test_report_grid_shows_the_baselines_of_the_evaluation_sets(tmp_path):
+    sweep = tmp_path / "grid"
+    args = ["-m", "task=seen", "+scheme=none,rope", "seed=0,1", "debug=fast", "trainer.max_steps=3", "~logger"]
+    result = run_train([*args, f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = report_grid(sweep)
+    table = [line for line in report.report.splitlines() if line.startswith("| seen | ")]
+    constant = next(line for line in table if line.startswith("| seen | constant |"))
+    chance = next(line for line in table if line.startswith("| seen | chance |"))
+    assert chance.startswith("| seen | chance | 0.500 | 0.500 |")
+    values = [float(cell) for cell in constant.strip("|").split("|")[2:]]
+    assert all(0.5 <= value <= 1.0 for value in values)  # the commoner answer of two, on each evaluation set
+    seeds_row = next(line for line in table if line.startswith("| seen | none | 2 | "))
+    assert "[" in seeds_row  # two seeds: a t-interval beside each mean

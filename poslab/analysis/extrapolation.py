@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from statistics import mean
@@ -42,6 +42,9 @@ class GridRun:
     settings: tuple[tuple[str, str], ...] = ()  # what tells it apart from runs of the same task and scheme
     steps: tuple[int | None, int | None] = (None, None)  # (trained, the recipe's): poslab.analysis.results
     eval_size: int | None = None  # evaluation sequences per length (task.eval_size)
+    #: the baselines of the evaluation sets by length, over every scored position (chance, the best constant, the
+    #: task's trivial rules: ``baseline_*`` in results.json; empty for runs written before they were)
+    baselines: dict[int, dict[str, float]] = field(default_factory=dict)
 
     @property
     def cell(self) -> Cell:
@@ -123,6 +126,12 @@ def grid_run(run: FinishedRun, keys: list[str]) -> GridRun:
         settings=tuple(zip(keys, setting_values(run, keys))),
         steps=training_steps(run.path, result),
         eval_size=((result.get("config") or {}).get("task") or {}).get("eval_size"),
+        baselines={
+            n: {
+                k.removeprefix("baseline_"): v for k, v in row.items() if k.startswith("baseline_") and "_past" not in k
+            }
+            for n, row in figures.items()
+        },
     )
 
 
@@ -221,6 +230,22 @@ def run_figure(run: GridRun, key: str) -> float:
     return run.accuracy[int(key.removeprefix("L"))]
 
 
+def baseline_table(runs: list[GridRun]) -> str:
+    """Per task, the baselines of its evaluation sets at every length (the first run's: the sets depend on the
+    evaluation seed only), or nothing for runs that did not record them."""
+    first = {run.task: run for run in reversed(runs) if run.baselines.get(run.longest)}
+    if not first:
+        return ""
+    lengths = sorted({n for run in first.values() for n in run.baselines})
+    lines = ["| task | baseline (same evaluation sets) | " + " | ".join(f"length {n}" for n in lengths) + " |"]
+    lines.append("|" + "---|" * (2 + len(lengths)))
+    for task, run in first.items():
+        for name in sorted({k for row in run.baselines.values() for k in row}):
+            cells = [f"{run.baselines[n][name]:.3f}" if name in run.baselines.get(n, {}) else "n/a" for n in lengths]
+            lines.append(f"| {task} | {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _span(values: list[str]) -> str:
     """One cell for the runs of a row: their value, or each distinct one."""
     return "/".join(dict.fromkeys(values))
@@ -248,6 +273,8 @@ def plot_grid(runs: list[GridRun]) -> Any:
             for run in members[(t, label, settings)]:
                 ax.plot(lengths, [run.accuracy[n] for n in lengths], "o", color=colour, alpha=0.35, markersize=4)
             (handles[name],) = ax.plot(lengths, [row[f"L{n}"] for n in lengths], "-o", color=colour, markersize=3)
+        if (line := draw_baseline(ax, [run for run in runs if run.task == task])) is not None:
+            handles["best baseline"] = line
         ax.set_xscale("log", base=2)
         ax.set_xticks(lengths, [str(n) for n in lengths])
         ax.set_xlabel("test length (tokens)")
@@ -266,6 +293,16 @@ def plot_grid(runs: list[GridRun]) -> Any:
     return fig
 
 
+def draw_baseline(ax: Any, runs: list[GridRun]) -> Any:
+    """The best baseline of the task's evaluation sets at each length, dashed (the first run's, when recorded)."""
+    run = next((r for r in runs if r.baselines.get(r.longest)), None)
+    if run is None:
+        return None
+    lengths = sorted(run.baselines)
+    best = [max(run.baselines[n].values()) for n in lengths]
+    return ax.plot(lengths, best, "--", color="black", lw=1)[0]
+
+
 def report_grid(directory: str | Path, reference: str | None = None) -> AnalysisResult:
     """The grid's report lines and table; files ``extrapolation_grid.{md,png}`` for ``DIR/analysis/grid/``."""
     runs, found = load_runs(directory)
@@ -279,6 +316,7 @@ def report_grid(directory: str | Path, reference: str | None = None) -> Analysis
     table = markdown_table(runs, reference_runs(reference) if reference else None, label)
     out = [run.line() for run in runs]
     out += ["", table]
+    out += ["", floors] if (floors := baseline_table(runs)) else []
     warning = short_run_warning({f"{r.task} {r.label} seed {r.seed}": r.steps for r in runs})
     notes = ([warning] if warning else []) + found.notes()
     if notes:
