@@ -119,3 +119,11 @@ def test_cope_rows_past_the_training_length_are_named_when_max_pos_is_larger():
     cope = build_encoding({"name": "cope", "max_pos": 100}, ModelShape.of(32, 2, 2), 256, train_length=32)
     notes = cope.untrained_at_test(32, 256)
     assert any("rows 33..99" in note for note in notes) and any("past 99" in note for note in notes)
+
+
+def test_period_axials_paragraph_index_past_training_is_named():
+    shape = ModelShape.of(64, 4, 2)
+    period = build_encoding({"name": "period_axial", "paragraph_density": 1 / 32}, shape, 256, train_length=32)
+    (note,) = period.untrained_at_test(32, 256)
+    assert "reaches 7 at length 256 but at most 0 in training" in note
+    assert period.untrained_at_test(64, 64) == []

@@ -295,3 +295,13 @@ class PeriodAxialEncoding(HRopeEncoding):
     def paragraph(self, inputs: PositionInputs) -> Tensor:
         token = (inputs.positions - inputs.positions[:, :1]).expand(inputs.tokens.shape)  # counted in the window
         return torch.div(token, self.period, rounding_mode="floor")  # the same grid in training and evaluation
+
+    def untrained_at_test(self, train_length: int, max_length: int) -> list[str]:
+        # the grid's index is floor(t / period): a longer sequence reaches paragraph indices training never rotated by
+        trained, reached = (train_length - 1) // self.period, (max_length - 1) // self.period
+        if reached <= trained:
+            return []
+        return [
+            f"period_axial's paragraph index (a boundary every {self.period} tokens) reaches {reached} at length "
+            f"{max_length} but at most {trained} in training (length {train_length}): rotations never trained."
+        ]
