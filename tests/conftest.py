@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import random
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_dir  # noqa: F401  (tests composing with the hydra config)
@@ -20,6 +22,29 @@ CONF = ROOT / "conf"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 torch.set_num_threads(1)
+
+#: the seed every test starts from (``seeded_rngs``)
+SEED = 0
+
+
+def seed_all(seed: int = SEED) -> None:
+    """Seed every global RNG a test or the code it calls may draw from: torch's (CPU, and CUDA where there is one),
+    Python's ``random`` and numpy's legacy global one. Not ``lightning.seed_everything``: that also sets
+    ``PL_GLOBAL_SEED`` in the environment, which the subprocesses of ``run_train`` would inherit."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+@pytest.fixture(autouse=True)
+def seeded_rngs():
+    """Every test starts from the same RNG state, whatever ran before it on the same worker: a model's initial
+    parameters and any unseeded ``torch.randn`` / ``random`` / ``np.random`` draw are the same alone, after other
+    tests, and in any order (a worker of ``-n 2 --dist loadscope`` runs a module's tests after others'). Autouse
+    fixtures of a scope come first, so function-scoped fixtures that build models see this state too.
+    Module-scoped fixtures are set up before it: one that draws must seed itself (``seed_all``); those here train
+    through ``poslab.training.run`` or ``train.py``, which seed with ``seed_everything(cfg.seed)`` first."""
+    seed_all()
 
 
 def tiny_model(

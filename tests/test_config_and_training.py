@@ -88,6 +88,15 @@ def test_extrapolation_grid_sweeps_28_runs(tmp_path):
     assert cfg.hydra.launcher._target_.endswith("JoblibLauncher")
 
 
+# Steps of the loss-falls check. The batches are a function of (seed, i); the initial parameters come from the global
+# RNG, which conftest's autouse `seeded_rngs` seeds before every test, so the check is the same alone and after others.
+# KERPLE power draws r1 ~ U(0, 1), r2 ~ U(0, 2) (the paper's init): where -r1 * 3 ** r2 is below about -5 (r1 = 0.92,
+# r2 = 1.55 at one seed in 70), the one head attends almost only to the nearest keys, not 3 back where lag's answer is,
+# and the loss stays flat for some 70 steps before it falls (to 0.3 of its start by 200); 120 steps see it fall
+# from all but the sharpest corner of that range (-r1 * 3 ** r2 below about -8: r1 > 0.89 and r2 > 1.89).
+STEPS = {"kerple_power": 120}
+
+
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_each_encoding_trains_and_its_loss_falls(encoding, tmp_path):
     cfg = compose_config([f"encoding={encoding}", "task.batch_size=32"], tmp_path)
@@ -96,7 +105,7 @@ def test_each_encoding_trains_and_its_loss_falls(encoding, tmp_path):
     optimizer = module.configure_optimizers()["optimizer"]
     batches = iter(datamodule.train_batches)
     losses = []
-    for _ in range(60):
+    for _ in range(STEPS.get(encoding, 60)):
         loss = module.loss(next(batches))
         optimizer.zero_grad()
         loss.backward()
