@@ -46,8 +46,9 @@ def build_model_config(
     for key in cls.corpus_settings:
         if encoding.get(key) is None and datamodule is not None and hasattr(datamodule, key):
             encoding[key] = getattr(datamodule, key)
-    if datamodule is not None:  # settings tied to the length trained on (FIRE's threshold, T5's max_distance)
-        encoding = fill_length_settings(cls, encoding, datamodule.max_length, datamodule.train_length)
+    train_length = getattr(datamodule, "train_length", None)
+    if train_length is not None:  # settings tied to the length trained on (FIRE's threshold, T5's max_distance)
+        encoding = fill_length_settings(cls, encoding, datamodule.max_length, train_length)
     try:
         return ModelConfig(vocab_size=vocab_size, n_outputs=n_outputs, encoding=encoding, **settings)
     except TypeError as error:

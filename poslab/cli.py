@@ -205,7 +205,7 @@ def analysis_of(args: argparse.Namespace):
 
         return report_grid(args.directory, args.reference)
     if args.command == "report" and args.report == "zoo":
-        from poslab.analysis.zoo import report_zoo
+        from poslab.analysis.zoo_report import report_zoo
 
         return report_zoo(args.directory)
     if args.command == "report" and args.report == "losses":

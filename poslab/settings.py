@@ -401,7 +401,8 @@ def task_defaults() -> dict[str, dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
     for path in sorted((CONF_DIR / "task").glob("*.yaml")):
         merged = _yaml_with_defaults(path)
-        if "name" in merged:
+        # a variant of a task (counting_filler: counting with other values) is not the task's declaration
+        if "name" in merged and (path.stem == merged["name"] or merged["name"] not in found):
             found[str(merged["name"])] = merged
     return found
 

@@ -121,7 +121,9 @@ def grid_sweep(tmp_path_factory) -> Path:
 def test_report_grid_keeps_different_configs_apart_and_lists_every_job_left_out(grid_sweep, capsys):
     assert poslab_main(["report", "grid", str(grid_sweep), "--output-dir", str(grid_sweep.parent / "out")]) == 0
     out = capsys.readouterr().out
-    table = [line for line in out.splitlines() if line.startswith("| ")]
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| task | scheme |"))
+    table = [line for line in lines[start : lines.index("", start)] if line.startswith("| ")]  # baselines follow
     assert table[0].startswith("| task | scheme | model.d_model | seeds | length 32")
     assert len(table) == 1 + 2  # the header, and d_model 32 and 64 apart: not one row of "4 seeds"
     assert table[1].startswith("| lag | rope | 32 | 2 | ") and table[2].startswith("| lag | rope | 64 | 2 | ")

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from poslab.analysis.stats import Interval, t_quantile
-from poslab.analysis.zoo import report_zoo
+from poslab.analysis.zoo_report import report_zoo
 from poslab.cli import main
 from poslab.settings import SYNTHETIC_TASKS
 

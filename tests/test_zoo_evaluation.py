@@ -55,7 +55,7 @@ def test_selection_sets_are_other_sequences_than_the_test_sets(tmp_path):
     datamodule = build_datamodule(compose_config([*FAST, "task=lag"], tmp_path))
     datamodule.setup("test")
     assert datamodule.selection_lengths == [64]
-    test_set, selection_set = datamodule.eval_sets[1], datamodule.eval_sets[2]
+    test_set, (selection_set,) = datamodule.eval_sets[1], datamodule.selection_sets
     assert test_set.tokens.shape == selection_set.tokens.shape
     assert not torch.equal(test_set.tokens, selection_set.tokens)
     assert len(datamodule.test_dataloader()) == 3

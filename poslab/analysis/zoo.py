@@ -3,6 +3,9 @@ uncertainty of every figure and of every place.
 
     poslab report zoo DIR        (DIR: the multirun directory of ``python train.py -m experiment=position_zoo``)
 
+Three layers: this module computes (rows, ranking, ``zoo_summary``: what ``zoo.json`` holds), ``zoo_render``
+draws the tables and figures from what it computed, ``zoo_report.report_zoo`` runs both and writes the files.
+
 What is measured (``poslab.lightning_modules.synthetic``; the statistics are ``poslab.analysis.stats``):
 
 - **Extrapolation score**: the mean accuracy over the positions *past* the training length (``t >=
@@ -39,12 +42,11 @@ from statistics import mean
 from typing import Any
 
 from poslab.analysis.extrapolation import is_grid_result
-from poslab.analysis.output import AnalysisResult, short_run_warning, training_steps
+from poslab.analysis.output import training_steps
 from poslab.analysis.results import FinishedRun, collect_runs, differing_settings, setting_values
 from poslab.analysis.stats import Interval, bootstrap_mean_rank, bootstrap_ranks, not_separated, seeds_cell, split_seeds
-from poslab.analysis.zoo_render import plot_accuracy, plot_heatmap, runs_csv, zoo_markdown
 from poslab.errors import MissingRunError
-from poslab.run_files import ANALYSIS_DIR, RESULTS_FILE
+from poslab.run_files import RESULTS_FILE
 
 EXTRAPOLATION = (2, 4, 8)  # the multiples of the training length the score averages
 PAST = "_past_train"
@@ -314,33 +316,6 @@ def training_seconds(runs: list[ZooRun]) -> dict[str, list[float]]:
         if run.train_seconds == run.train_seconds:
             seconds[run.encoding].append(run.train_seconds)
     return seconds
-
-
-def report_zoo(directory: str | Path) -> AnalysisResult:
-    """The zoo's tables (the overall ranking, then one per task) and its files, for ``DIR/analysis/zoo/``."""
-    runs, notes = load_zoo(directory)
-    by_task: dict[str, list[ZooRun]] = defaultdict(list)
-    for run in runs:
-        by_task[run.task].append(run)
-    tables = {task: task_rows(members) for task, members in by_task.items()}
-    train_lengths = {task: members[0].train_length for task, members in by_task.items()}
-    ranked = {task: all(r.ranked for r in members) for task, members in by_task.items()}
-    floors = {task: baselines(members) for task, members in by_task.items()}
-    ranking = overall_ranking(tables, ranked)
-    order = ranking.order + sorted({r.encoding for r in runs} - set(ranking.order))
-    seconds = training_seconds(runs)
-    warning = short_run_warning({f"{r.task} {r.encoding} seed {r.seed}": r.steps for r in runs})
-    notes = ([warning] if warning else []) + notes
-    text = zoo_markdown(tables, train_lengths, floors, ranking, seconds, order) + (
-        "\n\n" + "\n".join(notes) if notes else ""
-    )
-    result = AnalysisResult("zoo", text, Path(directory) / ANALYSIS_DIR / "zoo")
-    result.add_text("zoo.md", text)
-    result.add_text("zoo.csv", runs_csv(runs))
-    result.add_json("zoo.json", zoo_summary(tables, floors, ranking, seconds))
-    result.add_figure("zoo_accuracy.png", plot_accuracy(tables, train_lengths, floors, order))
-    result.add_figure("zoo_heatmap.png", plot_heatmap(tables, order))
-    return result
 
 
 def zoo_summary(

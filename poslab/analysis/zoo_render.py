@@ -7,12 +7,10 @@ import csv
 import io
 import math
 from statistics import mean
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from poslab.analysis.zoo import Ranking, Row, ZooRun
 from poslab.plotting import plt
-
-if TYPE_CHECKING:
-    from poslab.analysis.zoo import Ranking, Row, ZooRun
 
 #: the families of the accuracy figure's columns, by encoding name (the label's first part); others: "other"
 FAMILIES: dict[str, tuple[str, ...]] = {

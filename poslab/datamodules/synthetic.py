@@ -675,7 +675,8 @@ class SyntheticDataModule(L.LightningDataModule):
         self.batch_size, self.eval_size, self.eval_batch_size = batch_size, eval_size, eval_batch_size
         self.eval_seed, self.seed = eval_seed, seed
         self.train_batches = TrainingBatches(self.task, batch_size, self.train_length, seed, self.train_lengths)
-        self.eval_sets: list[EvaluationSet] = []
+        self.eval_sets: list[EvaluationSet] = []  # the test sets, one per evaluation length
+        self.selection_sets: list[EvaluationSet] = []  # one per length past training (``selection_lengths``)
         self.vocab_size, self.num_classes = self.task.vocab_size, self.task.num_classes
 
     @property
@@ -709,7 +710,7 @@ class SyntheticDataModule(L.LightningDataModule):
             # a second set per length past training, from another seed: test-time rules are chosen on it and
             # reported on the test set, so the choice is not made on the figures it reports
             seed = self.eval_seed + SELECTION_SEED_OFFSET
-            self.eval_sets += [EvaluationSet(self.task, self.eval_size, n, seed) for n in self.selection_lengths]
+            self.selection_sets = [EvaluationSet(self.task, self.eval_size, n, seed) for n in self.selection_lengths]
 
     @property
     def selection_lengths(self) -> list[int]:
@@ -723,4 +724,4 @@ class SyntheticDataModule(L.LightningDataModule):
         return DataLoader(self.train_batches, batch_size=None)
 
     def test_dataloader(self) -> list[DataLoader]:
-        return [DataLoader(s, batch_size=self.eval_batch_size) for s in self.eval_sets]
+        return [DataLoader(s, batch_size=self.eval_batch_size) for s in [*self.eval_sets, *self.selection_sets]]

@@ -1,0 +1,47 @@
+"""``poslab report zoo DIR``: the zoo's runs read and computed (``poslab.analysis.zoo``), then drawn
+(``poslab.analysis.zoo_render``) into ``DIR/analysis/zoo/``: ``zoo.md``, ``zoo.csv``, ``zoo.json`` and the PNGs."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from poslab.analysis.output import AnalysisResult, short_run_warning
+from poslab.analysis.zoo import (
+    ZooRun,
+    baselines,
+    load_zoo,
+    overall_ranking,
+    task_rows,
+    training_seconds,
+    zoo_summary,
+)
+from poslab.analysis.zoo_render import plot_accuracy, plot_heatmap, runs_csv, zoo_markdown
+from poslab.run_files import ANALYSIS_DIR
+
+
+def report_zoo(directory: str | Path) -> AnalysisResult:
+    """The zoo's tables (the overall ranking, then one per task) and its files, for ``DIR/analysis/zoo/``."""
+    runs, notes = load_zoo(directory)
+    by_task: dict[str, list[ZooRun]] = defaultdict(list)
+    for run in runs:
+        by_task[run.task].append(run)
+    tables = {task: task_rows(members) for task, members in by_task.items()}
+    train_lengths = {task: members[0].train_length for task, members in by_task.items()}
+    ranked = {task: all(r.ranked for r in members) for task, members in by_task.items()}
+    floors = {task: baselines(members) for task, members in by_task.items()}
+    ranking = overall_ranking(tables, ranked)
+    order = ranking.order + sorted({r.encoding for r in runs} - set(ranking.order))
+    seconds = training_seconds(runs)
+    warning = short_run_warning({f"{r.task} {r.encoding} seed {r.seed}": r.steps for r in runs})
+    notes = ([warning] if warning else []) + notes
+    text = zoo_markdown(tables, train_lengths, floors, ranking, seconds, order) + (
+        "\n\n" + "\n".join(notes) if notes else ""
+    )
+    result = AnalysisResult("zoo", text, Path(directory) / ANALYSIS_DIR / "zoo")
+    result.add_text("zoo.md", text)
+    result.add_text("zoo.csv", runs_csv(runs))
+    result.add_json("zoo.json", zoo_summary(tables, floors, ranking, seconds))
+    result.add_figure("zoo_accuracy.png", plot_accuracy(tables, train_lengths, floors, order))
+    result.add_figure("zoo_heatmap.png", plot_heatmap(tables, order))
+    return result
