@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -228,15 +227,28 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
 def finished_earlier(cfg: DictConfig) -> dict[str, Any] | None:
     """Under ``ckpt_path=auto``, the results of a run directory that already holds them (the job is skipped,
     so a multirun given again trains only what is missing); None otherwise. A job that failed earlier (its
-    ``failed.json``, no results) runs again, and its stale ``failed.json`` goes."""
+    ``failed.json``, no results) runs again, and its stale ``failed.json`` goes; so does a job whose results.json
+    the reports cannot read (``poslab.analysis.results.read_results``): it is unfinished, and the log says why."""
+    from poslab.analysis.results import ResultsFileError, read_results
+
     if cfg.get("ckpt_path") != AUTO:
         return None
     output_dir = Path(cfg.paths.output_dir)
-    if not (output_dir / RESULTS_FILE).is_file():
-        (output_dir / FAILURE_FILE).unlink(missing_ok=True)
-        return None
-    log.info("finished earlier, skipped (ckpt_path=auto): %s", output_dir / RESULTS_FILE)
-    return json.loads((output_dir / RESULTS_FILE).read_text())
+    if (output_dir / RESULTS_FILE).is_file():
+        try:
+            results = read_results(output_dir)
+        except ResultsFileError as error:
+            log.warning(
+                "%s: ckpt_path=auto runs it again as unfinished (from its last checkpoint if it has one); the run "
+                "writes a new %s when it ends",
+                error,
+                RESULTS_FILE,
+            )
+        else:
+            log.info("finished earlier, skipped (ckpt_path=auto): %s", output_dir / RESULTS_FILE)
+            return results
+    (output_dir / FAILURE_FILE).unlink(missing_ok=True)
+    return None
 
 
 def remove_if_only_hydra_wrote(output_dir: Path, log_dir: Path) -> None:
