@@ -75,8 +75,8 @@ def run_settings(result: dict[str, Any]) -> dict[str, Any]:
 DAMAGED = "damaged"  # the status the multirun summary and ``run_status`` give a job whose results.json is damaged
 #: what to do about a damaged results.json (said once under a report's tables)
 DAMAGED_ADVICE = (
-    "run its job again (the multirun's command with ckpt_path=auto and hydra.sweep.dir=<its directory> reruns only "
-    "such jobs) or delete the file"
+    "train its run again or delete the file; a multirun started with ckpt_path=auto reruns such jobs when its "
+    "command is given again"
 )
 
 
