@@ -22,9 +22,21 @@ $(VENV)/.installed: pyproject.toml
 
 run: grid ## the main job: the where_am_i extrapolation grid (28 runs, no download) and its report
 
-grid: install ## 28 runs in parallel (POSLAB_JOBS at a time), then `poslab report grid` against the write-up
-	$(PY) train.py -m experiment=extrapolation_grid
-	$(VENV)/bin/poslab report grid $$(ls -d logs/multirun/*_extrapolation_grid | tail -n 1) --reference where_am_i
+# The report reads the directory the multirun printed first ("multirun into DIR", poslab/launching.py), never a
+# glob of logs/: with POSLAB_LOG_DIR set, or another grid under ./logs, a glob would report on another grid. A
+# multirun that fails stops here with its exit status, and nothing is reported.
+grid: install ## 28 runs in parallel (POSLAB_JOBS at a time), then `poslab report grid` on them against the write-up
+	@set -o pipefail; printed=$$(mktemp); trap 'rm -f "$$printed"' EXIT; \
+	echo "$(PY) train.py -m experiment=extrapolation_grid"; \
+	PYTHONUNBUFFERED=1 $(PY) train.py -m experiment=extrapolation_grid | tee "$$printed" || exit $$?; \
+	sweep=$$(sed -n 's/^multirun into //p' "$$printed" | head -n 1); \
+	if [ -z "$$sweep" ]; then \
+		echo "make grid: the multirun printed no 'multirun into DIR' line, so there is no grid to report on;" \
+			"report on its directory with: $(VENV)/bin/poslab report grid DIR --reference where_am_i" >&2; \
+		exit 2; \
+	fi; \
+	echo "$(VENV)/bin/poslab report grid $$sweep --reference where_am_i"; \
+	$(VENV)/bin/poslab report grid "$$sweep" --reference where_am_i
 
 test: install ## the tests (CPU, offline, a few minutes)
 	$(PY) -m pytest

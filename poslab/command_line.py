@@ -135,6 +135,36 @@ def check_job(cfg: DictConfig) -> None:
 
     check_settings(cfg, optional_encoding_settings)
     check_combinations(cfg)
+    check_eval_lengths(cfg)
+
+
+def check_eval_lengths(cfg: DictConfig) -> None:
+    """A synthetic task's evaluation lengths: at least one, and none below the training length (``train_length``,
+    the longest trained on). No length would train a run that measures nothing; one below would give the reports
+    no position past the training length (the grid's ``past`` column, the zoo's 1x to 8x). Lengths at or past the
+    training length need not be multiples of it (the zoo reads the multiples, the grid every length)."""
+    from poslab.settings import SYNTHETIC_TASKS
+
+    task = cfg.get("task")
+    if not isinstance(task, DictConfig) or task.get("name") not in SYNTHETIC_TASKS:
+        return
+    train = int(task.train_length)
+    example = f"[{train}, {2 * train}, {4 * train}]"
+    given = task.get("eval_lengths")
+    lengths = [int(n) for n in given] if given is not None else None
+    if not lengths:
+        shown = "null" if lengths is None else "[]"
+        raise ConfigError(
+            f"task.eval_lengths={shown} gives no evaluation length, so the run would measure nothing; allowed: "
+            f"one or more lengths at or past task.train_length={train}, e.g. task.eval_lengths={example}."
+        )
+    below = [n for n in lengths if n < train]
+    if below:
+        raise ConfigError(
+            f"task.eval_lengths={lengths} has lengths below task.train_length={train} "
+            f"({', '.join(map(str, below))}), and poslab measures extrapolation from the training length up; "
+            f"allowed: lengths at or past {train}, e.g. task.eval_lengths={example} (or a shorter task.train_length)."
+        )
 
 
 def check_synthetic_task(cfg: DictConfig) -> None:

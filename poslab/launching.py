@@ -128,13 +128,14 @@ def register_resolvers() -> None:
 def summary_lines(sweep_dir: Path) -> tuple[list[str], bool]:
     """One summary line for a multirun, then one per job (status, overrides, directory); and whether all
     succeeded. The jobs are read as the reports read them (``poslab.analysis.results.collect_runs``)."""
-    from poslab.analysis.results import SUCCESS, collect_runs
-    from poslab.run_files import natural_order, run_overrides
+    from poslab.analysis.results import DAMAGED, SUCCESS, collect_runs
+    from poslab.run_files import RESULTS_FILE, natural_order, run_overrides
 
     runs = collect_runs([sweep_dir])
     jobs = [(SUCCESS, run.path, "") for run in runs.counted]
     jobs += [(status, path, "") for path, status in runs.not_success]
     jobs += [("failed", path, error) for path, error in runs.failed]
+    jobs += [(DAMAGED, path.parent, f"{RESULTS_FILE} {problem}") for path, problem in runs.damaged]
     jobs += [("no result", path, "neither results.json nor failed.json") for path in runs.missing]
     counts = Counter(status for status, _, _ in jobs)
     head = f"multirun {sweep_dir}: {len(jobs)} jobs, " + ", ".join(f"{n} {s}" for s, n in counts.items())
@@ -153,8 +154,9 @@ except ImportError:  # pragma: no cover
 
 
 class MultirunSummary(_HydraCallback):  # type: ignore[misc,valid-type]
-    """A multirun (any launcher) names its sweep directory first; at the end it prints one line of outcomes and
-    one per job, and ends the command with exit status 1 when any job failed, diverged or left no result."""
+    """A multirun (any launcher) names its sweep directory first (``multirun into DIR``, the line ``make run`` reads
+    to report on the grid it ran); at the end it prints one line of outcomes and one per job, and ends the command
+    with exit status 1 when any job failed, diverged, left no result or a damaged results.json."""
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         print(f"multirun into {config.hydra.sweep.dir}", flush=True)

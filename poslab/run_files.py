@@ -4,7 +4,8 @@ nothing here reads a model or a config.
 A run directory (``logs/runs/<time>_<name>/`` or ``logs/multirun/<time>/<job>/``) holds Hydra's ``.hydra/``
 config, the loggers' files, ``results.json`` (the figures and the resolved config), ``model.pt`` (the trained
 weights and the config, for the analyses), ``checkpoints/`` (training checkpoints to resume from), and, for a
-multirun job that failed, ``failed.json``. Analyses write into ``analysis/<name>/`` beside what they read.
+multirun job that failed, ``failed.json``; while a run is under way, its lock ``.poslab.lock``. Analyses write
+into ``analysis/<name>/`` beside what they read.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ FAILURE_FILE = "failed.json"
 MODEL_FILE = "model.pt"
 CHECKPOINT_DIR = "checkpoints"
 LAST_CHECKPOINT = "last.ckpt"
+#: the lock a run holds in its run directory (a multirun: in its sweep directory) for its life, with the holding
+#: process's id and command line (``poslab.run_guard.RunLock``); gone when the run ends
+LOCK_FILE = ".poslab.lock"
 #: ``ckpt_path=auto``: a run directory with results.json is skipped, one with a last checkpoint resumes from it,
 #: any other starts afresh (the position zoo's multirun continues where an earlier one stopped)
 AUTO = "auto"

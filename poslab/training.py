@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -27,8 +26,8 @@ from poslab.config import check_config, requested_devices
 from poslab.errors import DivergedError, PoslabError
 from poslab.io import write_json_atomic
 from poslab.lightning_modules.base import check_precision
-from poslab.run_files import AUTO, FAILURE_FILE, MODEL_FILE, RESULTS_FILE
-from poslab.run_guard import stop
+from poslab.run_files import AUTO, FAILURE_FILE, LOCK_FILE, MODEL_FILE, RESULTS_FILE
+from poslab.run_guard import RunDirectoryInUse, holding_run_directory, stop
 from poslab.runtime import keep_freed_memory, wandb_offline_unless_key
 
 log = logging.getLogger("poslab")
@@ -69,7 +68,14 @@ def quiet_third_party_noise() -> None:
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
-    """Train and evaluate one configuration; return (and write) its results."""
+    """Train and evaluate one configuration; return (and write) its results. The run directory's lock is held
+    throughout (``poslab.run_guard``; train.py's took it before Hydra wrote there): another run into the directory
+    stops with ``RunDirectoryInUse``."""
+    with holding_run_directory(Path(cfg.paths.output_dir)):
+        return run_holding_the_directory(cfg)
+
+
+def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
     finished = finished_earlier(cfg)
     if finished is not None:
         return finished
@@ -206,6 +212,10 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
         return run_job_in_own_process(cfg)
     try:
         return run(cfg)
+    except RunDirectoryInUse as error:  # another process's directory: nothing in it is touched (no failed.json)
+        if not multirun:
+            stop(error)
+        log.error("this job did not run: %s", error)
     except DivergedError as error:  # results.json says "diverged"; the multirun summary counts it
         log.error("this run diverged: %s", error)
         if not multirun:
@@ -228,24 +238,37 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
 def finished_earlier(cfg: DictConfig) -> dict[str, Any] | None:
     """Under ``ckpt_path=auto``, the results of a run directory that already holds them (the job is skipped,
     so a multirun given again trains only what is missing); None otherwise. A job that failed earlier (its
-    ``failed.json``, no results) runs again, and its stale ``failed.json`` goes."""
+    ``failed.json``, no results) runs again, and its stale ``failed.json`` goes; so does a job whose results.json
+    the reports cannot read (``poslab.analysis.results.read_results``): it is unfinished, and the log says why."""
+    from poslab.analysis.results import ResultsFileError, read_results
+
     if cfg.get("ckpt_path") != AUTO:
         return None
     output_dir = Path(cfg.paths.output_dir)
-    if not (output_dir / RESULTS_FILE).is_file():
-        (output_dir / FAILURE_FILE).unlink(missing_ok=True)
-        return None
-    log.info("finished earlier, skipped (ckpt_path=auto): %s", output_dir / RESULTS_FILE)
-    return json.loads((output_dir / RESULTS_FILE).read_text())
+    if (output_dir / RESULTS_FILE).is_file():
+        try:
+            results = read_results(output_dir)
+        except ResultsFileError as error:
+            log.warning(
+                "%s: ckpt_path=auto runs it again as unfinished (from its last checkpoint if it has one); the run "
+                "writes a new %s when it ends",
+                error,
+                RESULTS_FILE,
+            )
+        else:
+            log.info("finished earlier, skipped (ckpt_path=auto): %s", output_dir / RESULTS_FILE)
+            return results
+    (output_dir / FAILURE_FILE).unlink(missing_ok=True)
+    return None
 
 
 def remove_if_only_hydra_wrote(output_dir: Path, log_dir: Path) -> None:
     """A run that stopped before it trained leaves no directory: Hydra made it and wrote ``.hydra/`` and the
-    job's log, nothing else; anything more (a checkpoint, metrics, results) is kept."""
+    job's log, nothing else (and the run's own lock); anything more (a checkpoint, metrics, results) is kept."""
     if not output_dir.is_dir():
         return
     entries = list(output_dir.iterdir())
-    if all(e.name == ".hydra" or (e.is_file() and e.suffix == ".log") for e in entries):
+    if all(e.name in (".hydra", LOCK_FILE) or (e.is_file() and e.suffix == ".log") for e in entries):
         logging.shutdown()  # the job's log file is open: close it before its directory goes
         shutil.rmtree(output_dir, ignore_errors=True)
         for parent in output_dir.parents:  # and the folders Hydra made for it (runs/, the log dir), if now empty

@@ -22,9 +22,13 @@ from poslab.analysis.corpus_statistics import QUANTITIES, compare_to_ustar, plot
 from poslab.analysis.extrapolation import parse_lines, plot_grid
 from poslab.analysis.hrope import RunAnalysis
 from poslab.analysis.hrope_report import plot_wells
-from poslab.analysis.increments_report import DEFAULT_SENTENCES
+from poslab.analysis.increments_report import DEFAULT_SENTENCES, positions_learned, positions_title
+from poslab.analysis.zoo import ZooRun, baselines, task_rows
+from poslab.analysis.zoo_render import plot_accuracy, plot_heatmap
 from poslab.fonts import CJK_FAMILY, bundled_font_file, cjk_font, find_cjk_font, has_glyph
 from poslab.plotting import plt
+
+from .conftest import tiny_model
 
 ENGLISH, CHINESE = DEFAULT_SENTENCES  # what `poslab analyze increments` draws
 
@@ -34,7 +38,16 @@ def positions_picture(text: str) -> Any:
     tokens = list(text.encode("utf-8"))
     deltas = np.where(inc.byte_categories(tokens) == "zh_lead", 2.0, 0.8)
     positions = inc.positions_from_deltas(np.stack([deltas, 1.7 * deltas, np.linspace(0.5, 1.5, len(tokens))]))
-    return inc.positions_figure(text, tokens, positions, title="increments_layer: learned positions")
+    title = positions_title("increments_layer", learned=True, unit_steps=False, steps="50 of 2000")
+    return inc.positions_figure(text, tokens, positions, title=title)
+
+
+def rope_positions_picture(text: str) -> Any:
+    """The picture `analyze increments` draws of a plain RoPE run: one row, δ = 1 per byte."""
+    tokens = list(text.encode("utf-8"))
+    positions = inc.positions_from_deltas(np.ones((1, len(tokens))))
+    title = positions_title("rope", learned=False, unit_steps=True, steps="50 of 2000")
+    return inc.positions_figure(text, tokens, positions, title=title, layer_names=["shared"])
 
 
 def run_analysis(summary: dict[str, Any]) -> RunAnalysis:
@@ -79,6 +92,80 @@ def synthetic_wells(corpora: list[str], seeds: int = 3) -> list[RunAnalysis]:
     return runs
 
 
+def sparse_wells(shuffled_documents: int = 0) -> list[RunAnalysis]:
+    """What `analyze hrope` finds on a small run: enough query/key pairs at displacement 1 alone (one point of
+    the well), and no document with the four or more paragraphs a shuffle needs (an empty shuffle panel)."""
+    runs = []
+    for model in ("hrope_axial", "rope"):
+        for seed in (0, 1):
+            summary = {
+                "run_dir": f"/runs/{model}_{seed}",
+                "encoding": model,
+                "corpus": "wikitext2",
+                "seed": seed,
+                "documents": 3,
+                "shuffled_documents": shuffled_documents,
+                "U*": -0.3 - 0.1 * seed,
+                "U*_at": 1,
+                "U*_ci": None,
+                "shuffled_U*": None,
+                "shuffle_change": None,
+                "shuffle_ci": None,
+                "merge_change": None,
+                "merge_ci": None,
+                "split_change": None,
+                "split_ci": None,
+                "residual": [0.0, -0.3 - 0.1 * seed, *([None] * 15)],
+                "shuffled_residual": [None] * 17,
+                "pairs": [900, 250, *([40] * 15)],
+            }
+            runs.append(run_analysis(summary))
+    return runs
+
+
+def zoo_runs(tasks: list[str], encodings: list[str], seeds: int = 2) -> list[ZooRun]:
+    """A zoo's runs with made-up figures: accuracy at 1x and past the training length at 2x, 4x and 8x."""
+    runs = []
+    for t, task in enumerate(tasks):
+        for e, encoding in enumerate(encodings):
+            for seed in range(seeds):
+                base = 0.95 - 0.1 * e - 0.05 * t + 0.01 * seed
+                figures = {1: {"accuracy": base, "baseline_chance": 0.5, "baseline_constant": 0.6}}
+                for m in (2, 4, 8):
+                    accuracy = max(0.0, base - 0.1 * m)
+                    figures[m] = {"accuracy": accuracy, "accuracy_past_train": accuracy, "baseline_chance": 0.5}
+                    figures[m] |= {"baseline_constant_past_train": 0.6}
+                runs.append(ZooRun(task, encoding, seed, 32, True, figures, (1000, 1000), 60.0))
+    return runs
+
+
+def zoo_tables(runs: list[ZooRun]) -> tuple[dict, dict, dict, list[str]]:
+    tasks = list(dict.fromkeys(r.task for r in runs))
+    tables = {task: task_rows([r for r in runs if r.task == task]) for task in tasks}
+    floors = {task: baselines([r for r in runs if r.task == task]) for task in tasks}
+    order = list(dict.fromkeys(r.encoding for r in runs))
+    return tables, {task: 32 for task in tasks}, floors, order
+
+
+def zoo_heatmap(tasks: list[str], encodings: list[str]) -> Any:
+    tables, _, _, order = zoo_tables(zoo_runs(tasks, encodings))
+    return plot_heatmap(tables, order)
+
+
+def zoo_accuracy(tasks: list[str], encodings: list[str]) -> Any:
+    return plot_accuracy(*zoo_tables(zoo_runs(tasks, encodings)))
+
+
+#: a small zoo (2 tasks, 3 encodings) and the whole zoo's shape (7 tasks, 21 encodings)
+SMALL_ZOO = (["copy", "flip_flop"], ["rope", "alibi", "nope"])
+WHOLE_ZOO = (
+    ["copy", "flip_flop", "lag", "seen", "counting_filler", "sort", "retrieval"],
+    ["rope", "alibi", "none", "sinusoid", "learned", "xpos", "randomized_rope", "rope_nope_mix", "increments_shared",
+     "increments_layer", "hrope_axial", "rand_axial", "period_axial", "t5_bias", "kerple_log", "kerple_power",
+     "fire", "sandwich", "cope", "forget_gate", "ssmax"],
+)  # fmt: skip
+
+
 def writeup_grid() -> list:
     """The where_am_i write-up's 28 runs: 2 tasks x 7 schemes x 2 seeds."""
     return parse_lines((resources.files("poslab.resources") / "where_am_i_grid.txt").read_text())
@@ -96,13 +183,32 @@ def corpus_statistics_picture() -> Any:
 FIGURES: dict[str, Callable[[], Any]] = {
     "increments_positions (English)": lambda: positions_picture(ENGLISH),
     "increments_positions (Chinese)": lambda: positions_picture(CHINESE),
+    "increments_positions (plain RoPE)": lambda: rope_positions_picture(CHINESE),
     "hrope_well.png": lambda: plot_wells(docs_wells()),
     "hrope_shuffle.png": lambda: plot_wells(docs_wells(), shuffled=True),
     "hrope_well.png (one corpus)": lambda: plot_wells(synthetic_wells(["wikitext2"])),
     "hrope_shuffle.png (one corpus)": lambda: plot_wells(synthetic_wells(["wikitext2"]), shuffled=True),
+    "hrope_well.png (small run: one point)": lambda: plot_wells(sparse_wells()),
+    "hrope_shuffle.png (small run: no data)": lambda: plot_wells(sparse_wells(), shuffled=True),
     "extrapolation_grid.png": lambda: plot_grid(writeup_grid()),
     "extrapolation_grid.png (one task)": lambda: plot_grid([r for r in writeup_grid() if r.task == "seen"]),
+    "extrapolation_grid.png (one seed)": lambda: plot_grid([r for r in writeup_grid() if r.seed == 0]),
     "corpus_statistics.png": corpus_statistics_picture,
+    "zoo_heatmap.png (small zoo)": lambda: zoo_heatmap(*SMALL_ZOO),
+    "zoo_heatmap.png (whole zoo)": lambda: zoo_heatmap(*WHOLE_ZOO),
+    "zoo_heatmap.png (one task, one encoding)": lambda: zoo_heatmap(["copy"], ["rope"]),
+    "zoo_accuracy.png (small zoo)": lambda: zoo_accuracy(*SMALL_ZOO),
+    "zoo_accuracy.png (whole zoo)": lambda: zoo_accuracy(*WHOLE_ZOO),
+}
+#: the PNG files the reports and analyses write (``AnalysisResult.add_figure``), each drawn above
+REPORT_FIGURES = {
+    "increments_positions_0.png",
+    "hrope_well.png",
+    "hrope_shuffle.png",
+    "extrapolation_grid.png",
+    "corpus_statistics.png",
+    "zoo_accuracy.png",
+    "zoo_heatmap.png",
 }
 
 
@@ -151,6 +257,21 @@ def text_boxes(fig: Any) -> Iterator[tuple[str, Bbox]]:
             yield f"{where}: legend", ax.get_legend().get_window_extent(renderer)
     for legend in fig.legends:
         yield "figure legend", legend.get_window_extent(renderer)
+
+
+def test_every_png_a_report_writes_is_among_the_figures_checked():
+    """Each ``add_figure("<name>.png", ...)`` of poslab is drawn by an entry of FIGURES (the increments
+    pictures' names end in their number)."""
+    import re
+
+    root = Path(__file__).parents[1] / "poslab"
+    written = set()
+    for path in root.rglob("*.py"):
+        written |= set(re.findall(r'add_figure\(\s*f?"([^"]+\.png)"', path.read_text()))
+    written = {re.sub(r"\{[^}]*\}", "0", name) for name in written}
+    assert written == REPORT_FIGURES
+    drawn = {name.split(" ")[0] for name in FIGURES} | {"increments_positions_0.png"}  # positions_picture
+    assert drawn >= REPORT_FIGURES
 
 
 @pytest.mark.parametrize("figure", list(FIGURES), indirect=True)
@@ -247,3 +368,76 @@ def test_a_corpus_statistic_not_computed_reads_n_a_not_a_bar_of_zero():
     assert panel.get_xlim()[1] > len(heights) - 1  # its place on the axis is kept, inside the panel
     assert "all pairs in a document" in panel.get_title()  # the quantity's definition, not only its name
     plt.close(fig)
+
+
+def panel_notes(ax: Any) -> list[str]:
+    """The texts written on a panel, each on one line."""
+    return [" ".join(t.get_text().split()) for t in ax.texts if t.get_visible()]
+
+
+def visible_ticks(ax: Any, axis: str = "x") -> list[float]:
+    ax.figure.canvas.draw()
+    low, high = sorted(ax.get_xlim() if axis == "x" else ax.get_ylim())
+    ticks = ax.get_xticks() if axis == "x" else ax.get_yticks()
+    return [float(t) for t in ticks if low - 1e-9 <= t <= high + 1e-9]
+
+
+WELL_FIGURES = [name for name in FIGURES if name.startswith(("hrope_well", "hrope_shuffle"))]
+
+
+@pytest.mark.parametrize("figure", WELL_FIGURES, indirect=True)
+def test_the_wells_count_displacements_in_whole_numbers(figure):
+    for ax in figure.axes:
+        ticks = visible_ticks(ax)
+        assert all(t == int(t) for t in ticks), (ax.get_title(), ticks)
+        labels = {float(t): label.get_text() for t, label in zip(ax.get_xticks(), ax.get_xticklabels())}
+        assert all(labels[t] == str(int(t)) for t in ticks), (ax.get_title(), labels)
+
+
+def test_a_well_of_one_point_says_so_and_an_empty_shuffle_panel_says_no_data():
+    fig = plot_wells(sparse_wells())
+    (ax,) = fig.axes
+    assert any(note.startswith("one point") for note in panel_notes(ax)), panel_notes(ax)
+    assert visible_ticks(ax) == [1.0]  # the one displacement drawn, not 0.945, 0.960, ...
+    plt.close(fig)
+
+    fig = plot_wells(sparse_wells(), shuffled=True)
+    (ax,) = fig.axes
+    notes = panel_notes(ax)
+    assert any(note.startswith("no data") for note in notes), notes
+    assert any("four or more paragraphs" in note for note in notes)  # and why: no document could be shuffled
+    plt.close(fig)
+
+    fig = plot_wells(synthetic_wells(["wikitext2"]))  # a well of many points has no such note
+    assert not panel_notes(fig.axes[0])
+    plt.close(fig)
+
+
+def test_the_grid_legend_of_single_seed_runs_says_one_seed_not_a_mean_of_1_seeds():
+    fig = plot_grid([r for r in writeup_grid() if r.seed == 0])
+    (legend,) = fig.legends
+    title = legend.get_title().get_text()
+    assert "1 seeds" not in title and "mean" not in title and "one seed" in title, title
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("shape", [SMALL_ZOO, WHOLE_ZOO, (["copy"], ["rope"])], ids=["small", "whole", "one"])
+def test_the_zoo_heatmap_colour_bar_label_is_whole_and_inside_the_figure(shape):
+    fig = zoo_heatmap(*shape)
+    (bar,) = [ax for ax in fig.axes if ax is not fig.axes[0]]  # the colour bar's axes
+    fig.canvas.draw()
+    label = bar.yaxis.label
+    box = label.get_window_extent(fig.canvas.get_renderer())
+    frame = fig.bbox
+    assert frame.y0 - 0.5 <= box.y0 and box.y1 <= frame.y1 + 0.5 and frame.x0 <= box.x0 and box.x1 <= frame.x1
+    assert "accuracy" in label.get_text() and "8x" in label.get_text()
+    plt.close(fig)
+
+
+def test_the_increments_picture_of_plain_rope_is_not_titled_learned_positions():
+    rope, learned = tiny_model("rope"), tiny_model("increments_layer")
+    assert not positions_learned(rope) and positions_learned(learned)
+    title = positions_title("rope", learned=False, unit_steps=True, steps="50 of 2000")
+    assert "learned positions" not in title and "not learned" in title and "δ = 1" in title, title
+    title = positions_title("increments_layer", learned=True, unit_steps=False, steps="50 of 2000")
+    assert title.startswith("increments_layer: positions learned") and "50 of 2000" in title, title

@@ -281,16 +281,25 @@ def plot_grid(runs: list[GridRun]) -> Any:
         ax.set_ylabel("accuracy")
         ax.set_title(f"{task} (trained at {runs[0].train_length})")
         ax.grid(alpha=0.3)
-    seeds = sorted({len(m) for m in members.values()})
     fig.legend(
         handles.values(),
         handles.keys(),
         loc="outside right upper",
         fontsize=8,
-        title=f"line: mean of {'/'.join(map(str, seeds))} seeds\ndots: each seed",
+        title=seeds_legend_title(sorted({len(m) for m in members.values()})),
         title_fontsize=8,
     )
     return fig
+
+
+def seeds_legend_title(seeds: list[int]) -> str:
+    """What the grid's lines and dots are, given the numbers of seeds the schemes have: the mean of 2 seeds (or of
+    1-3, where they differ) and a dot per seed; with one seed each the line is that seed (no mean to speak of)."""
+    if seeds == [1]:
+        return "line: one seed per scheme"
+    if len(seeds) == 1:
+        return f"line: mean of {seeds[0]} seeds\ndots: each seed"
+    return f"line: seed mean ({seeds[0]}-{seeds[-1]} seeds\na scheme); dots: each seed"
 
 
 def draw_baseline(ax: Any, runs: list[GridRun]) -> Any:

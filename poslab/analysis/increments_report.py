@@ -80,6 +80,25 @@ def token_increments(model: torch.nn.Module, tokens: np.ndarray, context: int, b
     return np.concatenate(rows, axis=1)
 
 
+def positions_learned(model: torch.nn.Module) -> bool:
+    """Whether the coordinates the model rotates by are learned: computed by trained parameters (the increments
+    encodings' DeltaMLP) rather than counted (plain RoPE's 0, 1, 2, ...). Learned ones carry a gradient."""
+    tokens = torch.zeros((1, 4), dtype=torch.long, device=next(model.parameters()).device)
+    with torch.enable_grad():
+        positions = model(tokens, return_positions=True).positions
+    return any(p is not None and p.requires_grad for p in positions)
+
+
+def positions_title(encoding: str, learned: bool, unit_steps: bool, steps: str) -> str:
+    """The picture's title, saying what was trained: positions learned in so many training steps, or positions the
+    encoding counts (plain RoPE: δ = 1 per byte, the baseline), which no training changes."""
+    if learned:
+        return f"{encoding}: positions learned in {steps} training steps"
+    if unit_steps:
+        return f"{encoding}: positions counted, not learned (δ = 1 per byte: the baseline)"
+    return f"{encoding}: the positions the encoding computes, not learned"
+
+
 def within_windows(n_tokens: int, context: int) -> np.ndarray:
     """True for every token of a stream run in windows of ``context`` but the first of each window, whose δ
     is its window's starting coordinate rather than a distance to a previous token."""
@@ -223,6 +242,9 @@ def analyze_increments(
 
     # 2. the picture
     pictures = []
+    title = positions_title(
+        cfg.encoding.name, positions_learned(model), bool(np.allclose(deltas, 1.0)), steps_cell(*steps)
+    )
     for i, sentence in enumerate(sentences or DEFAULT_SENTENCES):
         tokens = np.frombuffer(sentence.encode("utf-8"), dtype=np.uint8).astype(np.int64)
         sentence_deltas = token_increments(model, tokens, context)
@@ -232,7 +254,7 @@ def analyze_increments(
             sentence,
             tokens,
             inc.positions_from_deltas(sentence_deltas),
-            title=f"{cfg.encoding.name}: learned positions",
+            title=title,
             layer_names=names,
         )
         pictures.append(result.add_figure(f"increments_positions_{i}.png", figure))

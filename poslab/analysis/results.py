@@ -6,6 +6,10 @@ which settings tell the runs of a table apart.
 * A job directory of a multirun (it has ``.hydra/``) with ``failed.json`` is listed as failed, with the
   first line of its error; one with neither ``results.json`` nor ``failed.json`` as missing (still running,
   or killed).
+* A ``results.json`` that cannot be read, does not parse as JSON, or does not fit the schema the reports read
+  (``results_problem``: the fields every report and analysis takes from it, with their types) is *damaged*: it is
+  listed by path with what is wrong, left out of every table and counted under it, whatever the report keeps;
+  the multirun summary counts its job as ``damaged``, and ``ckpt_path=auto`` runs its job again.
 * Runs are grouped by their whole config minus the seed and minus what differs from run to run without
   changing what is trained (``PER_RUN``: paths, the run's name, loggers, callbacks, display settings, and
   any value naming the run's own directory). Where runs that share a table row's labels (task and scheme,
@@ -15,12 +19,15 @@ which settings tell the runs of a table apart.
 
 from __future__ import annotations
 
+import json
+import math
 from collections import defaultdict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from poslab.errors import PoslabError
 from poslab.io import read_json
 from poslab.run_files import FAILURE_FILE, RESULTS_FILE, directories_holding
 from poslab.targets import flatten
@@ -65,6 +72,241 @@ def run_settings(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+DAMAGED = "damaged"  # the status the multirun summary and ``run_status`` give a job whose results.json is damaged
+#: what to do about a damaged results.json (said once under a report's tables)
+DAMAGED_ADVICE = (
+    "train its run again or delete the file; a multirun started with ckpt_path=auto reruns such jobs when its "
+    "command is given again"
+)
+
+
+class ResultsFileError(PoslabError, ValueError):
+    """A ``results.json`` that cannot be read, does not parse as JSON, or does not fit the schema the reports read
+    (``results_problem``); ``path`` is the file and ``problem`` what is wrong (it reads after the file's name)."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"{path} {problem}")
+        self.path, self.problem = path, problem
+
+
+def read_results(run_dir: str | Path) -> dict[str, Any]:
+    """A run directory's ``results.json``, checked against the schema the reports read; raises
+    ``ResultsFileError`` naming the file and what is wrong (never a JSON or type error of its own)."""
+    path = Path(run_dir) / RESULTS_FILE
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise ResultsFileError(path, f"cannot be read ({error.strerror or error})") from None
+    try:
+        result = json.loads(data)
+    except (ValueError, RecursionError) as error:  # JSONDecodeError, bytes that are not text
+        raise ResultsFileError(path, f"does not parse as JSON ({one_line(error)})") from None
+    problem = results_problem(result)
+    if problem is not None:
+        raise ResultsFileError(path, problem)
+    return result
+
+
+def one_line(error: BaseException) -> str:
+    return first_line(error) if str(error).strip() else type(error).__name__
+
+
+# ---- the schema: what the reports and analyses read of a results.json ----------------------------------------
+def results_problem(result: Any) -> str | None:
+    """What keeps the reports from reading ``result`` (a parsed results.json), as words that follow the file's
+    name (``holds a list ...``, ``does not fit the schema: seed is "zero" (a string), expected an integer``);
+    None when it fits. Every status: an object; ``status`` a string; ``figures`` an object (or null, a diverged
+    run's), ``config`` an object. A successful run besides: ``task`` and ``label`` strings, ``seed`` an integer,
+    ``figures`` not empty and ``steps``, ``parameters``, ``train_seconds`` numbers where present; a synthetic task's
+    ``train_length`` and its figures by evaluation length (digits), each row of numbers with ``accuracy``, at least
+    one length at or past ``train_length``; a language model's ``val_loss`` and ``val_bpb``, and its ``groups``,
+    ``sources`` and ``data_notes`` in the form a run writes them."""
+    if not isinstance(result, dict):
+        return f"holds {_kind(result)} ({_shown(result)}), not an object of a run's results"
+    problem = _fields_problem(result)
+    return None if problem is None else f"does not fit the schema: {problem}"
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object" if isinstance(value, dict) else type(value).__name__
+
+
+def _shown(value: Any, width: int = 40) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _wrong(key: str, value: Any, expected: str) -> str:
+    return f"{key} is {_shown(value)} ({_kind(value)}), expected {expected}"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_object(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+def _check(
+    mapping: dict[str, Any], prefix: str, rules: list[tuple[str, Callable[[Any], bool], str, bool]]
+) -> str | None:
+    """The first of ``rules`` (key, test, what is expected, required) that ``mapping`` breaks."""
+    for key, test, expected, required in rules:
+        if key not in mapping:
+            if required:
+                return f"{prefix}{key} is missing, expected {expected}"
+            continue
+        if not test(mapping[key]):
+            return _wrong(f"{prefix}{key}", mapping[key], expected)
+    return None
+
+
+def _or_null(test: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda value: value is None or test(value)
+
+
+INTEGER, NUMBER, OBJECT, STRING = "an integer", "a finite number", "an object", "a string"
+
+
+def _fields_problem(result: dict[str, Any]) -> str | None:
+    problem = _check(
+        result,
+        "",
+        [
+            ("status", lambda v: isinstance(v, str), f"a string ({SUCCESS}, diverged, ...)", False),
+            ("figures", _or_null(_is_object), OBJECT, False),
+            ("config", _is_object, OBJECT, False),
+        ],
+    )
+    if problem is not None:
+        return problem
+    config = result.get("config") or {}
+    problem = _check(
+        config,
+        "config.",
+        [
+            ("task", _is_object, OBJECT, False),
+            ("trainer", _or_null(_is_object), f"{OBJECT} or null", False),
+            ("paths", _or_null(_is_object), f"{OBJECT} or null", False),
+        ],
+    ) or _check(config.get("trainer") or {}, "config.trainer.", [("max_steps", _or_null(_is_int), INTEGER, False)])
+    if problem is not None or str(result.get("status", SUCCESS)) != SUCCESS:
+        return problem  # a run listed apart (diverged ...): only what sorts it is read
+    problem = _check(
+        result,
+        "",
+        [
+            ("task", lambda v: isinstance(v, str) and bool(v), "the task's name (a string)", True),
+            ("label", lambda v: isinstance(v, str), "the encoding's label (a string)", True),
+            ("seed", _is_int, INTEGER, True),
+            ("figures", lambda v: _is_object(v) and bool(v), "an object of the run's figures, not empty", True),
+            ("steps", _or_null(_is_int), INTEGER, False),
+            ("parameters", _is_int, INTEGER, False),
+            ("train_seconds", _is_number, NUMBER, False),
+            (
+                "data_notes",
+                _or_null(lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v)),
+                "a list of strings",
+                False,
+            ),
+        ],
+    )
+    if problem is not None:
+        return problem
+    return _language_model_problem(result) if result["task"] == "lm" else _synthetic_problem(result)
+
+
+def _synthetic_problem(result: dict[str, Any]) -> str | None:
+    """A synthetic task's run: its figures by evaluation length (the reports compare lengths from the training
+    length up)."""
+    problem = _check(result, "", [("train_length", lambda v: _is_int(v) and v > 0, "a positive integer", True)])
+    if problem is not None:
+        return problem
+    figures, train_length = result["figures"], result["train_length"]
+    for length, row in figures.items():
+        if not (length.isdigit() and int(length) > 0):
+            return f"figures has the key {_shown(length)}, expected evaluation lengths (positive integers)"
+        if not _is_object(row):
+            return _wrong(f"figures.{length}", row, "an object of the figures at that length")
+        for key, value in row.items():
+            if not _is_number(value):
+                return _wrong(f"figures.{length}.{key}", value, NUMBER)
+        if "accuracy" not in row:
+            return f"figures.{length}.accuracy is missing, expected {NUMBER}"
+    longest = max(figures, key=int)
+    if "accuracy_log_scaled" not in figures[longest]:
+        return f"figures.{longest}.accuracy_log_scaled is missing, expected {NUMBER}"
+    if int(longest) < train_length:
+        return (
+            f"figures has no evaluation length at or past train_length={train_length} (lengths "
+            f"{', '.join(sorted(figures, key=int))}): the reports compare lengths from the training length up"
+        )
+    return None
+
+
+def _language_model_problem(result: dict[str, Any]) -> str | None:
+    """A language model's run: its validation figures, and what the reports say of its data."""
+    problem = _check(
+        result["figures"], "figures.", [("val_loss", _is_number, NUMBER, True), ("val_bpb", _is_number, NUMBER, True)]
+    ) or _check(
+        result,
+        "",
+        [("groups", _or_null(_is_object), OBJECT, False), ("sources", _or_null(_is_object), OBJECT, False)],
+    )
+    if problem is not None:
+        return problem
+    for group, splits in (result.get("groups") or {}).items():
+        if not _is_object(splits) or not _is_object(splits.get("validation")):
+            return _wrong(f"groups.{group}", splits, "an object with the group's validation split")
+        documents = splits["validation"].get("documents")
+        if not _is_int(documents):
+            return _wrong(f"groups.{group}.validation.documents", documents, INTEGER)
+    for group, sources in (result.get("sources") or {}).items():
+        if sources is None:
+            continue
+        if not _is_object(sources):
+            return _wrong(f"sources.{group}", sources, f"{OBJECT} or null")
+        problem = _check(
+            sources,
+            f"sources.{group}.",
+            [
+                ("files", _is_int, INTEGER, False),
+                ("file_bytes", _is_number, NUMBER, False),
+                ("listing", lambda v: isinstance(v, list), "a list", False),
+            ],
+        )
+        if problem is not None:
+            return problem
+        for i, entry in enumerate(sources.get("listing") or []):
+            problem = (
+                _check(
+                    entry,
+                    f"sources.{group}.listing.{i}.",
+                    [("path", lambda v: isinstance(v, str), STRING, True), ("bytes", _is_number, NUMBER, True)],
+                )
+                if _is_object(entry)
+                else _wrong(f"sources.{group}.listing.{i}", entry, OBJECT)
+            )
+            if problem is not None:
+                return problem
+    return None
+
+
 @dataclass
 class FinishedRun:
     path: Path  # the run directory
@@ -80,6 +322,7 @@ class Runs:
     not_success: list[tuple[Path, str]] = field(default_factory=list)  # (run directory, its status)
     failed: list[tuple[Path, str]] = field(default_factory=list)  # (job directory, first line of its error)
     missing: list[Path] = field(default_factory=list)  # job directories with no results.json nor failed.json
+    damaged: list[tuple[Path, str]] = field(default_factory=list)  # (results.json, what is wrong: ResultsFileError)
 
     def notes(self) -> list[str]:
         """One line per kind of job left out of the table (none when every job counted)."""
@@ -90,6 +333,11 @@ class Runs:
         if self.failed:
             shown = "; ".join(f"{path}: {error}" for path, error in self.failed)
             lines.append(f"{len(self.failed)} job(s) failed (see their {FAILURE_FILE}): {shown}")
+        if self.damaged:
+            shown = "; ".join(f"{path} {problem}" for path, problem in self.damaged)
+            lines.append(
+                f"{len(self.damaged)} {RESULTS_FILE} file(s) left out, damaged (for each, {DAMAGED_ADVICE}): {shown}"
+            )
         if self.missing:
             shown = ", ".join(map(str, self.missing))
             lines.append(
@@ -100,16 +348,29 @@ class Runs:
 
 
 def run_status(run_dir: str | Path) -> str:
-    """The ``status`` a run's results.json records; ``success`` for an older one without it, or none there."""
+    """The ``status`` a run's results.json records; ``success`` for an older one without it, or none there;
+    ``damaged: <the file> <what is wrong>`` for one the reports cannot read (``read_results``)."""
     path = Path(run_dir) / RESULTS_FILE
     if not path.is_file():
         return SUCCESS
-    return str(read_json(path).get("status", SUCCESS))
+    try:
+        return str(read_results(run_dir).get("status", SUCCESS))
+    except ResultsFileError as error:
+        return f"{DAMAGED}: {error}"
 
 
 def first_line(text: Any) -> str:
     lines = str(text).strip().splitlines()
     return lines[0] if lines else "(no message)"
+
+
+def failure_message(job: Path) -> str:
+    """The first line of the error a failed job recorded (its failed.json), or why that file cannot be read."""
+    try:
+        recorded = read_json(job / FAILURE_FILE)
+    except (OSError, ValueError, RecursionError) as error:
+        return f"its {FAILURE_FILE} does not parse as JSON ({one_line(error)})"
+    return first_line(recorded.get("error", "") if isinstance(recorded, dict) else recorded)
 
 
 def collect_runs(directories: list[str | Path], keep: Callable[[dict[str, Any]], bool] = lambda r: True) -> Runs:
@@ -122,7 +383,11 @@ def collect_runs(directories: list[str | Path], keep: Callable[[dict[str, Any]],
             if run_dir.resolve() in seen:
                 continue
             seen.add(run_dir.resolve())
-            result = read_json(run_dir / RESULTS_FILE)
+            try:
+                result = read_results(run_dir)
+            except ResultsFileError as error:  # listed whatever the report keeps: what it was is unknown
+                runs.damaged.append((error.path, error.problem))
+                continue
             if not keep(result):
                 continue
             status = str(result.get("status", SUCCESS))  # no status: written before runs recorded one
@@ -133,8 +398,7 @@ def collect_runs(directories: list[str | Path], keep: Callable[[dict[str, Any]],
         for job in directories_holding(directory, FAILURE_FILE):
             if job.resolve() not in seen:
                 seen.add(job.resolve())
-                error = read_json(job / FAILURE_FILE).get("error", "")
-                runs.failed.append((job, first_line(error)))
+                runs.failed.append((job, failure_message(job)))
         for job in directories_holding(directory, ".hydra"):
             if job.resolve() not in seen and job.is_dir():
                 seen.add(job.resolve())

@@ -228,7 +228,9 @@ def plot_heatmap(tables: dict[str, list[Row]], order: list[str]) -> Any:
     for j, task in enumerate(tasks):
         for row in tables[task]:
             values[order.index(row.encoding), j] = row.score.interval.mean
-    fig, ax = plt.subplots(figsize=(1.3 * len(tasks) + 3.2, 0.32 * len(order) + 1.6), layout="constrained")
+    # tall enough for the colour bar's label, on two lines, with a row or two (a small zoo)
+    height = max(3.0, 0.32 * len(order) + 1.6)
+    fig, ax = plt.subplots(figsize=(1.3 * len(tasks) + 3.2, height), layout="constrained")
     image = ax.imshow(values, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(tasks)), tasks, rotation=30, ha="right")
     ax.set_yticks(range(len(order)), order, fontsize=8)
@@ -237,6 +239,7 @@ def plot_heatmap(tables: dict[str, list[Row]], order: list[str]) -> Any:
             if values[i, j] == values[i, j]:
                 colour = "black" if values[i, j] > 0.6 else "white"
                 ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=7, color=colour)
-    fig.colorbar(image, ax=ax, label="mean accuracy past the training length, 2x-8x")
+    bar = fig.colorbar(image, ax=ax)
+    bar.set_label("mean accuracy past the\ntraining length, 2x-8x", fontsize=8)
     ax.set_title("position zoo: extrapolation score")
     return fig
