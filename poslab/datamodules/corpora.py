@@ -144,6 +144,23 @@ class LocalSource:
         )
 
 
+#: extensions that name a structured format: such a file is read in that format or not at all (``format_mismatch``)
+STRUCTURED_SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
+
+
+def format_mismatch(kind: str, path: Path) -> str | None:
+    """What the extension of ``path`` says against reading it as ``kind`` (a declared format), or None.
+
+    A ``.jsonl`` (``.json``, ``.ndjson``) or ``.parquet`` file is read in its own format only: read as text its
+    syntax would be trained on (a JSONL line ``{"text": "...`` a document's bytes), and ``parquet`` is binary. The
+    text formats (text, wikitext, python) take any other extension (``.md``, ``.tokens``, none), and ``auto`` reads
+    each file by its extension."""
+    by_suffix = STRUCTURED_SUFFIXES.get(path.suffix.lower())
+    if kind == "auto" or by_suffix == kind or (by_suffix is None and kind != "parquet"):
+        return None
+    return by_suffix or "not parquet"
+
+
 def glob_root(pattern: str) -> Path:
     """The directory a glob starts from: its longest leading part without wildcards."""
     parts = Path(pattern).parts
@@ -340,6 +357,7 @@ class ResolvedGroup:
     use_hub: bool
     decode_errors: str = "strict"  # corpus.decode_errors: invalid UTF-8 stops (strict) or is replaced and counted
     replaced: dict[str, int] = field(default_factory=dict)  # file -> invalid sequences replaced, in the last pass
+    empty: list[str] = field(default_factory=list)  # files that gave no document (empty, blank), in the last pass
 
     def fingerprint(self) -> list[Any]:
         if self.use_hub:
@@ -385,10 +403,15 @@ class ResolvedGroup:
             yield from (("both", hub.segmentation, text) for text in hub_documents(hub))
             return
         self.replaced.clear()  # counted afresh on every pass over the files
+        self.empty.clear()
         for source, path in self.files:
             style = source.segmentation_style(path)
-            documents = local_documents(source, path, self.decode_errors, self.replaced)
-            yield from ((source.split, style, text) for text in documents)
+            count = 0
+            for text in local_documents(source, path, self.decode_errors, self.replaced):
+                count += 1
+                yield source.split, style, text
+            if not count:
+                self.empty.append(str(path))
 
     def documents(self, validation_fraction: float) -> Iterator[CorpusDocument]:
         """Every document of the group with its split, in cache order, up to the group's byte cap (``max_bytes``:
@@ -405,6 +428,14 @@ class ResolvedGroup:
 
 def resolve_group(corpus: str, group: SourceGroup, data_dir: Path, decode_errors: str = "strict") -> ResolvedGroup:
     files = [(source, path) for source in group.local for path in source.files(data_dir)]
+    for source, path in files:
+        wrong = format_mismatch(source.format, path)
+        if wrong is not None:
+            fix = f"set its format to {wrong} (or auto)" if wrong != "not parquet" else "give it a format it is in"
+            raise ConfigError(
+                f"corpus {corpus!r}, source {source.pattern!r}: {path} is a {path.suffix or 'suffix-less'} file, "
+                f"which format={source.format} cannot read as it is; {fix}."
+            )
     if files:
         return ResolvedGroup(group, files, use_hub=False, decode_errors=decode_errors)
     if group.hub is not None and not hub_is_offline():
@@ -513,12 +544,44 @@ def check_local_corpus(corpus: dict[str, Any]) -> None:
     if style is not None and style not in STYLES:
         raise ConfigError(f"corpus.segmentation={style!r} is not a segmentation style; allowed: {', '.join(STYLES)}.")
     pattern = local_pattern(path, kind)
-    if not LocalSource(pattern, format=kind).files(Path(".")):
-        what = f"no .{LOCAL_SUFFIX[kind]} file below it" if pattern != _absolute(str(path)) else "no file"
+    files = LocalSource(pattern, format=kind).files(Path("."))
+    if not files:
+        directory = pattern != _absolute(str(path))
+        what = f"no .{LOCAL_SUFFIX[kind]} file below it" if directory else "no file"
+        others = _other_formats(Path(_absolute(str(path))), kind) if directory else ""
         raise ConfigError(
-            f"corpus.path={path} matches nothing ({what}; corpus.format={kind}); give an existing file, directory "
-            f"or glob."
+            f"corpus.path={path} matches nothing ({what}; corpus.format={kind})"
+            + (f", but it holds {others}" if others else "; give an existing file, directory or glob")
+            + "."
         )
+    wrong = [(p, w) for p in files if (w := format_mismatch(kind, p)) is not None]
+    if wrong:
+        suffixes, fix = "/".join(sorted({p.suffix.lower() or "suffix-less" for p, _ in wrong})), wrong[0][1]
+        files = f"{len(wrong)} {suffixes} file{'s' if len(wrong) != 1 else ''}"
+        if fix == "jsonl":
+            why, fix = (
+                " (it would train on the JSON syntax itself)",
+                "give corpus.format=jsonl to read their text field",
+            )
+        else:
+            why, fix = "", f"give corpus.format={fix}" if fix != "not parquet" else "give the format they are in"
+        raise ConfigError(f"corpus.path={path} matches {files}, which corpus.format={kind} cannot read{why}; {fix}.")
+
+
+def _other_formats(directory: Path, kind: str) -> str:
+    """``5 .jsonl files: give corpus.format=jsonl to read them`` for the files of other formats below a directory
+    that holds none of ``kind``'s (the most numerous format first), or ''."""
+    counts = {}
+    for other, suffix in LOCAL_SUFFIX.items():
+        if other != kind:
+            n = len(LocalSource(os.path.join(directory, "**", f"*.{suffix}")).files(Path(".")))
+            if n:
+                counts[other] = n
+    if not counts:
+        return ""
+    best = max(counts, key=counts.get)
+    n = counts[best]
+    return f"{n} .{LOCAL_SUFFIX[best]} file{'s' if n != 1 else ''}: give corpus.format={best} to read them"
 
 
 def check_cache_settings(corpus: dict[str, Any]) -> None:
@@ -957,6 +1020,10 @@ def _write_into(
     }
     for path, count in resolved.replaced.items():
         log.warning("%s: %d invalid UTF-8 sequences read as U+FFFD (corpus.decode_errors=replace)", path, count)
+    if not resolved.use_hub:  # files that gave no document (empty, blank lines, no text field): counted, listed
+        summary["empty_files"] = len(resolved.empty)
+        summary["empty_listing"] = resolved.empty[:LISTED_FILES]
+        _log_empty(f"{settings['corpus']}/{settings['group']}", summary)
     empty = [split for split, writer in writers.items() if writer.count == 0]
     if empty:
         raise ConfigError(
@@ -966,6 +1033,21 @@ def _write_into(
         )
     (tmp / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
     os.replace(tmp, final)  # atomic: readers see no cache or a complete one (final is absent: see prepare_group)
+
+
+def _log_empty(name: str, summary: dict[str, Any]) -> None:
+    empty = summary.get("empty_files", 0)
+    if empty:
+        shown = ", ".join(Path(p).name for p in summary.get("empty_listing", [])[:3])
+        more = f" and {empty - 3} more" if empty > 3 else ""
+        log.warning(
+            "%s: %d of %d files gave no document (empty or blank: %s%s); they are left out",
+            name,
+            empty,
+            summary.get("files", 0),
+            shown,
+            more,
+        )
 
 
 def _array_files(split: str, layout: dict[str, list[Any]], n_tokens: int) -> dict[str, tuple[str, int]]:
