@@ -31,5 +31,6 @@ if __name__ == "__main__":
     if {"--help", "-h"} & set(sys.argv[1:]):  # poslab's own help (Hydra's: --hydra-help)
         print(help_text())
         sys.exit(0)
-    check_command_line(sys.argv[1:])  # every job's config checked before Hydra writes anything (exit 2)
+    # every job's config, the directories it writes and the data it reads, checked before Hydra writes anything
+    check_command_line(sys.argv[1:], sources=True)  # a bad one: one sentence, exit status 2
     main()

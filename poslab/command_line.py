@@ -41,9 +41,17 @@ def parse(overrides: list[str]) -> list[Any]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
+    parser = OverridesParser.create()
     try:
-        return OverridesParser.create().parse_overrides(overrides)
+        return parser.parse_overrides(overrides)
     except OverrideParseException as error:
+        for line in overrides:  # the override that does not parse, said as such
+            key, equals, value = line.partition("=")
+            if equals and not value.isascii() and value[:1] not in ("'", '"'):
+                raise ConfigError(
+                    f"{line}: Hydra's command line takes characters outside ASCII only quoted; give "
+                    f"{key}='{value}' (in a shell: \"{key}='{value}'\")."
+                ) from None
         raise ConfigError(f"the command line does not parse: {str(error).splitlines()[0]}") from None
 
 
@@ -167,6 +175,61 @@ def check_eval_lengths(cfg: DictConfig) -> None:
         )
 
 
+def check_directories(cfg: DictConfig, outputs: list[tuple[str, str]], sources: bool = False) -> None:
+    """The directories a job writes (``outputs``: where Hydra makes its run or sweep directory; a language model's
+    cache) can be made and written, and (``sources``) a language model's sources are found (``paths.data_dir``, a
+    local corpus's ``corpus.path``): refused before Hydra makes anything, instead of inside the job."""
+    for key, directory in outputs:
+        check_writable(key, directory)
+    task = cfg.get("task")
+    if not isinstance(task, DictConfig) or "corpus" not in task or "cache_dir" not in task:
+        return
+    check_writable("paths.cache_dir", str(task.cache_dir))
+    if not sources:
+        return
+    from poslab.datamodules.corpora import resolve_corpus
+
+    corpus = OmegaConf.to_container(task.corpus, resolve=True)
+    assert isinstance(corpus, dict)
+    resolve_corpus(corpus, str(task.data_dir))  # globs the local sources (reads nothing): none found says so
+
+
+#: the environment variable behind a path setting, named in its message
+PATH_VARIABLES = {"paths.log_dir": "POSLAB_LOG_DIR", "paths.cache_dir": "POSLAB_CACHE_DIR"}
+
+
+def check_writable(key: str, directory: str) -> None:
+    """``directory`` (the value of ``key``) is one that exists and can be written, or one that can be made: its
+    nearest existing parent is a directory this process may write into."""
+    import os
+
+    variable = PATH_VARIABLES.get(key)
+    label = f"{key}={directory}" + (f" ({variable})" if variable else "")
+
+    path = Path(directory).expanduser().absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists() or p == p.parent)
+    if not existing.is_dir():
+        raise ConfigError(
+            f"{label} cannot be made: {existing} is a file, not a directory; nothing was written: give "
+            f"a directory path (or move the file)."
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{label} cannot be written: {existing} is read-only for this user; nothing was written: "
+            f"give a directory you may write into."
+        )
+
+
+def output_directories(overrides: list[str], cfg: DictConfig, multirun: bool) -> list[tuple[str, str]]:
+    """Where Hydra will make the command's directory: ``hydra.sweep.dir`` / ``hydra.run.dir`` where the command
+    line gives it, else under ``paths.log_dir``."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    for override in reversed(parse(overrides)):
+        if override.key_or_group == key and not override.is_sweep_override():
+            return [(key, str(override.value()))]
+    return [("paths.log_dir", str(cfg.paths.log_dir))]
+
+
 def check_synthetic_task(cfg: DictConfig) -> None:
     """A synthetic task's own settings against every length it will see (flip_flop's probabilities, a vocabulary
     too small for associative_recall's longest evaluation length): its datamodule checks them when built, which
@@ -217,19 +280,24 @@ def trained_length(task: dict[str, Any]) -> int:
     return max([int(task["train_length"]), *(int(n) for n in task.get("train_lengths") or [])])
 
 
-def check_command_line(argv: list[str]) -> None:
-    """Check the jobs ``python train.py ARGV`` would run; a bad one stops the command (one message, exit 2)."""
+def check_command_line(argv: list[str], sources: bool = False) -> None:
+    """Check the jobs ``python train.py ARGV`` would run; a bad one stops the command (one message, exit 2).
+    ``sources``: a language model's data sources are looked for too (train.py; the configs alone need no data)."""
     flags = [a for a in argv if a.startswith("-")]
     if any(flag not in RUN_FLAGS for flag in flags):
         return  # --cfg, --info, -cn, ...: Hydra's own modes, left to Hydra
+    from poslab.launching import check_environment
     from poslab.run_guard import stop
 
     overrides = [a for a in argv if not a.startswith("-")]
     try:
+        check_environment()
         jobs = job_overrides(overrides, multirun=bool(flags))
         configs = [compose_explained(job) for job in jobs]
         for cfg in configs:
             check_job(cfg)
+        for job, cfg in zip(jobs, configs, strict=True):
+            check_directories(cfg, output_directories(job, cfg, multirun=bool(flags)), sources)
         for cfg in configs:
             check_encoding(cfg)
             check_synthetic_task(cfg)

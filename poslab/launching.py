@@ -54,10 +54,33 @@ def devices_per_job(devices: Any) -> int:
 def parallel_jobs(devices: Any = 1) -> int:
     """How many local multirun jobs run at once: ``POSLAB_JOBS``, else one per ``devices``-sized share of the
     GPUs, else 2 (two CPU cores here)."""
-    if os.environ.get("POSLAB_JOBS", "").strip():
-        return max(1, int(os.environ["POSLAB_JOBS"]))
+    jobs = environment_count("POSLAB_JOBS")
+    if jobs is not None:
+        return jobs
     gpus = visible_gpus()
     return max(1, len(gpus) // devices_per_job(devices)) if gpus else 2
+
+
+def environment_count(variable: str) -> int | None:
+    """A whole-number environment variable of at least 1 (``POSLAB_JOBS``), None where unset or blank; any other
+    value raises ``ConfigError`` naming the variable."""
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        from poslab.errors import ConfigError
+
+        raise ConfigError(
+            f"the environment variable {variable}={text!r} must be a whole number of at least 1 (how many multirun "
+            f"jobs run at once); set it so (export {variable}=2) or unset it (unset {variable})."
+        )
+    return int(text)
+
+
+def check_environment() -> None:
+    """The environment variables poslab reads as numbers, checked before a command runs anything
+    (``POSLAB_GPUS`` may be any comma list of device ids, UUIDs included)."""
+    environment_count("POSLAB_JOBS")
 
 
 def gpus_for_job(job: int, devices: Any = 1, gpus: list[str] | None = None) -> list[str]:

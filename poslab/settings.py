@@ -68,7 +68,8 @@ class Bound:
         return COMPARISONS[self.comparison][1](number, self.value)
 
     def __str__(self) -> str:
-        return f"{COMPARISONS[self.comparison][0]} {self.value:g}"
+        shown = str(int(self.value)) if float(self.value).is_integer() else f"{self.value:g}"  # 2**32: 4294967296
+        return f"{COMPARISONS[self.comparison][0]} {shown}"
 
 
 Count = Annotated[int, Bound(">=", 1)]  # sizes, steps, lengths: no zero, no negatives
@@ -76,11 +77,13 @@ NonNegative = Annotated[int, Bound(">=", 0)]
 PositiveFloat = Annotated[float, Bound(">", 0)]
 Fraction = Annotated[float, Bound(">=", 0), Bound("<=", 1)]
 OpenFraction = Annotated[float, Bound(">", 0), Bound("<", 1)]
+#: a random seed: Lightning's ``seed_everything`` and numpy take 0 to 2**32 - 1
+Seed = Annotated[int, Bound(">=", 0), Bound("<", 2**32)]
 
 
 @dataclass
 class RootSettings:
-    seed: int = 0
+    seed: Seed = 0
     threads: Count | None = None
     name: str = ""
     keep_freed_memory: bool = True
@@ -157,7 +160,7 @@ class SyntheticTaskSettings(TaskSettings):
     train_lengths: list[Annotated[int, Bound(">=", 2)]] | None = None
     eval_lengths: list[Annotated[int, Bound(">=", 2)]] | None = None
     eval_size: Count = 256
-    eval_seed: int = 12345
+    eval_seed: Seed = 12345
 
 
 @dataclass

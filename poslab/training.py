@@ -227,8 +227,15 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
             stop(error)
         log.error("this job failed: %s", error)  # to the console and the job's train.log; the others go on
         _record_failure(cfg, error)
+    except OSError as error:  # a file or directory the run cannot read or write: one sentence naming it
+        if not multirun:
+            removed = remove_if_only_hydra_wrote(Path(cfg.paths.output_dir), Path(cfg.paths.log_dir))
+            stop(PoslabError(os_error_sentence(error, None if removed else Path(cfg.paths.output_dir))))
+        log.error("this job failed: %s", os_error_sentence(error, Path(cfg.paths.output_dir)))
+        _record_failure(cfg, error)
     except Exception as error:
         if not multirun:
+            remove_if_only_hydra_wrote(Path(cfg.paths.output_dir), Path(cfg.paths.log_dir))
             raise
         log.exception("this job failed; the other jobs of the multirun go on")
         _record_failure(cfg, error)
@@ -262,22 +269,62 @@ def finished_earlier(cfg: DictConfig) -> dict[str, Any] | None:
     return None
 
 
-def remove_if_only_hydra_wrote(output_dir: Path, log_dir: Path) -> None:
+def os_error_sentence(error: OSError, kept: Path | None = None) -> str:
+    """An OSError as one sentence naming the path, and what became of the run directory (``kept``: it stays)."""
+    paths = " -> ".join(str(p) for p in (error.filename, error.filename2) if p is not None)
+    left = f"what the run wrote is in {kept}" if kept is not None else "its run directory was removed"
+    return (
+        f"{paths or 'a file or directory'}: {error.strerror or error}; the run stopped ({left}): give paths this "
+        f"user may read and write (paths.data_dir, paths.cache_dir, paths.log_dir; POSLAB_DATA_DIR, POSLAB_CACHE_DIR, "
+        f"POSLAB_LOG_DIR)."
+    )
+
+
+#: the folders loggers make in a run directory at start (before a step is trained)
+LOGGER_FOLDERS = ("csv", "tensorboard", "lightning_logs")
+
+
+def written_before_training(entry: Path) -> bool:
+    """What Hydra and the run's start write into a run directory: ``.hydra/``, the job's log, the run lock, and a
+    logger's folder holding only its ``hparams.yaml`` (written as the Trainer starts, before any step)."""
+    if entry.name in (".hydra", LOCK_FILE) or (entry.is_file() and entry.suffix == ".log"):
+        return True
+    if entry.is_dir() and entry.name in LOGGER_FOLDERS:
+        return all(p.is_dir() or p.name == "hparams.yaml" for p in entry.rglob("*"))
+    return False
+
+
+def remove_if_only_hydra_wrote(output_dir: Path, log_dir: Path) -> bool:
     """A run that stopped before it trained leaves no directory: Hydra made it and wrote ``.hydra/`` and the
-    job's log, nothing else (and the run's own lock); anything more (a checkpoint, metrics, results) is kept."""
+    job's log, the run its lock and its loggers' ``hparams.yaml``, nothing else (``written_before_training``);
+    anything more (a checkpoint, metrics, results, a file of the user's) is kept, and so is the directory."""
     if not output_dir.is_dir():
-        return
+        return True
     entries = list(output_dir.iterdir())
-    if all(e.name in (".hydra", LOCK_FILE) or (e.is_file() and e.suffix == ".log") for e in entries):
-        logging.shutdown()  # the job's log file is open: close it before its directory goes
-        shutil.rmtree(output_dir, ignore_errors=True)
-        for parent in output_dir.parents:  # and the folders Hydra made for it (runs/, the log dir), if now empty
-            if log_dir.resolve() not in (parent.resolve(), *parent.resolve().parents):
-                break
-            try:
-                parent.rmdir()
-            except OSError:
-                break
+    if not all(written_before_training(e) for e in entries):
+        return False
+    close_log_files_in(output_dir)  # the job's log file is open: close it before its directory goes
+    shutil.rmtree(output_dir, ignore_errors=True)
+    for parent in output_dir.parents:  # and the folders Hydra made for it (runs/, the log dir), if now empty
+        if log_dir.resolve() not in (parent.resolve(), *parent.resolve().parents):
+            break
+        try:
+            parent.rmdir()
+        except OSError:
+            break
+    return not output_dir.exists()
+
+
+def close_log_files_in(directory: Path) -> None:
+    """Close and detach the logging handlers writing into ``directory`` (Hydra's train.log): a line logged after
+    the directory goes would otherwise reopen the file there, and fail."""
+    inside = directory.resolve()
+    for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
+        for handler in list(getattr(logger, "handlers", [])):
+            filename = getattr(handler, "baseFilename", None)
+            if filename and inside in Path(filename).resolve().parents:
+                handler.close()
+                logger.removeHandler(handler)
 
 
 def job_needs_own_process(cfg: DictConfig) -> bool:

@@ -13,8 +13,12 @@ per token, 14 bytes). A split's per-token coordinates (``PreparedSplit.documents
 ``Coordinate``s made from those offsets with binary searches when read, and a
 training batch's in a few vectorised calls (``Coordinate.relative_windows``).
 
-Validation documents are chosen per document (a hash of the group name and the
-document's ordinal), so no document is in both splits; sources may also be
+Validation documents are chosen per document, so no document is in both splits
+(``plan_split``: in a fixed pseudo-random order, a hash of the group name and the
+document's ordinal, as many as bring the held-out bytes nearest
+``validation_fraction`` of the group's; at least one and never all of two or
+more; a group of one document is split by bytes, its tail held out, as nanoGPT
+does; the hub's streamed documents: each by its hash); sources may also be
 pinned to one split (``split: train`` / ``split: validation``). That rule and
 the group's byte cap live in one place, ``ResolvedGroup.documents``: the cache,
 the BPE tokenizer and the corpus statistics all read documents through it.
@@ -142,6 +146,23 @@ class LocalSource:
         return {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".py": "python", ".raw": "wikitext"}.get(
             suffix, "text"
         )
+
+
+#: extensions that name a structured format: such a file is read in that format or not at all (``format_mismatch``)
+STRUCTURED_SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
+
+
+def format_mismatch(kind: str, path: Path) -> str | None:
+    """What the extension of ``path`` says against reading it as ``kind`` (a declared format), or None.
+
+    A ``.jsonl`` (``.json``, ``.ndjson``) or ``.parquet`` file is read in its own format only: read as text its
+    syntax would be trained on (a JSONL line ``{"text": "...`` a document's bytes), and ``parquet`` is binary. The
+    text formats (text, wikitext, python) take any other extension (``.md``, ``.tokens``, none), and ``auto`` reads
+    each file by its extension."""
+    by_suffix = STRUCTURED_SUFFIXES.get(path.suffix.lower())
+    if kind == "auto" or by_suffix == kind or (by_suffix is None and kind != "parquet"):
+        return None
+    return by_suffix or "not parquet"
 
 
 def glob_root(pattern: str) -> Path:
@@ -294,10 +315,67 @@ def hub_is_offline() -> bool:
     ) not in ("0", "", "false", "False")
 
 
-def is_validation(group: str, ordinal: int, fraction: float) -> bool:
-    """A fixed pseudo-random choice per document: the same document always lands in the same split."""
+def document_draw(group: str, ordinal: int) -> float:
+    """A fixed pseudo-random number in [0, 1) per document (a hash of the group's name and its ordinal)."""
     digest = hashlib.sha1(f"{group}:{ordinal}".encode()).digest()
-    return int.from_bytes(digest[:4], "little") / 2**32 < fraction
+    return int.from_bytes(digest[:4], "little") / 2**32
+
+
+def is_validation(group: str, ordinal: int, fraction: float) -> bool:
+    """A fixed pseudo-random choice per document: the same document always lands in the same split (the hub's
+    streamed documents, whose sizes are not known in advance; local files follow ``plan_split``)."""
+    return document_draw(group, ordinal) < fraction
+
+
+#: how local documents are split (part of the cache key and the tokenizer's: a change of rule prepares anew)
+SPLIT_RULE = "tokens-v1"
+
+
+@dataclass
+class SplitPlan:
+    """Which documents of a group are held out: ``held`` (ordinals), or, for a group of one document, its tail
+    (``tail_at``: the character where validation starts)."""
+
+    rule: str  # documents: whole documents; tail: one document split by bytes; hash: per-document draw (hub)
+    held: frozenset[int] = frozenset()
+    tail_of: int | None = None  # the ordinal of the one document split by bytes
+    tail_at: int = 0  # its first validation character
+    documents: int = 0  # documents the plan chose among (not pinned to a split)
+
+
+def plan_split(group: str, sizes: dict[int, int], fraction: float) -> SplitPlan:
+    """Validation documents whose bytes come as near ``fraction`` of the group's as whole documents allow.
+
+    Documents are taken in a fixed pseudo-random order (``document_draw``) whenever taking one brings the held-out
+    bytes nearer the target, and at least one and at most all but one are held out when there are two or more.
+    One document is split by bytes instead (``SplitPlan.tail_of``; the caller cuts it, as nanoGPT does)."""
+    if len(sizes) == 1:
+        return SplitPlan("tail", tail_of=next(iter(sizes)), documents=1)
+    if not sizes:
+        return SplitPlan("documents")
+    target, held, chosen = fraction * sum(sizes.values()), 0, []
+    for ordinal in sorted(sizes, key=lambda o: (document_draw(group, o), o)):
+        if len(chosen) == len(sizes) - 1:
+            break
+        if abs(held + sizes[ordinal] - target) < abs(held - target):
+            chosen.append(ordinal)
+            held += sizes[ordinal]
+    if not chosen:  # every document alone overshoots the target: the one nearest it
+        chosen = [min(sizes, key=lambda o: (abs(sizes[o] - target), document_draw(group, o)))]
+    return SplitPlan("documents", held=frozenset(chosen), documents=len(sizes))
+
+
+def tail_cut(text: str, fraction: float) -> int:
+    """The character where the last ``fraction`` of ``text``'s bytes starts (never the first or past the last)."""
+    total, low, high = byte_length(text), 1, max(1, len(text) - 1)
+    goal = total - fraction * total
+    while low < high:  # the first character whose preceding bytes reach the goal
+        middle = (low + high) // 2
+        if byte_length(text[:middle]) >= goal:
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 LISTED_FILES = 20  # files listed one by one in meta.json and results.json; a larger group shows its first ones
@@ -340,6 +418,8 @@ class ResolvedGroup:
     use_hub: bool
     decode_errors: str = "strict"  # corpus.decode_errors: invalid UTF-8 stops (strict) or is replaced and counted
     replaced: dict[str, int] = field(default_factory=dict)  # file -> invalid sequences replaced, in the last pass
+    empty: list[str] = field(default_factory=list)  # files that gave no document (empty, blank), in the last pass
+    plan: SplitPlan | None = None  # the split of the last pass (documents)
 
     def fingerprint(self) -> list[Any]:
         if self.use_hub:
@@ -385,26 +465,67 @@ class ResolvedGroup:
             yield from (("both", hub.segmentation, text) for text in hub_documents(hub))
             return
         self.replaced.clear()  # counted afresh on every pass over the files
+        self.empty.clear()
         for source, path in self.files:
             style = source.segmentation_style(path)
-            documents = local_documents(source, path, self.decode_errors, self.replaced)
-            yield from ((source.split, style, text) for text in documents)
+            count = 0
+            for text in local_documents(source, path, self.decode_errors, self.replaced):
+                count += 1
+                yield source.split, style, text
+            if not count:
+                self.empty.append(str(path))
 
-    def documents(self, validation_fraction: float) -> Iterator[CorpusDocument]:
-        """Every document of the group with its split, in cache order, up to the group's byte cap (``max_bytes``:
-        the document that reaches it is the last). The one place that says which document is in which split."""
+    def _capped(self) -> Iterator[tuple[int, str, str, str]]:
+        """(ordinal, split pin, style, text) up to the group's byte cap (the document that reaches it is the last)."""
         total, cap = 0, self.group.max_bytes
         for ordinal, (pin, style, text) in enumerate(self._texts()):
-            held_out = is_validation(self.group.name, ordinal, validation_fraction)
-            split = pin if pin != "both" else ("validation" if held_out else "train")
-            yield CorpusDocument(split, ordinal, style, text)
+            yield ordinal, pin, style, text
             total += byte_length(text)
             if cap is not None and total >= cap:
                 return
 
+    def split_plan(self, validation_fraction: float) -> SplitPlan:
+        """The split of the group's documents (``plan_split``): a first pass over local files for their sizes; the
+        hub's stream keeps the per-document draw."""
+        if self.use_hub:
+            return SplitPlan("hash")
+        sizes = {ordinal: byte_length(text) for ordinal, pin, _, text in self._capped() if pin == "both"}
+        return plan_split(self.group.name, sizes, validation_fraction)
+
+    def documents(self, validation_fraction: float) -> Iterator[CorpusDocument]:
+        """Every document of the group with its split, in cache order, up to the group's byte cap (``max_bytes``:
+        the document that reaches it is the last). The one place that says which document is in which split
+        (``split_plan``; ``self.plan`` is the last one used). A group of one document gives two pieces: its head
+        (training) and its tail (validation, the next ordinal after the group's last)."""
+        plan = self.plan = self.split_plan(validation_fraction)
+        last = -1
+        for ordinal, pin, style, text in self._capped():
+            last = ordinal
+            if pin != "both":
+                yield CorpusDocument(pin, ordinal, style, text)
+            elif plan.rule == "hash":
+                held_out = is_validation(self.group.name, ordinal, validation_fraction)
+                yield CorpusDocument("validation" if held_out else "train", ordinal, style, text)
+            elif ordinal == plan.tail_of:
+                plan.tail_at = tail_cut(text, validation_fraction)
+                yield CorpusDocument("train", ordinal, style, text[: plan.tail_at])
+                tail = CorpusDocument("validation", -1, style, text[plan.tail_at :])
+            else:
+                yield CorpusDocument("validation" if ordinal in plan.held else "train", ordinal, style, text)
+        if plan.tail_of is not None:
+            yield CorpusDocument(tail.split, last + 1, tail.style, tail.text)
+
 
 def resolve_group(corpus: str, group: SourceGroup, data_dir: Path, decode_errors: str = "strict") -> ResolvedGroup:
     files = [(source, path) for source in group.local for path in source.files(data_dir)]
+    for source, path in files:
+        wrong = format_mismatch(source.format, path)
+        if wrong is not None:
+            fix = f"set its format to {wrong} (or auto)" if wrong != "not parquet" else "give it a format it is in"
+            raise ConfigError(
+                f"corpus {corpus!r}, source {source.pattern!r}: {path} is a {path.suffix or 'suffix-less'} file, "
+                f"which format={source.format} cannot read as it is; {fix}."
+            )
     if files:
         return ResolvedGroup(group, files, use_hub=False, decode_errors=decode_errors)
     if group.hub is not None and not hub_is_offline():
@@ -434,7 +555,8 @@ class ResolvedCorpus:
             yield from training_documents(group, self.validation_fraction)
 
     def fingerprint(self) -> list[Any]:
-        return [[g.group.name, g.group.max_bytes, g.fingerprint(), self.validation_fraction] for g in self.groups]
+        groups = [[g.group.name, g.group.max_bytes, g.fingerprint(), self.validation_fraction] for g in self.groups]
+        return [*groups, ["split", SPLIT_RULE]]  # the training documents a tokenizer learns from follow the rule
 
 
 def resolve_corpus(corpus: dict[str, Any], data_dir: str | Path) -> ResolvedCorpus:
@@ -513,12 +635,44 @@ def check_local_corpus(corpus: dict[str, Any]) -> None:
     if style is not None and style not in STYLES:
         raise ConfigError(f"corpus.segmentation={style!r} is not a segmentation style; allowed: {', '.join(STYLES)}.")
     pattern = local_pattern(path, kind)
-    if not LocalSource(pattern, format=kind).files(Path(".")):
-        what = f"no .{LOCAL_SUFFIX[kind]} file below it" if pattern != _absolute(str(path)) else "no file"
+    files = LocalSource(pattern, format=kind).files(Path("."))
+    if not files:
+        directory = pattern != _absolute(str(path))
+        what = f"no .{LOCAL_SUFFIX[kind]} file below it" if directory else "no file"
+        others = _other_formats(Path(_absolute(str(path))), kind) if directory else ""
         raise ConfigError(
-            f"corpus.path={path} matches nothing ({what}; corpus.format={kind}); give an existing file, directory "
-            f"or glob."
+            f"corpus.path={path} matches nothing ({what}; corpus.format={kind})"
+            + (f", but it holds {others}" if others else "; give an existing file, directory or glob")
+            + "."
         )
+    wrong = [(p, w) for p in files if (w := format_mismatch(kind, p)) is not None]
+    if wrong:
+        suffixes, fix = "/".join(sorted({p.suffix.lower() or "suffix-less" for p, _ in wrong})), wrong[0][1]
+        files = f"{len(wrong)} {suffixes} file{'s' if len(wrong) != 1 else ''}"
+        if fix == "jsonl":
+            why, fix = (
+                " (it would train on the JSON syntax itself)",
+                "give corpus.format=jsonl to read their text field",
+            )
+        else:
+            why, fix = "", f"give corpus.format={fix}" if fix != "not parquet" else "give the format they are in"
+        raise ConfigError(f"corpus.path={path} matches {files}, which corpus.format={kind} cannot read{why}; {fix}.")
+
+
+def _other_formats(directory: Path, kind: str) -> str:
+    """``5 .jsonl files: give corpus.format=jsonl to read them`` for the files of other formats below a directory
+    that holds none of ``kind``'s (the most numerous format first), or ''."""
+    counts = {}
+    for other, suffix in LOCAL_SUFFIX.items():
+        if other != kind:
+            n = len(LocalSource(os.path.join(directory, "**", f"*.{suffix}")).files(Path(".")))
+            if n:
+                counts[other] = n
+    if not counts:
+        return ""
+    best = max(counts, key=counts.get)
+    n = counts[best]
+    return f"{n} .{LOCAL_SUFFIX[best]} file{'s' if n != 1 else ''}: give corpus.format={best} to read them"
 
 
 def check_cache_settings(corpus: dict[str, Any]) -> None:
@@ -869,6 +1023,7 @@ def prepare_group(
         "validation_fraction": validation_fraction,
         "max_bytes": group.max_bytes,
         "sources": resolved.fingerprint(),
+        "split_rule": SPLIT_RULE,  # which documents are held out (plan_split): another rule, another cache
     }
     key = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
     final = cache_dir / f"{corpus}-{group.name}-{key}"
@@ -895,6 +1050,8 @@ def prepare_group(
             _verified.add(_identity(final))  # its checksums were just computed from the files on disk
     if "sha256" not in prepared.meta.get("source_files", {}):  # a cache written before its sources were hashed
         prepared.meta["source_files"] = resolved.summary()
+    if prepared.meta.get("split"):  # what the split came out as, whether prepared now or before
+        _log_split(f"{corpus}/{group.name}", prepared.meta["split"])
     replaced = prepared.meta.get("decode", {}).get("replaced", 0)
     if replaced:
         log.info("%s: %d invalid UTF-8 sequences were read as U+FFFD (meta.json 'decode')", final.name, replaced)
@@ -957,6 +1114,11 @@ def _write_into(
     }
     for path, count in resolved.replaced.items():
         log.warning("%s: %d invalid UTF-8 sequences read as U+FFFD (corpus.decode_errors=replace)", path, count)
+    if not resolved.use_hub:  # files that gave no document (empty, blank lines, no text field): counted, listed
+        summary["empty_files"] = len(resolved.empty)
+        summary["empty_listing"] = resolved.empty[:LISTED_FILES]
+        _log_empty(f"{settings['corpus']}/{settings['group']}", summary)
+    meta["split"] = _split_record(resolved.plan, fraction, meta["splits"])
     empty = [split for split, writer in writers.items() if writer.count == 0]
     if empty:
         raise ConfigError(
@@ -966,6 +1128,59 @@ def _write_into(
         )
     (tmp / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
     os.replace(tmp, final)  # atomic: readers see no cache or a complete one (final is absent: see prepare_group)
+
+
+def _split_record(plan: SplitPlan | None, fraction: float, splits: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """What the split came out as (meta.json and results.json ``split``): the rule, the fraction asked for, and
+    the documents and share of tokens held out."""
+    tokens = splits["train"]["tokens"] + splits["validation"]["tokens"]
+    record: dict[str, Any] = {
+        "rule": plan.rule if plan else "hash",
+        "validation_fraction": fraction,
+        "validation_documents": splits["validation"]["documents"],
+        "documents": splits["train"]["documents"] + splits["validation"]["documents"],
+        "validation_token_share": splits["validation"]["tokens"] / tokens if tokens else 0.0,
+    }
+    if plan is not None and plan.rule == "tail":
+        record["documents"] = 1
+        record["tail_start_character"] = plan.tail_at
+    return record
+
+
+def _log_split(name: str, record: dict[str, Any]) -> None:
+    share, fraction = 100 * record["validation_token_share"], record["validation_fraction"]
+    if record["rule"] == "tail":
+        log.info(
+            "%s: one document, split by bytes: its last %.1f%% of the tokens are the validation split "
+            "(corpus.validation_fraction=%s)",
+            name,
+            share,
+            fraction,
+        )
+    else:
+        log.info(
+            "%s: validation holds %d of %d documents, %.1f%% of the tokens (corpus.validation_fraction=%s)",
+            name,
+            record["validation_documents"],
+            record["documents"],
+            share,
+            fraction,
+        )
+
+
+def _log_empty(name: str, summary: dict[str, Any]) -> None:
+    empty = summary.get("empty_files", 0)
+    if empty:
+        shown = ", ".join(Path(p).name for p in summary.get("empty_listing", [])[:3])
+        more = f" and {empty - 3} more" if empty > 3 else ""
+        log.warning(
+            "%s: %d of %d files gave no document (empty or blank: %s%s); they are left out",
+            name,
+            empty,
+            summary.get("files", 0),
+            shown,
+            more,
+        )
 
 
 def _array_files(split: str, layout: dict[str, list[Any]], n_tokens: int) -> dict[str, tuple[str, int]]:

@@ -183,6 +183,8 @@ class LanguageModelDataModule(L.LightningDataModule):
             "corpus": self.corpus["name"],
             "context_length": self.context_length,
             "groups": {g.name: g.meta["splits"] for g in self.groups},
+            # how each group was split (rule, fraction asked for, documents and share of tokens held out)
+            "split": {g.name: g.meta.get("split") for g in self.groups},
             # what each group was read from: file count and bytes (python_code: and the Python version)
             "sources": {g.name: g.meta.get("source_files") for g in self.groups},
             # what a reader of the figures must know about the data (e.g. trained on a test split): one line each
