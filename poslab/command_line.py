@@ -16,7 +16,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from poslab.errors import ConfigError
-from poslab.settings import CONF_DIR, RootSettings, max_length, schema_types, suggestion
+from poslab.settings import CONF_DIR, RootSettings, max_length, schema_types, suggestion, train_length
 
 #: Hydra's flags after which poslab checks nothing itself (help, config printing, completion, ...)
 RUN_FLAGS = ("-m", "--multirun")
@@ -268,16 +268,8 @@ def check_encoding(cfg: DictConfig) -> None:
         max_length(task),
         filled_by_data=lambda key: hasattr(datamodule, key),
         attention=str(model.attention),
-        train_length=trained_length(task),
+        train_length=train_length(task),
     )
-
-
-def trained_length(task: dict[str, Any]) -> int:
-    """The longest sequence a task trains on: its context, or the longest of its training lengths (what the
-    encodings' settings tied to the training length take, as the datamodule's ``train_length``)."""
-    if "context_length" in task:
-        return int(task["context_length"])
-    return max([int(task["train_length"]), *(int(n) for n in task.get("train_lengths") or [])])
 
 
 def check_command_line(argv: list[str], sources: bool = False) -> None:

@@ -484,6 +484,12 @@ def check_heads(d_model: int, n_heads: int) -> None:
         )
 
 
+def train_length(task: Mapping[str, Any]) -> int:
+    """The longest sequence a task trains on: its context, or ``train_length`` (the high end of ``train_lengths``,
+    which the datamodule requires): what the encodings' settings tied to the training length take."""
+    return int(task["context_length"] if "context_length" in task else task["train_length"])
+
+
 def max_length(task: Mapping[str, Any]) -> int:
     """The longest sequence a task's model sees: its context, or the longest training or evaluation length."""
     if "context_length" in task:

@@ -209,13 +209,29 @@ def bootstrap_ranks(
     return {m: (int(low[i]), int(high[i]), float(mean_rank[i])) for i, m in enumerate(scores)}
 
 
+def mean_ranks(
+    per_task: Mapping[str, Mapping[str, Mapping[int, float]]], higher_is_better: bool = True
+) -> dict[str, float]:
+    """Per method: its mean over the tasks it was run on of its rank by seed-mean score in each task (1 = best,
+    ties share the better rank). ``per_task[task][method][seed_id]``: the point estimate ``bootstrap_mean_rank``
+    gives an interval to."""
+    totals: dict[str, list[float]] = {}
+    for scores in per_task.values():
+        if not scores:
+            continue
+        _, matrix = _score_matrix(scores)
+        for method, rank in zip(scores, _ranks(_seed_means(matrix), higher_is_better)):
+            totals.setdefault(method, []).append(float(rank))
+    return {method: mean(ranks) for method, ranks in sorted(totals.items())}
+
+
 def bootstrap_mean_rank(
     per_task: Mapping[str, Mapping[str, Mapping[int, float]]],
     rounds: int = 2000,
     seed: int = 0,
     higher_is_better: bool = True,
 ) -> dict[str, tuple[float, float, float]]:
-    """Per method: (mean rank over tasks, 2.5% and 97.5% of its bootstrap mean rank).
+    """Per method: (mean rank over tasks, ``mean_ranks``; 2.5% and 97.5% of its bootstrap mean rank).
 
     ``per_task[task][method][seed_id]``. In each task the methods are ranked by their seed-mean score (1 = best,
     ties share the better rank); the overall figure is a method's mean rank over the tasks it was run on. The
@@ -225,21 +241,20 @@ def bootstrap_mean_rank(
     """
     methods = sorted({m for scores in per_task.values() for m in scores})
     rng = np.random.default_rng(seed)
-    point_sum, boot_sum, count = np.zeros(len(methods)), np.zeros((len(methods), rounds)), np.zeros(len(methods))
+    boot_sum, count = np.zeros((len(methods), rounds)), np.zeros(len(methods))
     for task in sorted(per_task):  # sorted: the draws do not depend on the dict's order
         scores = per_task[task]
         if not scores:
             continue
         rows = [methods.index(m) for m in scores]
         _, matrix = _score_matrix(scores)
-        point_sum[rows] += _ranks(_seed_means(matrix), higher_is_better)
         boot_sum[rows] += _ranks(_resampled_means(matrix, rounds, rng), higher_is_better)
         count[rows] += 1
+    point = mean_ranks(per_task, higher_is_better)
     result = {}
     for i, m in enumerate(methods):
-        boot = boot_sum[i] / count[i]
-        low, high = np.percentile(boot, [2.5, 97.5])
-        result[m] = (float(point_sum[i] / count[i]), float(low), float(high))
+        low, high = np.percentile(boot_sum[i] / count[i], [2.5, 97.5])
+        result[m] = (point[m], float(low), float(high))
     return result
 
 

@@ -44,7 +44,15 @@ from typing import Any
 from poslab.analysis.extrapolation import is_grid_result
 from poslab.analysis.output import training_steps
 from poslab.analysis.results import FinishedRun, collect_runs, differing_settings, setting_values
-from poslab.analysis.stats import Interval, bootstrap_mean_rank, bootstrap_ranks, not_separated, seeds_cell, split_seeds
+from poslab.analysis.stats import (
+    Interval,
+    bootstrap_mean_rank,
+    bootstrap_ranks,
+    mean_ranks,
+    not_separated,
+    seeds_cell,
+    split_seeds,
+)
 from poslab.errors import MissingRunError
 from poslab.run_files import RESULTS_FILE
 
@@ -288,7 +296,7 @@ def leave_one_task_out(per_task: dict[str, dict[str, dict[int, float]]], order: 
     places: dict[str, list[int]] = defaultdict(list)
     for left_out in per_task if len(per_task) > 1 else []:
         kept = {task: scores for task, scores in per_task.items() if task != left_out}
-        ranks = {e: r[0] for e, r in bootstrap_mean_rank(kept, rounds=1).items()}
+        ranks = mean_ranks(kept)
         for place, encoding in enumerate(sorted(ranks, key=lambda e: (ranks[e], order.index(e))), 1):
             places[encoding].append(place)
     return {e: (min(places[e]), max(places[e])) for e in order if places.get(e)}
