@@ -167,8 +167,8 @@ def test_positions_and_angles_stay_fp32_inside_a_bf16_forward(tmp_path, encoding
     angles_dtypes: list[torch.dtype] = []
     original = model.encoding.angles
 
-    def recording_angles(positions):
-        out = original(positions)
+    def recording_angles(positions, *frequencies):  # angles(positions, inv_freq): the frequencies a rule gives
+        out = original(positions, *frequencies)
         angles_dtypes.append(out.dtype)
         return out
 

@@ -230,8 +230,9 @@ def test_period_axial_grid_has_the_exact_density(training):
 
 @pytest.mark.parametrize("name", ["hrope_axial", "rand_axial", "period_axial"])
 def test_yaml_defaults_build(name):
-    # composed as train.py composes it: the YAML inherits base, pairing and rotary_dim (encoding/shared/rotary)
-    settings = OmegaConf.to_container(compose_config([f"encoding={name}"]).encoding)
+    # composed as train.py composes it: the YAML inherits base, pairing, rotary_dim and the scaling rules
+    # (encoding/shared/rotary), original_length resolved from the task
+    settings = OmegaConf.to_container(compose_config([f"encoding={name}"]).encoding, resolve=True)
     assert settings["name"] == name
     if "paragraph_density" in settings:
         settings["paragraph_density"] = 0.02  # what the corpus fills in

@@ -30,9 +30,10 @@ Per layer, with a ``LayerContext`` (the layer's index, its input hidden state, `
     ``term``: an additive term on this layer's scores that may read its transformed ``q`` and ``k``
     ``[B, H, T, head_dim]`` and its hidden state (``context.hidden``): content-dependent positions.
 
-At test time: ``test_time_variants()`` names other ways to evaluate the trained model at longer lengths (RoPE's
-test-time scaling rules), and ``evaluated_as(variant)`` computes as one of them within a ``with`` block; the
-synthetic tasks report each as ``accuracy_<variant>`` beside the plain accuracy.
+At test time: ``test_time_variants()`` names other ways to evaluate the trained model at longer lengths (the RoPE
+scaling rules of every rotary encoding, factor ``L_test / L_train``: ``test_linear``, ``test_ntk``, ``test_yarn``,
+``test_llama3``), and ``evaluated_as(variant)`` computes as one of them within a ``with`` block; the synthetic
+tasks report each as ``accuracy_<variant>`` beside the plain accuracy, at the lengths past training only.
 
 Declared once, checked at start:
 
@@ -63,10 +64,10 @@ The encodings here, on these hooks:
   (``layer_positions``, ``angles``), the same object for every layer when the coordinates are.
 - ``alibi``: ``score_bias`` and its ``score_mod``.
 
-Built on them: the RoPE scaling rules (``rope_scaling.py``; settings of ``rope``: position interpolation,
-NTK-aware, dynamic NTK, YaRN, Llama 3.1, p-RoPE): ``rope``'s ``inv_freq`` follows the rule (recomputed per
-forward pass from its length for dynamic NTK and the test-time rules); YaRN's temperature folded into both
-sides: ``Scaled(rotation, query_scale=m, key_scale=m)`` with ``m = 0.1 ln(s) + 1``.
+Built on them: the RoPE scaling rules (``rope_scaling.py``; settings of every rotary encoding: position
+interpolation, NTK-aware, dynamic NTK, YaRN, Llama 3.1; and ``rope``'s p-RoPE): the encoding's ``inv_freq`` follows
+the rule (recomputed per forward pass from its length for dynamic NTK and the test-time rules); YaRN's temperature
+folded into both sides: ``Scaled(rotation, query_scale=m, key_scale=m)`` with ``m = 0.1 ln(s) + 1``.
 
 How the other methods of the literature would map (each one file and one YAML; none is built here):
 

@@ -32,6 +32,10 @@ Compared with x-transformers' ``CoPE(dim=head_dim, heads=H, max_pos)`` (the defa
 interpolation as ``z[floor p] + (p - floor p) * (z[floor p + 1] - z[floor p])``, the same number (``ceil p = floor
 p + 1`` whenever ``p`` is not whole, and the weight is 0 when it is), so one index tensor serves both reads.
 Everything is computed in fp32 with autocast off: a bf16 sum of 100 gates moves in steps of 0.5.
+
+Scaling rules (``scaling``, ``test_scaling``, the test-time variants; ``rotary.RotaryEncoding``), with ``inner:
+rope``: the rotation's frequencies only, as ``rope``'s. The gates read the rotated queries and keys, so they see
+the rule's rotation; the table ``E`` and ``max_pos`` are as without a rule. With ``inner: none``: no rule.
 """
 
 from __future__ import annotations

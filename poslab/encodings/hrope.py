@@ -28,6 +28,17 @@ Frequencies (``frequencies``):
 in which axis a frequency follows. A block keeps its place in the features (paragraph pairs first) whatever
 frequencies it takes.
 
+Scaling rules (``scaling``, ``test_scaling``, the test-time variants; ``rotary.RotaryEncoding``): a rule maps each
+pair's frequency, whatever axis it follows, as it maps that frequency of RoPE's ladder of ``rotary_dim`` and
+``base`` (``rope_scaling``: a frequency's pair index read from the frequency itself). With ``split``,
+``token_first`` and ``interleaved`` every pair is a rung of that ladder, so each axis's band is scaled exactly as
+in ``rope``, and with all three coordinates equal to the token index a rule on hRoPE is the rule on RoPE; with
+``full`` a block's rungs fall between the ladder's, and NTK and YaRN read their fractional index there. The factor
+is ``L_test / L_train`` in tokens for every axis, and YaRN and Llama 3 count a pair's rotations over
+``original_length`` as if its coordinate were the token index: the paragraph and sentence coordinates grow more
+slowly than it, so their pairs turned less in training than that count says. (In the synthetic tasks both
+coordinates are 0: only the token axis rotates.)
+
 Coordinates: ``layer_positions`` returns one ``[B, T, 3]`` fp32 tensor (paragraph, sentence, token), the same
 object for every layer (one rotation is built per forward). Paragraph and sentence indices come from
 ``inputs.coordinates`` and are counted within the window (each row's first value is subtracted): RoPE only
@@ -56,7 +67,8 @@ import torch
 from torch import Tensor
 
 from poslab.encodings.base import ModelShape, PositionInputs, register
-from poslab.encodings.rotary import RotaryEncoding, exact_positions, inverse_frequencies
+from poslab.encodings.rope_scaling import plain
+from poslab.encodings.rotary import RotaryEncoding, exact_positions
 from poslab.errors import ConfigError
 from poslab.settings import check_choice
 
@@ -74,12 +86,12 @@ def default_blocks(rotary_dim: int) -> list[int]:
 
 
 def pair_frequencies(blocks: Sequence[int], base: float, frequencies: str) -> tuple[Tensor, Tensor]:
-    """Per pair: its frequency ``[P]`` (fp32) and the axis it rotates by ``[P]`` (0 paragraph, 1 sentence, 2 token)."""
+    """Per pair: its frequency ``[P]`` (fp64) and the axis it rotates by ``[P]`` (0 paragraph, 1 sentence, 2 token)."""
     pairs = [size // 2 for size in blocks]
     axis = torch.cat([torch.full((n,), a, dtype=torch.long) for a, n in enumerate(pairs)])
     if frequencies == "full":
-        return torch.cat([inverse_frequencies(size, base) for size in blocks]), axis
-    ladder = inverse_frequencies(sum(blocks), base)  # RoPE's: highest frequency first
+        return torch.cat([plain(size, base) for size in blocks]), axis
+    ladder = plain(sum(blocks), base)  # RoPE's: highest frequency first
     taken = ladder_indices(pairs, frequencies)
     return torch.cat([ladder[torch.tensor(indices, dtype=torch.long)] for indices in taken]), axis
 
@@ -155,9 +167,9 @@ class HRopeEncoding(RotaryEncoding):
         super().__init__(shape, **rotary)  # base, pairing, rotary_dim
         self.blocks = [int(b) for b in blocks] if blocks is not None else default_blocks(self.rotary_dim)
         self.frequencies = frequencies
-        inv_freq, axis = pair_frequencies(self.blocks, self.base, frequencies)
-        self.inv_freq = inv_freq  # replaces RoPE's ladder: the frequency of each pair, whatever its block
+        own, axis = pair_frequencies(self.blocks, self.base, frequencies)
         self.register_buffer("pair_axis", axis, persistent=False)
+        self.set_frequencies(own)  # replaces RoPE's ladder: the frequency of each pair, whatever its block
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
@@ -196,9 +208,10 @@ class HRopeEncoding(RotaryEncoding):
         token = inputs.positions.float().expand(paragraph.shape)
         return torch.stack((paragraph.float(), sentence.float(), token), dim=-1)
 
-    def angles(self, positions: Tensor) -> Tensor:
+    def angles(self, positions: Tensor, inv_freq: Tensor | None = None) -> Tensor:
         # each pair takes its own block's coordinate, times its frequency: [B, T, 3] -> [B, T, P]
-        return exact_positions(positions)[..., self.pair_axis] * self.inv_freq.float()
+        inv_freq = self.inv_freq if inv_freq is None else inv_freq
+        return exact_positions(positions)[..., self.pair_axis] * inv_freq.float()
 
     def label(self) -> str:
         label = super().label()

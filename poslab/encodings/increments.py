@@ -17,6 +17,13 @@ by ``max_delta`` (the write-up: learned positions tend to explode without it).
 
 δ and the positions are computed in fp32 with autocast off: in bf16 a position near 512 has a spacing of 2 between
 representable numbers, so neighbouring tokens would collide.
+
+Scaling rules (``scaling``, ``test_scaling``, the test-time variants; ``rotary.RotaryEncoding``): the rule maps
+RoPE's frequencies as for ``rope``, and the learned positions are rotated at the mapped frequencies (linear: the
+learned positions divided by ``s``). The factor is ``L_test / L_train`` in tokens, which is the ratio of the
+position ranges while the mean increment does not change with the length; YaRN and Llama 3 count a pair's
+rotations over ``original_length`` as if the mean increment were 1 (its start): a model whose increments grew
+turned its pairs more than that in training, one whose increments shrank fewer.
 """
 
 from __future__ import annotations

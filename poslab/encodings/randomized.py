@@ -24,6 +24,15 @@ The reference: DeepMind's ``randomized_positional_encodings`` (``models/position
 - draws in evaluation (``eval_draws``, default 8): one fixed draw makes every accuracy conditional on that draw,
   so the evaluation runs ``eval_draws`` of them (seeds ``EVAL_SEED + k``, ``evaluation_draw``) and reports their
   mean, with the spread over draws (``accuracy_draw_sd``). ``eval_draws: 1`` is the single draw of before.
+
+Scaling rules (``scaling``, ``test_scaling``, the test-time variants; ``rotary.RotaryEncoding``): the rule maps
+RoPE's frequencies as for ``rope``, with ``original_length`` the training sequence length ``T`` (not
+``max_position``), so a test-time variant at ``n`` tokens has factor ``n / T`` and rotates whatever positions the
+evaluation uses (each draw's sample, or ``arange``). Unlike ``rope``'s, these models have been trained at every
+position and distance below ``max_position``: no angle at a longer length is unseen, which is the premise of the
+rules. A sorted sample of more tokens already has closer neighbours than training's (about ``max_position / n``
+apart, against ``max_position / T``), and interpolation brings them closer still. The variants are reported so
+that every rotary encoding is measured alike, not because they are expected to help here.
 """
 
 from __future__ import annotations

@@ -11,6 +11,12 @@ every layer; ``k > n_layers``: plain RoPE. A NoPE layer's queries and keys are l
 ``[n_layers, P]`` fp32 buffer (``inv_freq``, kept fp32 by ``RotaryEncoding._apply``). A layer reuses the layer
 before's rotation when both rotate with the same base; after a NoPE layer the rotation is built again (cos and
 sin of ``[1, T, P]`` angles: negligible).
+
+Scaling rules (``scaling``, ``test_scaling``, the test-time variants; ``rotary.RotaryEncoding``): each RoPE layer's
+ladder under the rule, as ``rope`` with that layer's base (NTK's new base and YaRN's ramp read on it), YaRN's
+attention factor on the RoPE layers' queries and keys; the NoPE layers are left as they are (Llama 4 also scales
+its NoPE layers' attention temperature with the length; poslab's log-length ``score_scale`` is the evaluation's
+nearest, on every layer).
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ import torch
 from torch import Tensor
 
 from poslab.encodings.base import LayerContext, ModelShape, PositionInputs, QueryKeyTransform, per_layer, register
-from poslab.encodings.rotary import RotaryEncoding, Rotation, inverse_frequencies, rotation_angles
+from poslab.encodings.rope_scaling import plain
+from poslab.encodings.rotary import RotaryEncoding
 from poslab.errors import ConfigError
 
 DEFAULT_BASE = 10_000.0
@@ -46,7 +53,7 @@ class RopeNopeMixEncoding(RotaryEncoding):
         super().__init__(shape, base=bases[0], **rotary)  # pairing, rotary_dim
         self.bases = bases
         self.nope_every = int(nope_every)
-        self.inv_freq = torch.stack([inverse_frequencies(self.rotary_dim, b) for b in self.bases])  # [L, P]
+        self.set_frequencies(torch.stack([plain(self.rotary_dim, b) for b in self.bases]), self.bases)  # [L, P]
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
@@ -66,18 +73,24 @@ class RopeNopeMixEncoding(RotaryEncoding):
     def layer_positions(self, layer: int, hidden: Tensor, state: Any, inputs: PositionInputs) -> Tensor | None:
         return None if self.is_nope(layer) else state
 
-    def query_key_transform(self, context: LayerContext, previous: QueryKeyTransform | None) -> Rotation | None:
+    def rotates(self) -> bool:
+        return not all(self.is_nope(layer) for layer in range(self.shape.n_layers))
+
+    def query_key_transform(
+        self, context: LayerContext, previous: QueryKeyTransform | None
+    ) -> QueryKeyTransform | None:
         layer = context.layer
         positions = self.layer_positions(layer, context.hidden, context.state, context.inputs)
         if positions is None:
             return None
         same_base = layer > 0 and self.bases[layer - 1] == self.bases[layer]
-        if isinstance(previous, Rotation) and previous.positions is positions and same_base:
+        if previous is not None and previous.positions is positions and same_base:
             return previous  # the layer before rotated alike
-        return Rotation(rotation_angles(positions, self.inv_freq[layer]), self.pairing, positions)
+        inv_freq, attention = self.frequencies_at(context.hidden.shape[1])
+        return self.rotation(positions, inv_freq[layer], attention)
 
     def label(self) -> str:
         label = f"{self.name}:nope{self.nope_every}"
         if any(b != DEFAULT_BASE for b in self.bases):
             label += ":" + "/".join(f"{b:g}" for b in dict.fromkeys(self.bases))  # the distinct bases, in order
-        return label
+        return label + self.scaling_label()

@@ -2,21 +2,31 @@
 ``factor`` times the length it was trained at. One registry, ``RULES``, in the style of Hugging Face's
 ``ROPE_INIT_FUNCTIONS`` plus its validation: each rule is a function
 
-    (rotary_dim, base, factor, original_length, length, settings) -> (inverse frequencies, attention factor)
+    (theta, rotary_dim, base, factor, original_length, length, settings) -> (inverse frequencies, attention factor)
 
-(``rotary_dim // 2`` inverse frequencies, fp32)
-
-and a ``validate`` that names a bad setting and lists the allowed values. ``theta_i = base^(-2i/d)`` below, with
-``d = rotary_dim``, ``s = factor``, ``L = original_length`` (the training length) and wavelength
+of the frequencies ``theta`` an encoding rotates by (fp64, any shape; RoPE's ladder for ``rope``), returning as
+many (fp64), and a ``validate`` that names a bad setting and lists the allowed values. ``theta_i = base^(-2i/d)``
+below, with ``d = rotary_dim``, ``s = factor``, ``L = original_length`` (the training length) and wavelength
 ``lambda_i = 2 pi / theta_i``. The attention factor ``m`` multiplies queries and keys alike (the scores by
 ``m^2``), as ``transformers`` multiplies cos and sin; it is 1 except for YaRN.
+
+Every rule acts on each frequency alone, so it applies to whatever frequencies an encoding rotates by (a band of
+the ladder per hRoPE axis, one ladder per layer, learned positions times the ladder). The rules defined on the
+ladder's pair index ``i`` (NTK's ``theta_i s^(-2i/(d-2))``, YaRN's ramp) read it from the frequency itself,
+``i = d ln(1/theta) / (2 ln base)`` (``pair_index``): exactly ``i`` on the ladder, fractional between its rungs
+(hRoPE's ``full`` blocks). A frequency 0 (a pair p-RoPE leaves unrotated) stays 0 under every rule, so p-RoPE
+before a rule is p-RoPE after it.
 
 ``tests/test_rope_scaling.py`` checks every rule against ``transformers.modeling_rope_utils`` to 1e-6. Where
 ``transformers`` and a paper could be read differently, the rule's docstring says which poslab follows.
 
-p-RoPE (Barbero et al., 2024) is not a rule here but ``keep_fraction``, applied after any rule (the ``rope``
-encoding's ``partial_fraction``): it removes frequencies rather than rescaling them, so it composes with each
-rule (Gemma 3's "proportional" RoPE is p-RoPE after linear scaling).
+At test time (``TEST_RULES``, the rotary encodings' ``test_scaling`` and ``test_time_variants``) a rule runs at each
+evaluation length ``n > L`` with factor ``s = n / L``. ``dynamic`` is not among them: at test time it is ``ntk``
+under another name (``dynamic_rule`` says why), so a ``test_dynamic`` column would repeat ``test_ntk``.
+
+p-RoPE (Barbero et al., 2024) is not a rule here but ``keep_fraction`` (the ``rope`` encoding's
+``partial_fraction``): it removes frequencies rather than rescaling them, so it composes with each rule (Gemma 3's
+"proportional" RoPE is p-RoPE after linear scaling).
 """
 
 from __future__ import annotations
@@ -30,50 +40,85 @@ import torch
 from torch import Tensor
 
 from poslab.errors import ConfigError
-from poslab.settings import check_number
+from poslab.settings import check_choice, check_number
 
-#: (rotary_dim, base, factor, original_length, length, settings) -> (inverse frequencies, attention factor)
-RuleFunction = Callable[[int, float, float, "int | None", "int | None", dict[str, Any]], tuple[Tensor, float]]
+#: (theta, rotary_dim, base, factor, original_length, length, settings) -> (inverse frequencies, attention factor)
+RuleFunction = Callable[[Tensor, int, float, float, "int | None", "int | None", dict[str, Any]], tuple[Tensor, float]]
+
+#: the rules' own settings and their defaults, the one home of each (the YAML, ``conf/encoding/shared/rotary.yaml``,
+#: repeats them so a config is typed and a run records the values it ran with; a test checks they agree)
+RULE_DEFAULTS: dict[str, float] = {
+    "beta_fast": 32.0,  # yarn: pairs with more than beta_fast rotations over L kept (the paper: 32)
+    "beta_slow": 1.0,  # yarn: pairs with fewer than beta_slow rotations over L interpolated (the paper: 1)
+    "low_freq_factor": 1.0,  # llama3: wavelengths above L / low_freq_factor divided by s (Llama 3.1: 1)
+    "high_freq_factor": 4.0,  # llama3: wavelengths below L / high_freq_factor kept (Llama 3.1: 4)
+}
+
+
+def rule_setting(settings: dict[str, Any], key: str) -> float:
+    """A rule's setting as given, else its default (``RULE_DEFAULTS``)."""
+    value = settings.get(key)
+    return RULE_DEFAULTS[key] if value is None else float(value)
 
 
 def plain(rotary_dim: int, base: float) -> Tensor:
-    """``theta_i = base^(-2i/d)`` in fp64 (the rules compute in fp64 and return fp32)."""
+    """``theta_i = base^(-2i/d)`` in fp64 (the rules compute in fp64; ``scaled_frequencies`` returns fp32)."""
     return base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
 
 
-def none_rule(rotary_dim, base, factor, original_length, length, settings):
-    """No scaling: ``theta_i = base^(-2i/d)`` (Su et al., 2021)."""
-    return plain(rotary_dim, base).float(), 1.0
+def pair_index(theta: Tensor, rotary_dim: int, base: float) -> Tensor:
+    """Where each frequency sits on the ladder ``theta_i = base^(-2i/d)``: ``i = d ln(1/theta) / (2 ln base)``,
+    the pair index of a rung (0 for ``theta = 1``), fractional between rungs (inf for ``theta = 0``)."""
+    return rotary_dim * torch.log(1 / theta) / (2 * math.log(base))
 
 
-def linear_rule(rotary_dim, base, factor, original_length, length, settings):
+def none_rule(theta, rotary_dim, base, factor, original_length, length, settings):
+    """No scaling: ``theta`` as it is (RoPE's ``theta_i = base^(-2i/d)``, Su et al., 2021)."""
+    return theta, 1.0
+
+
+def linear_rule(theta, rotary_dim, base, factor, original_length, length, settings):
     """Position interpolation (Chen et al., 2023, "Extending context window of large language models via
     positional interpolation"): positions divided by ``s``, i.e. ``theta_i' = theta_i / s``."""
-    return (plain(rotary_dim, base) / factor).float(), 1.0
+    return theta / factor, 1.0
 
 
-def ntk_base(rotary_dim: int, base: float, ratio: float) -> float:
-    """NTK-aware base: ``base' = base * ratio^(d / (d - 2))``, so the lowest frequency is divided by ``ratio``
-    and the highest is kept."""
-    return base * ratio ** (rotary_dim / (rotary_dim - 2))
+def ntk_frequencies(theta: Tensor, rotary_dim: int, base: float, ratio: float) -> Tensor:
+    """The NTK-aware base ``base' = base * ratio^(d / (d - 2))`` per frequency: ``theta_i' = base'^(-2i/d) =
+    theta_i * ratio^(-2i/(d-2))`` with ``i = pair_index(theta)``, so the lowest rung (``i = d/2 - 1``) is divided by
+    ``ratio`` and the highest (``i = 0``) kept. With ``d = 2`` the one pair is the highest: kept."""
+    if rotary_dim <= 2:
+        return theta
+    return theta * ratio ** (-2 * pair_index(theta, rotary_dim, base) / (rotary_dim - 2))
 
 
-def ntk_rule(rotary_dim, base, factor, original_length, length, settings):
+def ntk_rule(theta, rotary_dim, base, factor, original_length, length, settings):
     """NTK-aware scaling (bloc97, 2023; Peng et al., 2023, section 3.1): ``base' = base * s^(d/(d-2))``,
-    ``theta_i' = base'^(-2i/d)``. ``transformers`` has no static rule of this name: it equals its dynamic rule
-    with factor 1 at length ``s * L`` (what the test compares)."""
-    return plain(rotary_dim, ntk_base(rotary_dim, base, factor)).float(), 1.0
+    ``theta_i' = base'^(-2i/d)`` (``ntk_frequencies``). ``transformers`` has no static rule of this name: it equals
+    its dynamic rule with factor 1 at length ``s * L`` (what the test compares)."""
+    return ntk_frequencies(theta, rotary_dim, base, factor), 1.0
 
 
-def dynamic_rule(rotary_dim, base, factor, original_length, length, settings):
+def dynamic_ratio(factor: float, original_length: int, length: int | None) -> float:
+    """Dynamic NTK's ratio at the current length ``n``: ``s * n' / L - (s - 1)``, ``n' = max(n, L)`` (``n = L``
+    when no length is known): 1 up to ``L``."""
+    n = max(length or original_length, original_length)
+    return factor * n / original_length - (factor - 1)
+
+
+def dynamic_rule(theta, rotary_dim, base, factor, original_length, length, settings):
     """Dynamic NTK (emozilla, 2023; as in ``transformers``): the NTK base from the current length ``n``:
     ``base' = base * (s * n' / L - (s - 1))^(d/(d-2))`` with ``n' = max(n, L)``: no change up to ``L``. With
     ``length`` None (no current length), ``n = L``. The YaRN paper's "dynamic scaling" (section 3.3) instead sets
     ``s = max(1, n / L)`` at each length and applies a rule with it; poslab follows ``transformers`` here (the
-    formula of the models that ship ``rope_type: dynamic``), and the paper's variant is ``test_scaling=ntk`` (or
-    any other rule) of the ``rope`` encoding: factor ``n / L`` at each evaluation length."""
-    n = max(length or original_length, original_length)
-    return plain(rotary_dim, ntk_base(rotary_dim, base, factor * n / original_length - (factor - 1))).float(), 1.0
+    formula of the models that ship ``rope_type: dynamic``), and the paper's variant is ``test_scaling`` (any
+    rule) of a rotary encoding: factor ``n / L`` at each evaluation length.
+
+    Not a test-time rule (``TEST_RULES``): a model trained without scaling and evaluated under dynamic NTK (factor
+    1, as ``transformers`` loads one) has the ratio ``n / L`` at length ``n``, which is ``ntk`` with factor
+    ``n / L``: ``test_ntk`` exactly (``tests/test_test_time_variants.py``). With the test-time factor ``s = n / L``
+    in the formula instead, the ratio would be ``s^2 - s + 1``: the length counted twice."""
+    return ntk_frequencies(theta, rotary_dim, base, dynamic_ratio(factor, original_length, length)), 1.0
 
 
 def yarn_attention_factor(factor: float) -> float:
@@ -81,7 +126,7 @@ def yarn_attention_factor(factor: float) -> float:
     return 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
 
 
-def yarn_rule(rotary_dim, base, factor, original_length, length, settings):
+def yarn_rule(theta, rotary_dim, base, factor, original_length, length, settings):
     """YaRN (Peng et al., 2023, "YaRN: efficient context window extension of large language models"), "NTK-by-
     parts" plus the attention temperature. The ratio ``r_i = L / lambda_i`` (rotations over the training length)
     picks, per pair, between extrapolation (``r_i > beta_fast``: ``theta_i`` kept) and interpolation
@@ -89,16 +134,17 @@ def yarn_rule(rotary_dim, base, factor, original_length, length, settings):
     ``theta_i' = (1 - gamma_i) theta_i / s + gamma_i theta_i``, ``gamma_i = clamp((i - low) / (high - low), 0, 1)``
     reversed, with ``low, high`` the pair indices where ``r = beta_fast, beta_slow``:
     ``i(r) = d ln(L / (2 pi r)) / (2 ln base)``, floored/ceiled and clipped to ``[0, d - 1]`` as the paper's code
-    and ``transformers`` do. Attention factor ``m = 0.1 ln(s) + 1`` on queries and keys: the scores times ``m^2``
-    = ``1/t`` (the paper's eq. 22 scales both sides by ``sqrt(1/t)``; ``transformers`` multiplies cos and sin by
-    ``m``: the same); DeepSeek's ``mscale``/``mscale_all_dim`` variant is not offered.
+    and ``transformers`` do, and ``i = pair_index(theta)`` for each frequency. Attention factor ``m = 0.1 ln(s) + 1``
+    on queries and keys: the scores times ``m^2`` = ``1/t`` (the paper's eq. 22 scales both sides by
+    ``sqrt(1/t)``; ``transformers`` multiplies cos and sin by ``m``: the same); DeepSeek's
+    ``mscale``/``mscale_all_dim`` variant is not offered.
 
     Where the reference and the paper differ, poslab follows the reference: the paper's eq. 18 ramps linearly in
     the ratio ``r`` itself, ``gamma(r) = (r - alpha) / (beta - alpha)``, while its released code (and
     ``transformers``, and every YaRN checkpoint) ramps linearly in the pair index between the rounded indices
     of ``r = beta_fast`` and ``r = beta_slow``. The code is what trained models use and what can be checked to
     1e-6; both keep and interpolate the same pairs outside the ramp."""
-    beta_fast, beta_slow = float(settings.get("beta_fast", 32.0)), float(settings.get("beta_slow", 1.0))
+    beta_fast, beta_slow = rule_setting(settings, "beta_fast"), rule_setting(settings, "beta_slow")
 
     def index(rotations: float) -> float:
         return rotary_dim * math.log(original_length / (rotations * 2 * math.pi)) / (2 * math.log(base))
@@ -106,26 +152,24 @@ def yarn_rule(rotary_dim, base, factor, original_length, length, settings):
     low, high = max(math.floor(index(beta_fast)), 0), min(math.ceil(index(beta_slow)), rotary_dim - 1)
     if low == high:
         high += 0.001  # as the reference: no division by zero
-    ramp = ((torch.arange(rotary_dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
-    theta = plain(rotary_dim, base)
+    ramp = ((pair_index(theta, rotary_dim, base) - low) / (high - low)).clamp(0, 1)
     extrapolated = 1 - ramp  # 1: keep theta_i (high frequencies), 0: theta_i / s
     inv = theta / factor * (1 - extrapolated) + theta * extrapolated
-    return inv.float(), yarn_attention_factor(factor)
+    return inv, yarn_attention_factor(factor)
 
 
-def llama3_rule(rotary_dim, base, factor, original_length, length, settings):
+def llama3_rule(theta, rotary_dim, base, factor, original_length, length, settings):
     """Llama 3.1's rule (Meta, 2024; ``apply_scaling`` of the llama-models code): wavelengths shorter than
     ``L / high_freq_factor`` kept, longer than ``L / low_freq_factor`` divided by ``s``, and in between
     ``theta_i' = (1 - a) theta_i / s + a theta_i`` with ``a = (L / lambda_i - low_freq_factor) /
     (high_freq_factor - low_freq_factor)``. Llama 3.1 used ``s = 8, low = 1, high = 4, L = 8192``."""
-    low_factor, high_factor = float(settings.get("low_freq_factor", 1.0)), float(settings.get("high_freq_factor", 4.0))
-    theta = plain(rotary_dim, base)
+    low_factor, high_factor = rule_setting(settings, "low_freq_factor"), rule_setting(settings, "high_freq_factor")
     wavelength = 2 * math.pi / theta
     smooth = (original_length / wavelength - low_factor) / (high_factor - low_factor)
     blended = (1 - smooth) * theta / factor + smooth * theta
     inv = torch.where(wavelength > original_length / low_factor, theta / factor, theta)
     medium = (wavelength >= original_length / high_factor) & (wavelength <= original_length / low_factor)
-    return torch.where(medium, blended, inv).float(), 1.0
+    return torch.where(medium, blended, inv), 1.0
 
 
 def keep_fraction(inv_freq: Tensor, fraction: float) -> Tensor:
@@ -144,11 +188,15 @@ def check_factor(settings: dict[str, Any], rule: str) -> None:
 
 
 def check_original(settings: dict[str, Any], rule: str) -> None:
+    """``original_length`` is the training length, a whole number of at least 2 (``rule``: which rule reads it, or
+    ``any``: a value given whatever the rule)."""
     value = settings.get("original_length")
     if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+        given = f"encoding.original_length={value!r}"
+        head = f"{given} must be" if rule == "any" else f"{given}: the {rule} rule needs"
         raise ConfigError(
-            f"encoding.original_length={value!r}: the {rule} rule needs the training length, an integer of at "
-            f"least 2 (left null it is taken from task.train_length or task.context_length)."
+            f"{head} the training length, an integer of at least 2 (left null it is taken from task.train_length "
+            f"or task.context_length)."
         )
 
 
@@ -165,30 +213,24 @@ def validate_with_length(settings: dict[str, Any], rule: str) -> None:
     check_original(settings, rule)
 
 
-def check_ordered(settings: dict[str, Any], low: str, high: str, defaults: tuple[float, float], why: str) -> None:
-    """Two positive settings with ``low`` < ``high`` (a rule's pair of bounds)."""
-    first = check_number(f"encoding.{low}", settings.get(low, defaults[0]), 0)
-    second = check_number(f"encoding.{high}", settings.get(high, defaults[1]), 0)
+def check_ordered(settings: dict[str, Any], low: str, high: str, why: str) -> None:
+    """Two positive settings with ``low`` < ``high`` (a rule's pair of bounds; unset: ``RULE_DEFAULTS``)."""
+    given = {key: RULE_DEFAULTS[key] if settings.get(key) is None else settings[key] for key in (low, high)}
+    first = check_number(f"encoding.{low}", given[low], 0)
+    second = check_number(f"encoding.{high}", given[high], 0)
     if first >= second:
-        raise ConfigError(
-            f"encoding.{low}={settings.get(low)!r} must be less than encoding.{high}={settings.get(high)!r}{why}."
-        )
+        raise ConfigError(f"encoding.{low}={given[low]!r} must be less than encoding.{high}={given[high]!r}{why}.")
 
 
 def validate_yarn(settings: dict[str, Any], rule: str) -> None:
     validate_with_length(settings, rule)
-    check_ordered(
-        settings,
-        "beta_slow",
-        "beta_fast",
-        (1.0, 32.0),
-        ": beta_fast bounds the pairs kept, beta_slow those interpolated (the paper: 32 and 1)",
-    )
+    why = ": beta_fast bounds the pairs kept, beta_slow those interpolated (the paper: 32 and 1)"
+    check_ordered(settings, "beta_slow", "beta_fast", why)
 
 
 def validate_llama3(settings: dict[str, Any], rule: str) -> None:
     validate_with_length(settings, rule)
-    check_ordered(settings, "low_freq_factor", "high_freq_factor", (1.0, 4.0), " (Llama 3.1: 1 and 4)")
+    check_ordered(settings, "low_freq_factor", "high_freq_factor", " (Llama 3.1: 1 and 4)")
 
 
 @dataclass(frozen=True)
@@ -220,6 +262,35 @@ def validate_rule(name: Any, settings: dict[str, Any], key: str = "encoding.scal
     check_rule(key, name).validate(settings, str(name))
 
 
+#: the rules a trained model can be evaluated under at longer lengths, factor n / L (``dynamic_rule`` says why
+#: dynamic is not one: at test time it is ntk)
+TEST_RULES = ("none", "linear", "ntk", "yarn", "llama3")
+
+
+def validate_scaling(settings: dict[str, Any]) -> None:
+    """A rotary encoding's scaling settings: one rule in training (``scaling``, with ``scaling_factor``) or one at
+    test time (``test_scaling``, which needs ``original_length``), each rule's own settings checked."""
+    scaling, test = settings.get("scaling", "none"), settings.get("test_scaling", "none")
+    if settings.get("original_length") is not None:  # given or filled: the training length, whatever reads it
+        check_original(settings, "any")
+    validate_rule(scaling, settings, "encoding.scaling")
+    if test == "dynamic":
+        raise ConfigError(
+            f"encoding.test_scaling='dynamic' is not a test-time rule: dynamic NTK at test time is ntk with factor "
+            f"n / L; allowed: {', '.join(TEST_RULES)}."
+        )
+    check_choice("encoding.test_scaling", test, TEST_RULES)
+    if test == "none":
+        return
+    if scaling != "none":
+        raise ConfigError(
+            f"encoding.test_scaling={test} and encoding.scaling={scaling}: give one scaling rule, in "
+            f"training (scaling) or at test time (test_scaling); set the other to none."
+        )
+    validate_rule(test, {**settings, "scaling_factor": 1.0}, "encoding.test_scaling")
+    check_original(settings, f"test-time {test}")  # the factor n / L needs L in every case
+
+
 def scaled_frequencies(
     name: str,
     rotary_dim: int,
@@ -227,7 +298,14 @@ def scaled_frequencies(
     factor: float = 1.0,
     original_length: int | None = None,
     length: int | None = None,
+    theta: Tensor | None = None,
     **settings: Any,
 ) -> tuple[Tensor, float]:
-    """Rule ``name``'s inverse frequencies (fp32, ``rotary_dim // 2``) and attention factor."""
-    return RULES[name].compute(rotary_dim, float(base), float(factor), original_length, length, settings)
+    """Rule ``name``'s inverse frequencies (fp32) and attention factor, applied to ``theta`` (fp64, any shape; None:
+    RoPE's ladder ``plain(rotary_dim, base)``, ``rotary_dim // 2`` pairs) read on the ladder of ``rotary_dim`` and
+    ``base``. A frequency 0 stays 0 (an unrotated p-RoPE pair)."""
+    theta = plain(rotary_dim, base) if theta is None else theta.double()
+    inv, attention = RULES[name].compute(
+        theta, rotary_dim, float(base), float(factor), original_length, length, settings
+    )
+    return torch.where(theta == 0, 0.0, inv).float(), attention

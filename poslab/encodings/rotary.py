@@ -5,16 +5,42 @@ integer table: ``angle[b, t, i] = position[b, t] * theta_i`` in fp32, with
 ``theta_i = base ** (-2i / rotary_dim)``. Learned positions (increments) and
 hierarchical coordinates (hRoPE) reuse the same path. A ``Rotation`` is the
 family's ``QueryKeyTransform`` (``base.py``): queries and keys rotated alike.
+
+The RoPE scaling rules (``rope_scaling.py``: linear, ntk, dynamic, yarn, llama3) are settings of every rotary
+encoding, here once: each rule maps the frequencies the encoding rotates by (its own: RoPE's ladder, hRoPE's
+bands, one ladder per layer) and may add YaRN's attention factor (``Scaled``, on the rotated features). Two ways:
+
+- in training, ``scaling=<rule>`` with ``scaling_factor=s`` (and ``original_length`` for the rules that read it):
+  the rule's frequencies everywhere (``dynamic`` recomputes them from each forward pass's length);
+- at test time, ``test_scaling=<rule>``: the encoding's own frequencies up to ``original_length`` (the training
+  length; null: ``task.train_length`` or ``task.context_length``), and at a longer sequence of ``n`` tokens the
+  rule with factor ``s = n / original_length``. ``test_time_variants()`` offers each rule
+  (``test_linear``, ``test_ntk``, ``test_yarn``, ``test_llama3``) on the trained weights, ``evaluated_as(variant)``
+  computes as ``test_scaling=<rule>`` would: the same model built with that setting, without training again.
+
+Only the rotation changes: what an encoding adds to it (xPos's decay, SSMax's log-length scale, CoPE's and the
+forget gate's terms, learned or hierarchical positions) is computed as without a rule; each encoding's docstring
+says what the rule means there.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
-from poslab.encodings.base import LayerContext, ModelShape, PositionEncoding, PositionInputs, QueryKeyTransform
+from poslab.encodings.base import (
+    LayerContext,
+    ModelShape,
+    PositionEncoding,
+    PositionInputs,
+    QueryKeyTransform,
+    Scaled,
+)
+from poslab.encodings.rope_scaling import RULE_DEFAULTS, TEST_RULES, plain, scaled_frequencies, validate_scaling
 from poslab.errors import ConfigError
 from poslab.settings import check_choice
 
@@ -23,7 +49,7 @@ PAIRINGS = ("interleaved", "half")
 
 def inverse_frequencies(rotary_dim: int, base: float) -> Tensor:
     """``theta_i = base^(-2i/rotary_dim)`` for the ``rotary_dim // 2`` pairs, in fp32."""
-    return base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim).float()
+    return plain(rotary_dim, base).float()
 
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -99,11 +125,14 @@ def apply_rotary(x: Tensor, angles: Tensor, pairing: str) -> Tensor:
 
 
 class RotaryEncoding(PositionEncoding):
-    """Base of the rotary family: frequencies, pairing and partial rotation, validated in one place.
+    """Base of the rotary family: frequencies, pairing, partial rotation and the scaling rules, validated in one
+    place (the module docstring says how the rules apply).
 
-    Each layer's ``query_key_transform`` is a ``Rotation`` by ``angles(layer_positions(...))``. Subclasses decide
-    which per-token coordinates the angles come from by overriding ``positions`` (the same in every layer) or
-    ``layer_positions`` (per layer; None: no rotation in that layer), and ``angles`` for several axes.
+    Each layer's ``query_key_transform`` is a ``Rotation`` by ``angles(layer_positions(...), inv_freq)``.
+    Subclasses decide which per-token coordinates the angles come from by overriding ``positions`` (the same in
+    every layer) or ``layer_positions`` (per layer; None: no rotation in that layer), and ``angles`` for several
+    axes. One whose frequencies are not RoPE's ladder hands them to ``set_frequencies`` at the end of its
+    ``__init__``: the rules then act on them.
     """
 
     attention_paths = ("sdpa", "explicit", "flex")  # q and k rotated before any kernel: every path
@@ -116,12 +145,29 @@ class RotaryEncoding(PositionEncoding):
         base: float = 10_000.0,
         pairing: str = "interleaved",
         rotary_dim: int | None = None,
+        scaling: str = "none",
+        scaling_factor: float = 1.0,
+        original_length: int | None = None,
+        beta_fast: float = RULE_DEFAULTS["beta_fast"],
+        beta_slow: float = RULE_DEFAULTS["beta_slow"],
+        low_freq_factor: float = RULE_DEFAULTS["low_freq_factor"],
+        high_freq_factor: float = RULE_DEFAULTS["high_freq_factor"],
+        test_scaling: str = "none",
     ) -> None:
         super().__init__(shape)
         self.base = float(base)
         self.pairing = pairing
         self.rotary_dim = rotary_dim or shape.head_dim
+        self.scaling, self.scaling_factor, self.test_scaling = scaling, float(scaling_factor), test_scaling
+        self.original_length = None if original_length is None else int(original_length)
+        self.rule_settings = {
+            "beta_fast": float(beta_fast),
+            "beta_slow": float(beta_slow),
+            "low_freq_factor": float(low_freq_factor),
+            "high_freq_factor": float(high_freq_factor),
+        }
         self.register_buffer("inv_freq", inverse_frequencies(self.rotary_dim, self.base), persistent=False)
+        self.set_frequencies(plain(self.rotary_dim, self.base))
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
@@ -136,6 +182,7 @@ class RotaryEncoding(PositionEncoding):
                 f"the rotated dimension {rotary_dim} must be even and between 2 and the head dimension "
                 f"{shape.head_dim} (d_model {shape.d_model} / {shape.n_heads} heads): RoPE rotates pairs of features."
             )
+        validate_scaling(settings)
 
     def _apply(self, fn: Any, recurse: bool = True) -> RotaryEncoding:
         # a cast of the whole model (.half(), .to(torch.bfloat16)) moves the frequencies but keeps them fp32: a
@@ -146,6 +193,80 @@ class RotaryEncoding(PositionEncoding):
             self.inv_freq = exact.to(self.inv_freq.device)
         return self
 
+    # ---- frequencies and the scaling rules ---------------------------------------------------------------------
+    def set_frequencies(self, own: Tensor, bases: Sequence[float] | None = None) -> None:
+        """The frequencies this encoding rotates by before any rule: ``own`` (fp64) ``[P]``, or ``[layers, P]`` with
+        one ``base`` per row (``bases``; None: ``self.base``), which is the ladder the rules read a pair's index on.
+        ``inv_freq`` (fp32) becomes them under the training rule: what a forward pass rotates by when nothing
+        depends on its length."""
+        self.own_freq = own.double().cpu()  # kept for the rules, never moved: they compute on the CPU in fp64
+        self.own_bases = [self.base] * (len(own) if own.dim() == 2 else 1) if bases is None else list(bases)
+        self.last_frequencies: tuple[Any, tuple[Tensor, float]] | None = None  # one forward pass's, reused by layers
+        inv_freq, self.attention_factor = self.rule_frequencies(None)
+        self.inv_freq = inv_freq.to(self.inv_freq.device)
+
+    def rule_at(self, length: int | None) -> tuple[str, float]:
+        """The rule and factor of a forward pass over ``length`` tokens (None: no length, at build): the test-time
+        rule with factor ``length / original_length`` past the training length and nothing up to it, else the
+        training rule."""
+        if self.test_scaling == "none":
+            return self.scaling, self.scaling_factor
+        if length is not None and length > self.original_length:  # type: ignore[operator]
+            return self.test_scaling, length / self.original_length  # type: ignore[operator]
+        return "none", 1.0
+
+    def rule_frequencies(self, length: int | None) -> tuple[Tensor, float]:
+        """The inverse frequencies (fp32, CPU, shaped as ``own_freq``) and attention factor of a forward pass over
+        ``length`` tokens: the rule in effect (``rule_at``) applied to the encoding's own frequencies, row by row."""
+        rule, factor = self.rule_at(length)
+        rows = self.own_freq if self.own_freq.dim() == 2 else self.own_freq[None]
+        scaled = [
+            scaled_frequencies(
+                rule, self.rotary_dim, base, factor, self.original_length, length, theta=row, **self.rule_settings
+            )
+            for row, base in zip(rows, self.own_bases, strict=True)
+        ]
+        inv_freq = torch.stack([inv for inv, _ in scaled])
+        return (inv_freq if self.own_freq.dim() == 2 else inv_freq[0]), scaled[0][1]  # one factor: it reads s only
+
+    def frequencies_at(self, length: int) -> tuple[Tensor, float]:
+        """``rule_frequencies(length)`` on ``inv_freq``'s device: ``inv_freq`` itself unless the rule depends on the
+        length (dynamic NTK, a test-time rule), then computed once per forward pass (layers reuse it)."""
+        if self.scaling != "dynamic" and self.test_scaling == "none":
+            return self.inv_freq, self.attention_factor
+        key = (self.rule_at(length), length, self.inv_freq.device)
+        if self.last_frequencies is None or self.last_frequencies[0] != key:
+            inv_freq, attention = self.rule_frequencies(length)
+            self.last_frequencies = (key, (inv_freq.to(self.inv_freq.device), attention))
+        return self.last_frequencies[1]
+
+    def rotates(self) -> bool:
+        """Whether any layer rotates (a rule changes nothing where none does)."""
+        return True
+
+    def test_time_variants(self) -> tuple[str, ...]:
+        """Each test-time rule (``TEST_RULES``), for a model trained without one and with ``original_length``
+        known: the same trained model evaluated at every longer length with factor ``L_test / L_train``."""
+        trained_plain = self.scaling == "none" and self.test_scaling == "none"
+        if not trained_plain or self.original_length is None or not self.rotates():
+            return ()
+        return tuple(f"test_{rule}" for rule in TEST_RULES if rule != "none")
+
+    @contextmanager
+    def evaluated_as(self, variant: str) -> Iterator[None]:
+        """Within the block the encoding computes as if built with ``test_scaling=<rule>`` (``variant`` is
+        ``test_<rule>``); outside it, as before."""
+        if variant not in self.test_time_variants():
+            raise ValueError(
+                f"encoding {self.name!r} has no test-time variant {variant!r}: {self.test_time_variants()}"  # type: ignore[attr-defined]
+            )
+        self.test_scaling = variant.removeprefix("test_")
+        try:
+            yield
+        finally:
+            self.test_scaling = "none"
+
+    # ---- coordinates and rotations ------------------------------------------------------------------------------
     def positions(self, token_embeddings: Tensor, inputs: PositionInputs) -> Tensor:
         """Real-valued per-token positions ``[B or 1, T]``, the same in every layer (the token index here)."""
         return inputs.positions
@@ -162,22 +283,41 @@ class RotaryEncoding(PositionEncoding):
         """
         return state  # the positions begin() computed: one tensor for all layers
 
-    def angles(self, positions: Tensor) -> Tensor:
-        """Rotation angles ``[B or 1, T, n_pairs]`` in fp32 from what ``layer_positions`` returned."""
-        return rotation_angles(positions, self.inv_freq)
+    def angles(self, positions: Tensor, inv_freq: Tensor | None = None) -> Tensor:
+        """Rotation angles ``[B or 1, T, n_pairs]`` in fp32 from what ``layer_positions`` returned, at the
+        frequencies ``inv_freq`` (None: ``self.inv_freq``)."""
+        return rotation_angles(positions, self.inv_freq if inv_freq is None else inv_freq)
 
-    def query_key_transform(self, context: LayerContext, previous: QueryKeyTransform | None) -> Rotation | None:
+    def rotation(self, positions: Tensor, inv_freq: Tensor, attention: float) -> QueryKeyTransform:
+        """The rotation by ``positions`` at ``inv_freq``, with the rule's attention factor on its features."""
+        rotation = Rotation(self.angles(positions, inv_freq), self.pairing, positions)
+        if attention == 1.0:
+            return rotation
+        # YaRN's m on queries and keys alike (the scores times m^2), the rotated features only, as transformers
+        # multiplies cos and sin
+        scale = torch.ones(self.shape.head_dim, device=positions.device)
+        scale[: self.rotary_dim] = attention
+        return Scaled(rotation, scale, scale)
+
+    def query_key_transform(
+        self, context: LayerContext, previous: QueryKeyTransform | None
+    ) -> QueryKeyTransform | None:
         positions = self.layer_positions(context.layer, context.hidden, context.state, context.inputs)
         if positions is None:
             return None
-        if isinstance(previous, Rotation) and previous.positions is positions:
+        if previous is not None and previous.positions is positions:
             return previous  # the same coordinates as the layer before: rotate by the same angles
-        return Rotation(self.angles(positions), self.pairing, positions)
+        return self.rotation(positions, *self.frequencies_at(context.hidden.shape[1]))
+
+    def scaling_label(self) -> str:
+        """``:yarn4`` for a training rule with its factor, ``:test_yarn`` for a test-time one, else nothing."""
+        if self.scaling != "none":
+            return f":{self.scaling}{self.scaling_factor:g}"
+        return f":test_{self.test_scaling}" if self.test_scaling != "none" else ""
 
     def label(self) -> str:
-        if self.base == 10_000.0:
-            return self.name
-        return f"{self.name}:{int(self.base) if self.base.is_integer() else self.base}"
+        base = "" if self.base == 10_000.0 else f":{int(self.base) if self.base.is_integer() else self.base}"
+        return f"{self.name}{base}{self.scaling_label()}"  # type: ignore[attr-defined]
 
 
 #: what an encoding of ``OptionalRotation`` sits on
@@ -187,7 +327,9 @@ INNERS = ("none", "rope")
 class OptionalRotation(RotaryEncoding):
     """Base of the encodings that add a mechanism of their own (a score term, a score scale) over NoPE or RoPE:
     ``inner: none`` transforms nothing, ``inner: rope`` rotates by the token index as ``RotaryEncoding`` does (its
-    ``base``, ``pairing``, ``rotary_dim``, read only then). ``default_inner``: each encoding's paper's choice."""
+    ``base``, ``pairing``, ``rotary_dim`` and scaling rules, read only then). ``default_inner``: each encoding's
+    paper's choice. A scaling rule changes the rotation only; over NoPE there is none to change, so no rule is
+    offered (``test_time_variants``) and one asked for stops at build."""
 
     default_inner: ClassVar[str] = "none"
 
@@ -199,14 +341,29 @@ class OptionalRotation(RotaryEncoding):
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         super().validate(settings, shape, max_length)
         allowed = (cls.default_inner, *(inner for inner in INNERS if inner != cls.default_inner))  # the default first
-        check_choice("encoding.inner", settings.get("inner", cls.default_inner), allowed)
+        inner = settings.get("inner", cls.default_inner)
+        check_choice("encoding.inner", inner, allowed)
+        rules = {key: settings.get(key, "none") for key in ("scaling", "test_scaling")}
+        asked = [f"encoding.{key}={rule}" for key, rule in rules.items() if rule != "none"]
+        if inner == "none" and asked:
+            verb = "rescales" if len(asked) == 1 else "rescale"
+            raise ConfigError(
+                f"{' and '.join(asked)} {verb} RoPE's frequencies, but encoding.inner=none rotates nothing: set "
+                f"encoding.inner=rope, or leave scaling and test_scaling at none."
+            )
 
-    def query_key_transform(self, context: LayerContext, previous: QueryKeyTransform | None) -> Rotation | None:
+    def rotates(self) -> bool:
+        return self.inner != "none"
+
+    def query_key_transform(
+        self, context: LayerContext, previous: QueryKeyTransform | None
+    ) -> QueryKeyTransform | None:
         return None if self.inner == "none" else super().query_key_transform(context, previous)
 
     def inner_label(self) -> str:
         """The inner's name only where it is not the default (``":rope"`` on a NoPE default, ``":none"`` on a RoPE
-        one), and RoPE's base where it is not 10,000 (``":rope:500000"``; ``":500000"`` on a RoPE default)."""
+        one), RoPE's base where it is not 10,000 (``":rope:500000"``; ``":500000"`` on a RoPE default) and its
+        scaling rule (``":rope:yarn4"``)."""
         named = "" if self.inner == self.default_inner else f":{self.inner}"
         if self.inner == "none":
             return named

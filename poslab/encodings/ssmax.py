@@ -17,6 +17,10 @@ the paper's Figure 1 and the default of the scalable-softmax package (an unoffic
 starting value for training was not available to check here. The first query (``n = 1``): ``log 1 = 0`` makes its
 scores all 0, and a softmax over one key is 1 whatever its score: the same as the paper's formula, which needs no
 case there. ``s`` is kept out of weight decay (a scalar per head, as norms' gains).
+
+Scaling rules (``scaling``, ``test_scaling``, the test-time variants; ``rotary.RotaryEncoding``), with ``inner:
+rope``: the rotation's frequencies only, as ``rope``'s (YaRN's attention factor on the rotated features too); the
+query scale ``s * log(t + 1)`` is computed as without a rule. With ``inner: none`` there is no rotation: no rule.
 """
 
 from __future__ import annotations

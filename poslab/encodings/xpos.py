@@ -26,6 +26,11 @@ the other half of the range is left for the features' own size and the dot produ
 settings that is ``L`` up to about 36,000. A longer forward pass stops with the same message instead of giving
 infinite keys (x-transformers has the same limit and does not check it). ``zeta_ratio`` must be greater than 0:
 at 0 the first pair's ``zeta_0`` is 0, so its factors would be 0 and infinity.
+
+Scaling rules (``scaling``, ``test_scaling``, the test-time variants; ``rotary.RotaryEncoding``): the rotation
+only. The rule maps RoPE's frequencies as for ``rope`` (YaRN's attention factor on the rotated features too);
+the decay ``zeta ** ((t - s) / gamma)`` keeps its positions and ``scale_base``, so a longer sequence decays
+further, as it does without a rule (interpolating the decay too would be another method, not one of these).
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ trained model:
 - ``accuracy``: the plain model, over every scored position;
 - ``accuracy_log_scaled``: every attention score multiplied by log(L)/log(train_length) at test time (Chiang &
   Cholak, 2022; the factor is 1 at the training length);
-- ``accuracy_<variant>`` for an encoding with test-time variants (``PositionEncoding.test_time_variants``: RoPE's
-  scaling rules with factor L / train_length), at each length past the training length (at or below it every
-  rule is the identity);
+- ``accuracy_<variant>`` for an encoding with test-time variants (``PositionEncoding.test_time_variants``: the RoPE
+  scaling rules with factor L / train_length, on every encoding that rotates by RoPE's frequencies), at each length
+  past the training length only (at or below it every rule is the identity: not evaluated, which keeps it cheap);
 
 and past the training length each of them again over the positions ``t >= train_length`` only
 (``<name>_past_train``): the positions a causal model has never computed, what extrapolation is. A selection set
