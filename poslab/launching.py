@@ -191,7 +191,6 @@ class MultirunSummary(_HydraCallback):  # type: ignore[misc,valid-type]
             raise SystemExit(1)
 
 
-
 def launch_one_at_a_time(launch_one: Any, job_overrides: Any, initial_job_idx: int) -> list[Any]:
     """Run ``launch_one([overrides], index)`` (a launcher's launch of a one-job sweep, which waits for it) for
     every job, ``parallel_jobs()`` at a time, the next starting as soon as one ends; results in job order."""
