@@ -189,3 +189,13 @@ class MultirunSummary(_HydraCallback):  # type: ignore[misc,valid-type]
         print("\n".join(lines), file=sys.stdout if ok else sys.stderr, flush=True)
         if not ok:
             raise SystemExit(1)
+
+
+def launch_one_at_a_time(launch_one: Any, job_overrides: Any, initial_job_idx: int) -> list[Any]:
+    """Run ``launch_one([overrides], index)`` (a launcher's launch of a one-job sweep, which waits for it) for
+    every job, ``parallel_jobs()`` at a time, the next starting as soon as one ends; results in job order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=parallel_jobs()) as pool:
+        futures = [pool.submit(launch_one, [job], initial_job_idx + i) for i, job in enumerate(job_overrides)]
+        return [future.result()[0] for future in futures]

@@ -1,0 +1,1 @@
+"""poslab's Hydra launcher plugin (Hydra instantiates launchers only from the ``hydra_plugins`` package)."""
