@@ -369,3 +369,28 @@ def test_a_way_an_encoding_lacks_is_a_panel_that_says_so():
     notes = [t.get_text() for t in fig.axes[1].texts]
     assert any("not evaluated as test_yarn" in note for note in notes), notes
     plt.close(fig)
+
+
+def test_the_call_the_language_module_makes_on_a_prepared_validation_split(tmp_path, tiny_byte_model):
+    """The held-out stream and its coordinates as the datamodule holds them: ``split.tokens`` (uint16, a memory
+    map) and ``windows(split, starts, length)`` for the paragraph and sentence indices an hrope model reads."""
+    from functools import partial
+
+    from poslab.datamodules.corpora import prepare_corpus
+    from poslab.datamodules.language import windows
+
+    from .test_corpora import make_corpus
+
+    (english, _) = prepare_corpus(make_corpus(tmp_path / "data", 120), tmp_path / "data", tmp_path / "cache")
+    split, context = english.splits["validation"], 64
+    chosen = check_passkey_settings({"distances": [0.5, 1, 2], "depths": [0, 1], "trials": 2}, context)
+    check_filler(chosen, context, len(split.tokens), english.name)
+    model = Recording(tiny_byte_model("hrope_axial"))
+    result = evaluate_passkey(model, split.tokens, chosen, context, coordinates=partial(windows, split))
+    assert np.asarray(result["exact"]).shape == (3, 2) and result["filler_tokens"] == len(split.tokens)
+    tokens, coordinates, _, _ = model.calls[0]
+    first = build_trials(split.tokens, chosen, context)
+    real = windows(split, first.starts, tokens.shape[1])["sentence"]
+    assert real.max() > 0  # the text has sentence boundaries here: the indices read are not zeros
+    assert torch.equal(coordinates["sentence"][:, :24], real[:, :1].expand(-1, 24))  # the phrase at depth 0
+    assert torch.equal(coordinates["sentence"][:, 24:32], real[:, 24:32])  # then the text's own indices
