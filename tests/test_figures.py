@@ -23,6 +23,7 @@ from poslab.analysis.extrapolation import parse_lines, plot_grid
 from poslab.analysis.hrope import RunAnalysis
 from poslab.analysis.hrope_report import plot_wells
 from poslab.analysis.increments_report import DEFAULT_SENTENCES, positions_learned, positions_title
+from poslab.analysis.passkey_render import plot_passkey
 from poslab.analysis.zoo import ZooRun, baselines, task_rows
 from poslab.analysis.zoo_render import plot_accuracy, plot_heatmap
 from poslab.fonts import CJK_FAMILY, bundled_font_file, cjk_font, find_cjk_font, has_glyph
@@ -179,6 +180,28 @@ def corpus_statistics_picture() -> Any:
     return plot_statistics(stats, compare_to_ustar(stats, corpora), corpora)
 
 
+def passkey_result(reach: float, trials: int = 8, context: int = 512) -> dict[str, Any]:
+    """A passkey result as results.json holds it (``passkey_result``'s keys), made up: exact match 1 up to ``reach``
+    contexts of distance, falling beyond, a little lower at depth 1; one cell not scored."""
+    multiples = [0.125, 0.25, 0.5, 1, 2, 4, 8, 16]
+    depths = [0.0, 0.25, 0.5, 0.75, 1.0]
+    exact = [[min(1.0, reach / m) ** 2 * (1 - 0.1 * q) for q in depths] for m in multiples]
+    exact[-1][-1] = float("nan")
+    return {
+        "context_length": context, "distances": [round(m * context) for m in multiples],
+        "distance_multiples": multiples, "depths": depths, "trials": trials, "draws": 1, "key_length": 5,
+        "phrase": " The pass key is {key}. ", "chance_digit": 0.1, "chance_exact": 1e-5,
+        "exact": exact, "digits": exact, "ways": {"test_yarn": {"exact": exact, "digits": exact}},
+    }  # fmt: skip
+
+
+def passkey_picture(encodings: list[str], way: str | None = None) -> Any:
+    results = {name: passkey_result(2.0 ** (i % 6 - 1)) for i, name in enumerate(encodings)}
+    if len(encodings) > 1:
+        del results[encodings[-1]]["ways"]  # an encoding without test-time variants: its panel says so
+    return plot_passkey(results, way)
+
+
 #: every figure the project writes, by the file it is written to
 FIGURES: dict[str, Callable[[], Any]] = {
     "increments_positions (English)": lambda: positions_picture(ENGLISH),
@@ -199,6 +222,10 @@ FIGURES: dict[str, Callable[[], Any]] = {
     "zoo_heatmap.png (one task, one encoding)": lambda: zoo_heatmap(["copy"], ["rope"]),
     "zoo_accuracy.png (small zoo)": lambda: zoo_accuracy(*SMALL_ZOO),
     "zoo_accuracy.png (whole zoo)": lambda: zoo_accuracy(*WHOLE_ZOO),
+    "passkey_heatmap.png (one encoding)": lambda: plot_passkey(passkey_result(1.0)),
+    "passkey_heatmap.png (small zoo)": lambda: passkey_picture(SMALL_ZOO[1]),
+    "passkey_heatmap.png (whole zoo)": lambda: passkey_picture(WHOLE_ZOO[1]),
+    "passkey_heatmap.png (whole zoo, test_yarn)": lambda: passkey_picture(WHOLE_ZOO[1], "test_yarn"),
 }
 #: the PNG files the reports and analyses write (``AnalysisResult.add_figure``), each drawn above
 REPORT_FIGURES = {
@@ -441,3 +468,16 @@ def test_the_increments_picture_of_plain_rope_is_not_titled_learned_positions():
     assert "learned positions" not in title and "not learned" in title and "δ = 1" in title, title
     title = positions_title("increments_layer", learned=True, unit_steps=False, steps="50 of 2000")
     assert title.startswith("increments_layer: positions learned") and "50 of 2000" in title, title
+
+
+@pytest.mark.parametrize("figure", [name for name in FIGURES if name.startswith("passkey_heatmap")], indirect=True)
+def test_the_passkey_colour_bar_says_exact_match_inside_the_figure_and_every_panel_marks_the_context(figure):
+    *panels, bar = figure.axes  # the colour bar's axes come last
+    figure.canvas.draw()
+    label = bar.yaxis.label
+    box, frame = label.get_window_extent(figure.canvas.get_renderer()), figure.bbox
+    assert frame.y0 - 0.5 <= box.y0 and box.y1 <= frame.y1 + 0.5 and frame.x0 <= box.x0 and box.x1 <= frame.x1 + 0.5
+    assert "exact match" in label.get_text() and "5 digits" in label.get_text()
+    drawn = [ax for ax in panels if ax.axison and not any("not evaluated" in t.get_text() for t in ax.texts)]
+    assert drawn and all(len(ax.get_lines()) == 1 for ax in drawn)  # the dashed line: the training context
+    assert all(ax.get_xticklabels()[0].get_text() == "1/8" for ax in drawn)
