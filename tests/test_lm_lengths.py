@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from poslab.analysis.results import read_results, results_problem
-from poslab.builders import build_datamodule, load_run_and_data, load_saved_config
+from poslab.builders import build_datamodule, build_module, load_run_and_data, load_saved_config
 from poslab.command_line import check_command_line, config_groups
 from poslab.config import compose_config
 from poslab.datamodules.held_out import non_overlapping, position_bins, sliding
@@ -232,14 +232,20 @@ def test_the_results_schema_reads_lengths_and_refuses_a_damaged_row(rope_run):
 
 
 def test_the_default_lengths_are_the_multiples_the_held_out_text_holds_with_a_note(corpus, tmp_path):
-    cfg = lm_config(corpus, tmp_path, "task.context_length=256")
+    import lightning as L
+
+    cfg = lm_config(corpus, tmp_path, "task.context_length=256", "task.eval_batch_size=1")
     datamodule = build_datamodule(cfg)
+    module = build_module(cfg, datamodule)  # built for the declared lengths, before the data is read
     datamodule.setup()
     held_out = len(datamodule.groups[0].splits["validation"])
     expected = [m * 256 for m in LM_EVAL_MULTIPLES if m * 256 + 1 <= held_out]
     assert datamodule.evaluation.lengths == expected and datamodule.evaluation.left_out  # 16 x 256 does not fit
     notes = datamodule.describe()["data_notes"]
     assert any(f"evaluated at lengths {', '.join(map(str, expected))} only" in note for note in notes), notes
+    trainer = L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+    trainer.validate(module, datamodule=datamodule, verbose=False)
+    assert [key for key in module.figures if key.isdigit()] == [str(n) for n in expected]  # what it scored
 
 
 def test_the_longest_length_is_what_the_model_is_built_for():

@@ -248,8 +248,11 @@ class LanguageModelDataModule(L.LightningDataModule):
         return self.vocab_size
 
     def group_bytes_per_token(self) -> dict[str, float]:
-        """UTF-8 bytes per token of each group's validation split (1 for bytes, where the separator counts as one
-        byte): converts a loss per token to bits per byte."""
+        """UTF-8 bytes per token of each group's validation split, in the groups' order (1 for bytes, where the
+        separator counts as one byte; known without the data, as the byte vocabulary is): converts a loss per
+        token to bits per byte."""
+        if self.corpus.get("tokenizer", "bytes") == "bytes" and not self.groups:
+            return {str(name): 1.0 for name in self.corpus["groups"]}  # prepare_corpus keeps this order
         self.setup()
         if self.corpus.get("tokenizer", "bytes") == "bytes":
             return {g.name: 1.0 for g in self.groups}
@@ -257,15 +260,13 @@ class LanguageModelDataModule(L.LightningDataModule):
         return {name: s["bytes"] / max(1, s["tokens"]) for name, s in split.items()}
 
     def module_arguments(self) -> dict[str, Any]:
-        """What the module evaluates (so this prepares the corpus: the lengths the held-out text holds)."""
-        bytes_per_token = self.group_bytes_per_token()
-        plan = self.evaluation
-        assert plan is not None
+        """What the module evaluates: the declared lengths (a length the held-out text cannot hold is left out when
+        the data is read, and the module reports only what it scored), each group's bytes per token, sliding."""
         return {
-            "train_length": plan.train_length,
-            "eval_lengths": plan.lengths,
-            "groups": bytes_per_token,
-            "sliding": plan.stride is not None,
+            "train_length": self.context_length,
+            "eval_lengths": self.declared_lengths,
+            "groups": self.group_bytes_per_token(),
+            "sliding": self.evaluation_settings["eval_stride"] is not None,
         }
 
     @property

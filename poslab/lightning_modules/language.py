@@ -175,23 +175,26 @@ class LanguageModelModule(TransformerModule):
         self.report()
         self.log("val/loss", self.figures["val_loss"], prog_bar=True, sync_dist=False)
         self.log("val/bpb", self.figures["val_bpb"], sync_dist=False)
-        for length in self.eval_lengths:
+        for length in self.loss_by_position["lengths"]:
             for key in ("loss", "bpb"):
-                self.log(f"val/L{length}/{key}", self.figures[str(length)][key], sync_dist=False)
+                self.log(f"val/L{length}/{key}", self.figures[length][key], sync_dist=False)
 
     def on_test_epoch_end(self) -> None:
         self.report()
-        for length in self.eval_lengths:
-            for key, value in self.figures[str(length)].items():
+        for length in self.loss_by_position["lengths"]:
+            for key, value in self.figures[length].items():
                 self.log(f"eval/L{length}/{key}", value, sync_dist=False)
 
     def report(self) -> None:
-        """``figures`` and ``loss_by_position`` from the sums of the evaluation that just ended (then reset)."""
+        """``figures`` and ``loss_by_position`` from the sums of the evaluation that just ended (then reset), for
+        every length it scored (not those the held-out text could not hold: the datamodule's ``left_out``)."""
         figures: dict[str, Any] = {}
         curves: dict[str, dict[str, Any]] = {}
         for length in self.eval_lengths:
             sums = self.totals[str(length)].sums()
             self.totals[str(length)].reset()
+            if float(sums["tokens"][0].sum()) == 0:
+                continue
             figures[str(length)] = self.length_row(length, sums)
             curves[str(length)] = self.position_curves(length, sums)
         at_context = figures[str(self.train_length)]
