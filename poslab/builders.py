@@ -90,6 +90,10 @@ def load_saved_config(saved: Any, path: Path) -> DictConfig:
     if not isinstance(config, dict) or not isinstance(config.get("task"), dict):
         raise MissingRunError(f"{path} holds no run config (config.task): is it a model.pt written by train.py?")
     check_loaded_config(config, str(path))
+    task = config["task"]
+    if "context_length" in task and "eval_lengths" not in task:
+        # a language model saved before evaluation lengths existed: it was built (a learned table) for its context
+        task["eval_lengths"] = [task["context_length"]]
     return OmegaConf.create(config)
 
 

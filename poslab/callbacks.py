@@ -62,7 +62,8 @@ class Throughput(L.Callback):
         model = module.model
         cfg = model.cfg
         embedding = model.embed.weight.numel() + (0 if cfg.tie_embeddings else model.head.weight.numel())
-        context = getattr(trainer.datamodule, "max_length", 0) if trainer.datamodule is not None else 0
+        # the length trained at (a language model's context; not its longest evaluation length)
+        context = getattr(trainer.datamodule, "train_length", 0) if trainer.datamodule is not None else 0
         self.flops_per_token = flops_per_token(model.num_parameters(), cfg.n_layers, cfg.d_model, context, embedding)
         self.peak = device_peak_flops(module.device, self.peak_override)
 

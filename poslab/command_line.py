@@ -147,13 +147,17 @@ def check_job(cfg: DictConfig) -> None:
 
 
 def check_eval_lengths(cfg: DictConfig) -> None:
-    """A synthetic task's evaluation lengths: at least one, and none below the training length (``train_length``,
+    """A language model's evaluation settings (``poslab.settings.check_lm_evaluation``), and a synthetic task's
+    evaluation lengths: at least one, and none below the training length (``train_length``,
     the longest trained on). No length would train a run that measures nothing; one below would give the reports
     no position past the training length (the grid's ``past`` column, the zoo's 1x to 8x). Lengths at or past the
     training length need not be multiples of it (the zoo reads the multiples, the grid every length)."""
-    from poslab.settings import SYNTHETIC_TASKS
+    from poslab.settings import SYNTHETIC_TASKS, check_lm_evaluation
 
     task = cfg.get("task")
+    if isinstance(task, DictConfig) and task.get("name") == "lm":
+        check_lm_evaluation(task)  # a language model's: from its context up, and eval_tokens / eval_stride with them
+        return
     if not isinstance(task, DictConfig) or task.get("name") not in SYNTHETIC_TASKS:
         return
     train = int(task.train_length)

@@ -46,6 +46,8 @@ FORMATS = ("jsonl", "text", "wikitext", "parquet", "python")  # corpus.format
 SEGMENTATIONS = ("blank_lines", "wikitext", "lines", "code")  # corpus.segmentation (null: by format)
 DECODE_ERRORS = ("strict", "replace")  # corpus.decode_errors: what reading a data file does with invalid UTF-8
 VERIFY_CACHE = ("first_use", "always", "never")  # corpus.verify_cache: when array checksums are compared
+#: a language model's evaluation lengths when ``task.eval_lengths`` is null: these multiples of its context
+LM_EVAL_MULTIPLES = (1, 2, 4, 8, 16)
 
 
 #: a bound's comparison: its words in a message, and its test
@@ -181,6 +183,9 @@ class LanguageTaskSettings(TaskSettings):
     context_length: Count = 512
     val_windows: Count = 64
     val_every_n_steps: Count = 500
+    eval_lengths: list[Annotated[int, Bound(">=", 2)]] | None = None  # null: LM_EVAL_MULTIPLES x context_length
+    eval_tokens: Count | None = None  # tokens scored per source group; null: from val_windows (conf/task/lm.yaml)
+    eval_stride: Count | None = None  # sliding-window evaluation's stride; null: none
     corpus: Any = None
     data_dir: str = ""
     cache_dir: str = ""
@@ -491,8 +496,57 @@ def train_length(task: Mapping[str, Any]) -> int:
 
 
 def max_length(task: Mapping[str, Any]) -> int:
-    """The longest sequence a task's model sees: its context, or the longest training or evaluation length."""
+    """The longest sequence a task's model sees: the longest training or evaluation length (a language model's
+    longest evaluation length, ``lm_eval_lengths``)."""
     if "context_length" in task:
-        return int(task["context_length"])
+        return max(lm_eval_lengths(task))
     lengths = [task["train_length"], *(task.get("train_lengths") or []), *(task.get("eval_lengths") or [])]
     return max(int(n) for n in lengths)
+
+
+def lm_eval_lengths(task: Mapping[str, Any]) -> list[int]:
+    """A language model's evaluation lengths as its config declares them, sorted: ``task.eval_lengths`` with the
+    context added (the 1x figures, ``val_loss`` and ``val_bpb``, are always measured), or, null,
+    ``LM_EVAL_MULTIPLES`` times the context (the datamodule leaves out those its held-out text cannot hold)."""
+    context = int(task["context_length"])
+    given = task.get("eval_lengths")
+    lengths = [m * context for m in LM_EVAL_MULTIPLES] if given is None else [int(n) for n in given]
+    return sorted({context, *lengths})
+
+
+def check_lm_evaluation(task: Mapping[str, Any]) -> list[int]:
+    """A language model's evaluation settings against each other (no data read): every length at or past the
+    context, ``eval_tokens`` a whole number of every length, ``eval_stride`` at most the shortest length. Returns
+    the declared lengths (``lm_eval_lengths``)."""
+    context, given = int(task["context_length"]), task.get("eval_lengths")
+    example = f"[{context}, {2 * context}, {4 * context}]"
+    if given is not None and not list(given):
+        raise ConfigError(
+            f"task.eval_lengths=[] gives no evaluation length; allowed: null ({', '.join(map(str, LM_EVAL_MULTIPLES))}"
+            f" x task.context_length={context}) or lengths at or past {context}, e.g. task.eval_lengths={example}."
+        )
+    below = [int(n) for n in given or [] if int(n) < context]
+    if below:
+        raise ConfigError(
+            f"task.eval_lengths={[int(n) for n in given]} has lengths below task.context_length={context} "
+            f"({', '.join(map(str, below))}), and poslab measures a language model from its training context up; "
+            f"allowed: lengths at or past {context}, e.g. task.eval_lengths={example} (or a shorter "
+            f"task.context_length)."
+        )
+    lengths = lm_eval_lengths(task)
+    chunk = math.lcm(*lengths)
+    tokens = task.get("eval_tokens")
+    if tokens is not None and int(tokens) % chunk:
+        raise ConfigError(
+            f"task.eval_tokens={tokens} is not a multiple of {chunk}, the least common multiple of the evaluation "
+            f"lengths {lengths}, so some length could not score exactly the same tokens as the others; allowed: "
+            f"a multiple of {chunk}, e.g. task.eval_tokens={max(1, int(tokens) // chunk) * chunk}, or null."
+        )
+    stride = task.get("eval_stride")
+    if stride is not None and int(stride) > lengths[0]:
+        raise ConfigError(
+            f"task.eval_stride={stride} is longer than the shortest evaluation length {lengths[0]}: a sliding "
+            f"window moves by at most its length, or tokens between windows would go unscored; allowed: 1 to "
+            f"{lengths[0]}, or null (no sliding-window evaluation)."
+        )
+    return lengths

@@ -141,6 +141,7 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
         "parameters": module.model.num_parameters(),
         "train_seconds": round(train_seconds, 3),
         "figures": module.figures,
+        **module.evaluation_results(),  # a language model's loss by position
         # what ran where the config says null (length settings filled in), and what evaluation reads untrained
         "encoding_settings": module.model.encoding.resolved_settings,
         "untrained_at_test": untrained_at_test(module, datamodule),

@@ -24,7 +24,7 @@ from poslab.datamodules.corpora import (
     prepare_corpus,
     resolve_corpus,
 )
-from poslab.datamodules.language import LanguageModelDataModule, TrainingWindows, ValidationWindows
+from poslab.datamodules.language import EvaluationBatches, LanguageModelDataModule, TrainingWindows
 from poslab.datamodules.segmentation import segment
 from poslab.datamodules.synthetic import batch_generator
 from poslab.errors import ConfigError
@@ -90,6 +90,13 @@ def reference_groups(groups: list[PreparedGroup], arrays: dict) -> list[Prepared
     ]
 
 
+def old_evaluation_batch(groups: list[PreparedGroup], item: tuple) -> dict[str, torch.Tensor]:
+    """One batch of ``EvaluationBatches`` (its item: group, length, sliding, windows) cut row by row the old way."""
+    group, length, _, part = item
+    rows = [old_window(groups[group].splits["validation"], int(s), length + 1) for s in part.starts]
+    return {key: torch.stack([w[key] for w in rows]) for key in rows[0]}
+
+
 class OldSplit(SimpleNamespace):
     def __len__(self) -> int:
         return len(self.tokens)
@@ -138,13 +145,14 @@ def assert_same_as_old(dm: LanguageModelDataModule, arrays: dict, monkeypatch, n
             spans = [(int(old["documents"][a]), a, b) for a, b in zip(bounds[:-1], bounds[1:])]
             assert list(split.document_spans()) == spans
     new_train = [dm.train_windows.batch(i) for i in range(n_batches)]
-    new_val = [dm.validation[i] for i in range(len(dm.validation))]
+    evaluation = EvaluationBatches(dm.groups, dm.evaluation)
+    cut = ("tokens", "paragraph", "sentence")
+    new_val = [{key: evaluation[i][key] for key in cut} for i in range(len(evaluation))]
     reference = reference_groups(dm.groups, arrays)
     with monkeypatch.context() as m:
         m.setattr(language, "window", old_window)
         old_train = [old_batch(dm.train_windows, reference, i) for i in range(n_batches)]
-        validation = ValidationWindows(reference, dm.val_windows, dm.context_length)
-        old_val = [validation[i] for i in range(len(validation))]
+        old_val = [old_evaluation_batch(reference, item) for item in evaluation.items]
     for new, old in zip([*new_train, *new_val], [*old_train, *old_val]):
         assert new.keys() == old.keys() == {"tokens", "paragraph", "sentence"}
         for key in new:

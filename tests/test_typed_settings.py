@@ -114,7 +114,9 @@ def test_every_recipe_and_encoding_passes_train_pys_check():
     groups = config_groups()
     commands = [[f"experiment={e}", "trainer.accelerator=cpu"] for e in groups["experiment"]]  # GPU recipes too
     for encoding in groups["encoding"]:
-        table = ["encoding.max_positions=512"] if encoding == "learned" else []  # as long as the context
+        # tables as long as the longest evaluation length (16 x the context of 512)
+        table = {"learned": ["encoding.max_positions=8192"], "randomized_rope": ["encoding.max_position=8192"]}
+        table = table.get(encoding, [])
         commands.append([f"encoding={encoding}", "corpus=wikitext2", *table])
         commands.append([f"encoding={encoding}", "task=lag"])
     commands += [[f"corpus={c}"] for c in groups["corpus"] if c != "local"]

@@ -119,7 +119,8 @@ def results_problem(result: Any) -> str | None:
     run's), ``config`` an object. A successful run besides: ``task`` and ``label`` strings, ``seed`` an integer,
     ``figures`` not empty and ``steps``, ``parameters``, ``train_seconds`` numbers where present; a synthetic task's
     ``train_length`` and its figures by evaluation length (digits), each row of numbers with ``accuracy``, at least
-    one length at or past ``train_length``; a language model's ``val_loss`` and ``val_bpb``, and its ``groups``,
+    one length at or past ``train_length``; a language model's ``val_loss`` and ``val_bpb`` (and any figures by
+    evaluation length: numbers, ``bpb`` among them), and its ``groups``,
     ``sources`` and ``data_notes`` in the form a run writes them."""
     if not isinstance(result, dict):
         return f"holds {_kind(result)} ({_shown(result)}), not an object of a run's results"
@@ -270,6 +271,9 @@ def _language_model_problem(result: dict[str, Any]) -> str | None:
     )
     if problem is not None:
         return problem
+    for length, row in result["figures"].items():  # the figures by evaluation length (from the context up)
+        if length.isdigit() and not (_is_object(row) and all(_is_number(v) for v in row.values()) and "bpb" in row):
+            return _wrong(f"figures.{length}", row, "an object of finite numbers with bpb (the figures at that length)")
     for group, splits in (result.get("groups") or {}).items():
         if not _is_object(splits) or not _is_object(splits.get("validation")):
             return _wrong(f"groups.{group}", splits, "an object with the group's validation split")

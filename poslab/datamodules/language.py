@@ -1,11 +1,14 @@
-"""Language modelling on a prepared corpus: random training windows, fixed validation windows.
+"""Language modelling on a prepared corpus: random training windows; held-out evaluation from the context up.
 
 Training batch i is a pure function of (seed, i), like the synthetic tasks:
 each row picks a source group with probability proportional to its weight
 (``wiki_en_zh``: 1/2 English, 1/2 Chinese bytes, whatever the groups' sizes),
 then a uniformly random window of ``context_length + 1`` tokens in that
-group's training split. Validation windows are evenly spaced over each group's
-validation split, ``val_windows`` per group, the same for every run.
+group's training split. Evaluation (at every validation and after training)
+scores the same held-out tokens of every group's validation split at each of
+``task.eval_lengths`` (``poslab.datamodules.held_out``: the sample, the
+non-overlapping and sliding windows, and how they cross document boundaries),
+the same for every run.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ from poslab.datamodules.corpora import (
     describe,
     prepare_corpus,
 )
+from poslab.datamodules.held_out import EvaluationPlan, Layout, describe_sample, plan_evaluation
 from poslab.datamodules.synthetic import assign_rank, batch_generator
 from poslab.datamodules.tokenization import check_tokenizer
 from poslab.errors import ConfigError
+from poslab.settings import check_lm_evaluation
 
 log = logging.getLogger("poslab")
 
@@ -106,26 +111,37 @@ class TrainingWindows(IterableDataset):
             index += 1
 
 
-class ValidationWindows(Dataset):
-    def __init__(self, groups: list[PreparedGroup], per_group: int, context_length: int) -> None:
-        self.items: list[tuple[int, int]] = []  # (group, start)
-        self.groups, self.length = groups, context_length + 1
-        for g, group in enumerate(groups):
-            n = len(group.splits["validation"])
-            if n < self.length:
-                raise ConfigError(
-                    f"group {group.name!r} has only {n} validation tokens, fewer than one window of {self.length}; "
-                    f"lower task.context_length or raise corpus.validation_fraction."
-                )
-            starts = np.linspace(0, n - self.length, num=min(per_group, n - self.length + 1)).astype(int)
-            self.items += [(g, int(s)) for s in starts]
+class EvaluationBatches(Dataset):
+    """The evaluation's batches, each item a whole batch (``DataLoader(batch_size=None)``) of windows of one length
+    from one group: ``tokens`` ``[R, L + 1]``, their ``paragraph`` / ``sentence`` indices, ``group`` (its index),
+    ``sliding`` and ``scored_from`` ``[R]`` (the first of each window's ``L`` predictions that is scored).
+    The non-overlapping windows of every length, then (``sliding``) the sliding ones."""
+
+    def __init__(self, groups: list[PreparedGroup], plan: EvaluationPlan, sliding: bool = False) -> None:
+        self.groups = groups
+        self.items: list[tuple[int, int, bool, Layout]] = []  # (group, length, sliding, one batch's windows)
+        for g in range(len(groups)):
+            for length in plan.lengths:
+                layouts = [(False, plan.non_overlapping(length))]
+                if sliding and plan.stride is not None:
+                    layouts.append((True, plan.sliding(length)))
+                rows = plan.rows(length)
+                for is_sliding, layout in layouts:
+                    for i in range(0, len(layout.starts), rows):
+                        part = Layout(layout.starts[i : i + rows], layout.scored_from[i : i + rows])
+                        self.items.append((g, length, is_sliding, part))
 
     def __len__(self) -> int:
         return len(self.items)
 
     def __getitem__(self, i: int) -> dict[str, Tensor]:
-        g, start = self.items[i]
-        return window(self.groups[g].splits["validation"], start, self.length)
+        g, length, is_sliding, part = self.items[i]
+        return {
+            **windows(self.groups[g].splits["validation"], part.starts, length + 1),
+            "group": torch.tensor(g),
+            "sliding": torch.tensor(is_sliding),
+            "scored_from": torch.from_numpy(part.scored_from),
+        }
 
 
 class RankShard(Sampler[int]):
@@ -154,6 +170,9 @@ class LanguageModelDataModule(L.LightningDataModule):
         val_windows: int = 64,
         eval_batch_size: int = 32,
         val_every_n_steps: int = 500,
+        eval_lengths: list[int] | None = None,
+        eval_tokens: int | None = None,
+        eval_stride: int | None = None,
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -163,15 +182,25 @@ class LanguageModelDataModule(L.LightningDataModule):
         self.context_length, self.batch_size = int(context_length), int(batch_size)
         self.val_windows, self.eval_batch_size, self.seed = int(val_windows), int(eval_batch_size), seed
         self.val_every_n_steps = int(val_every_n_steps)
+        self.evaluation_settings = {
+            "context_length": self.context_length,
+            "eval_lengths": None if eval_lengths is None else [int(n) for n in eval_lengths],
+            "eval_tokens": None if eval_tokens is None else int(eval_tokens),
+            "eval_stride": None if eval_stride is None else int(eval_stride),
+            "val_windows": self.val_windows,
+        }
+        self.declared_lengths = check_lm_evaluation(self.evaluation_settings)  # before any data is read
         check_tokenizer(self.corpus)  # a bad tokenizer setting stops here, before any data is read
         check_local_corpus(self.corpus)  # corpus=local: a path matching nothing stops here too
         self.groups: list[PreparedGroup] = []
         self.train_windows: TrainingWindows | None = None
-        self.validation: ValidationWindows | None = None
+        self.evaluation: EvaluationPlan | None = None
 
     @property
     def max_length(self) -> int:
-        return self.context_length
+        """The longest evaluation length declared (the model is built for it before any data is read; the data may
+        leave out the default's longest, ``evaluation.left_out``)."""
+        return self.declared_lengths[-1]
 
     @property
     def train_length(self) -> int:
@@ -179,6 +208,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         return self.context_length
 
     def describe(self) -> dict[str, Any]:
+        documents = {g.name: g.splits["validation"].documents for g in self.groups}
         return {
             "corpus": self.corpus["name"],
             "context_length": self.context_length,
@@ -188,8 +218,22 @@ class LanguageModelDataModule(L.LightningDataModule):
             # what each group was read from: file count and bytes (python_code: and the Python version)
             "sources": {g.name: g.meta.get("source_files") for g in self.groups},
             # what a reader of the figures must know about the data (e.g. trained on a test split): one line each
-            "data_notes": data_notes(self.corpus["name"], self.groups),
+            "data_notes": [*data_notes(self.corpus["name"], self.groups), *self.evaluation_notes()],
+            # the held-out sample each length scores (poslab.datamodules.held_out)
+            "evaluation": describe_sample(self.evaluation, documents) if self.evaluation is not None else None,
         }
+
+    def evaluation_notes(self) -> list[str]:
+        """One line when the held-out text was too short for some of the default evaluation lengths."""
+        plan = self.evaluation
+        if plan is None or not plan.left_out:
+            return []
+        shortest = min(len(g.splits["validation"]) for g in self.groups)
+        return [
+            f"evaluated at lengths {', '.join(map(str, plan.lengths))} only: the default's "
+            f"{', '.join(map(str, plan.left_out))} need more held-out tokens than the shortest validation split "
+            f"holds ({shortest}); raise corpus.validation_fraction or give task.eval_lengths."
+        ]
 
     @property
     def vocab_size(self) -> int:
@@ -203,17 +247,27 @@ class LanguageModelDataModule(L.LightningDataModule):
     def num_classes(self) -> int:
         return self.vocab_size
 
-    @property
-    def bytes_per_token(self) -> float:
-        """UTF-8 bytes per token over the validation splits (1 for bytes): converts loss per token to bits per byte."""
-        if self.corpus.get("tokenizer", "bytes") == "bytes":
-            return 1.0
+    def group_bytes_per_token(self) -> dict[str, float]:
+        """UTF-8 bytes per token of each group's validation split, in the groups' order (1 for bytes, where the
+        separator counts as one byte; known without the data, as the byte vocabulary is): converts a loss per
+        token to bits per byte."""
+        if self.corpus.get("tokenizer", "bytes") == "bytes" and not self.groups:
+            return {str(name): 1.0 for name in self.corpus["groups"]}  # prepare_corpus keeps this order
         self.setup()
-        tokens = sum(g.meta["splits"]["validation"]["tokens"] for g in self.groups)
-        return sum(g.meta["splits"]["validation"]["bytes"] for g in self.groups) / max(1, tokens)
+        if self.corpus.get("tokenizer", "bytes") == "bytes":
+            return {g.name: 1.0 for g in self.groups}
+        split = {g.name: g.meta["splits"]["validation"] for g in self.groups}
+        return {name: s["bytes"] / max(1, s["tokens"]) for name, s in split.items()}
 
     def module_arguments(self) -> dict[str, Any]:
-        return {"bytes_per_token": self.bytes_per_token}
+        """What the module evaluates: the declared lengths (a length the held-out text cannot hold is left out when
+        the data is read, and the module reports only what it scored), each group's bytes per token, sliding."""
+        return {
+            "train_length": self.context_length,
+            "eval_lengths": self.declared_lengths,
+            "groups": self.group_bytes_per_token(),
+            "sliding": self.evaluation_settings["eval_stride"] is not None,
+        }
 
     @property
     def paragraph_density(self) -> float:
@@ -224,7 +278,7 @@ class LanguageModelDataModule(L.LightningDataModule):
 
     def trainer_arguments(self) -> dict[str, Any]:
         # training windows are endless: validate by steps, not by epochs
-        # and each rank's validation windows come from RankShard, not from a DistributedSampler
+        # and each rank's evaluation batches come from RankShard, not from a DistributedSampler
         return {
             "val_check_interval": self.val_every_n_steps,
             "check_val_every_n_epoch": None,
@@ -236,24 +290,35 @@ class LanguageModelDataModule(L.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:  # idempotent: also called for corpus statistics
         if not self.groups:
-            self.groups = prepare_corpus(self.corpus, self.data_dir, self.cache_dir)
-            log.info("corpus %s: %s", self.corpus["name"], describe(self.groups))
-            for note in data_notes(self.corpus["name"], self.groups):
+            groups = prepare_corpus(self.corpus, self.data_dir, self.cache_dir)
+            log.info("corpus %s: %s", self.corpus["name"], describe(groups))
+            for note in data_notes(self.corpus["name"], groups):
                 log.warning("note: %s", note)
-            self.train_windows = TrainingWindows(self.groups, self.batch_size, self.context_length, self.seed)
-            self.validation = ValidationWindows(self.groups, self.val_windows, self.context_length)
+            self.train_windows = TrainingWindows(groups, self.batch_size, self.context_length, self.seed)
+            streams = {g.name: len(g.splits["validation"]) for g in groups}
+            budget = self.eval_batch_size * self.context_length  # a batch at any length: as many tokens as at 1x
+            self.evaluation = plan_evaluation(streams, self.evaluation_settings, budget)
+            self.groups = groups  # last: a refusal above leaves the datamodule unset, and a second setup refuses too
+            for note in self.evaluation_notes():
+                log.warning("note: %s", note)
+            log.info("evaluation: %d tokens per group at lengths %s", self.evaluation.span, self.evaluation.lengths)
         assign_rank(self.train_windows, self.trainer, self.batch_size)
 
     def train_dataloader(self) -> DataLoader:
         self.train_windows.start = self.trainer.global_step if self.trainer is not None else 0
         return DataLoader(self.train_windows, batch_size=None)
 
-    def val_dataloader(self) -> DataLoader:
-        # each DDP rank evaluates its own windows, none twice (Lightning's DistributedSampler would pad the last
-        # rank with repeated windows); the losses are reduced weighted by tokens, as one process computes them
+    def evaluation_dataloader(self, sliding: bool) -> DataLoader:
+        # each DDP rank evaluates its own batches, none twice (Lightning's DistributedSampler would pad the last
+        # rank with repeated ones); the losses are summed over ranks, as one process computes them
         rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
-        shard = RankShard(len(self.validation), rank, world)
-        return DataLoader(self.validation, batch_size=self.eval_batch_size, sampler=shard)
+        batches = EvaluationBatches(self.groups, self.evaluation, sliding)
+        return DataLoader(batches, batch_size=None, sampler=RankShard(len(batches), rank, world))
+
+    def val_dataloader(self) -> DataLoader:
+        """Every length's non-overlapping windows (the plain model's loss, at every validation)."""
+        return self.evaluation_dataloader(sliding=False)
 
     def test_dataloader(self) -> DataLoader:
-        return self.val_dataloader()
+        """Every length's non-overlapping windows, then the sliding ones (``task.eval_stride``)."""
+        return self.evaluation_dataloader(sliding=True)

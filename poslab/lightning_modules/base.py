@@ -141,6 +141,10 @@ class TransformerModule(L.LightningModule):
             set_rng_states(self._rng_states_to_restore)
             self._rng_states_to_restore = None
 
+    def evaluation_results(self) -> dict[str, Any]:
+        """What the evaluation reports beside ``figures``, as results.json's top-level keys (none by default)."""
+        return {}
+
     def forward(self, tokens: Tensor, **kwargs: Any):
         return self.model(tokens, **kwargs)
 

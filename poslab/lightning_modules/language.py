@@ -1,49 +1,261 @@
-"""Next-symbol prediction on a corpus: loss, and bits per byte on validation."""
+"""Next-symbol prediction on a corpus: the training loss, and the held-out loss at lengths from the context up.
+
+The held-out sample, its windows and how they cross document boundaries are ``poslab.datamodules.held_out``'s:
+the same tokens of every source group's validation split are scored at every evaluation length
+(``task.eval_lengths``; windows cross document boundaries, as training windows do, and the separator is scored
+as one byte). ``results.json``'s ``figures`` keep ``val_loss`` and ``val_bpb`` (the figures at the context, 1x)
+and ``step``, and key every figure by evaluation length L, as the synthetic tasks do:
+
+- ``loss`` (nats per token) and ``bpb`` (bits per byte: the loss / ln 2 / the group's bytes per token) over
+  non-overlapping windows of L + 1 tokens, every group's tokens together (token-weighted);
+- ``loss_sliding`` / ``bpb_sliding`` with ``task.eval_stride``: sliding windows, each scored token with at least
+  L - stride tokens of context;
+- past the context, on the same weights and windows: ``loss_log_scaled`` / ``bpb_log_scaled`` (every attention
+  score times log(L) / log(context), Chiang & Cholak 2022) and ``loss_<variant>`` / ``bpb_<variant>`` for each of
+  the encoding's ``test_time_variants()`` (RoPE's rules, factor L / context);
+- with two or more source groups, each figure again per group: ``loss[en]``, ``bpb_sliding[zh]``, ...;
+- ``loss_draw_sd`` for an encoding that draws positions in evaluation (``evaluation_draws() > 1``): every figure
+  is the mean over its draws, this the spread of the plain loss over them.
+
+Every validation measures the plain model's non-overlapping figures at every length (the same numbers as the
+test's ``loss`` and ``bpb``); the test after training adds the sliding windows and the test-time ways. Beside the
+figures, results.json's ``loss_by_position`` holds the mean loss at each position of the non-overlapping windows,
+log-binned (``held_out.position_bins``), with each bin's token count, per length (and per group).
+"""
 
 from __future__ import annotations
 
 import math
+from statistics import stdev
 from typing import Any
 
+import numpy as np
+import torch
 import torch.nn.functional as F
-from torch import Tensor
-from torchmetrics import MeanMetric
+from torch import Tensor, nn
+from torchmetrics import Metric
 
+from poslab.datamodules.held_out import BINS_PER_OCTAVE, position_bins
 from poslab.lightning_modules.base import TransformerModule
 from poslab.model import ModelConfig
+
+PLAIN, SLIDING, LOG_SCALED = "plain", "sliding", "log_scaled"
+
+
+class LengthTotals(Metric):
+    """Sums at one evaluation length, over batches and DDP ranks: each way's loss and scored tokens per group,
+    the plain model's per draw (its spread over draws) and at each position per group (loss by position)."""
+
+    full_state_update = False
+
+    def __init__(self, ways: int, groups: int, draws: int, length: int) -> None:
+        super().__init__()
+        shapes = {
+            "loss": (ways, groups),
+            "tokens": (ways, groups),
+            "draw_loss": (draws, groups),
+            "draw_tokens": (draws, groups),
+            "position_loss": (groups, length),
+            "position_tokens": (groups, length),
+        }
+        self.shapes = shapes
+        for name, shape in shapes.items():  # fp64: sums over many thousand tokens, compared to 1e-6 in tests
+            self.add_state(name, default=torch.zeros(shape, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, way: int, group: int, draw: int, losses: Tensor, scored: Tensor) -> None:
+        """``losses`` ``[R, L]`` of one batch, ``scored`` ``[R, L]`` the predictions it scores; way 0 is the plain
+        model on non-overlapping windows, the one whose draws and positions are kept."""
+        masked = losses.double() * scored
+        self.loss[way, group] += masked.sum()
+        self.tokens[way, group] += scored.sum()
+        if way == 0:
+            self.draw_loss[draw, group] += masked.sum()
+            self.draw_tokens[draw, group] += scored.sum()
+            self.position_loss[group] += masked.sum(0)
+            self.position_tokens[group] += scored.sum(0)
+
+    def compute(self) -> dict[str, Tensor]:
+        return {name: getattr(self, name) for name in self.shapes}
+
+    def sums(self) -> dict[str, Tensor]:
+        """``compute()`` (summed over DDP ranks) on the CPU, each sum in its shape (torchmetrics squeezes a result
+        of one element to a scalar)."""
+        return {name: value.reshape(self.shapes[name]).cpu() for name, value in self.compute().items()}
 
 
 class LanguageModelModule(TransformerModule):
     """With the byte tokenizer every symbol is one byte (the document separator counts as one), so bits per
-    byte is the validation loss in nats divided by ln 2; with bpe it is further divided by the validation
-    split's bytes per token (the datamodule's ``bytes_per_token``)."""
+    byte is the loss in nats divided by ln 2; with bpe it is further divided by the group's validation split's
+    bytes per token (the datamodule's ``group_bytes_per_token``)."""
 
     def __init__(
-        self, model: ModelConfig, optimizer: dict[str, Any], max_length: int, bytes_per_token: float = 1.0
+        self,
+        model: ModelConfig,
+        optimizer: dict[str, Any],
+        max_length: int,
+        train_length: int | None = None,
+        eval_lengths: list[int] | None = None,
+        groups: dict[str, float] | None = None,
+        sliding: bool = False,
     ) -> None:
+        """``groups``: each source group's bytes per token, in the datamodule's order (its batches' ``group``)."""
         super().__init__(model, optimizer, max_length)
-        self.bytes_per_token = float(bytes_per_token)
-        self.val_loss = MeanMetric()
-        self.figures: dict[str, float] = {}
+        self.train_length = int(train_length or max_length)
+        self.eval_lengths = sorted({self.train_length, *(int(n) for n in eval_lengths or [])})
+        groups = dict(groups or {"main": 1.0})
+        self.group_names, self.sliding = list(groups), bool(sliding)
+        self.bytes_per_token = torch.tensor(list(groups.values()), dtype=torch.float64)
+        self.variants = self.model.encoding.test_time_variants()
+        self.draws = self.model.encoding.evaluation_draws()
+        self.totals = nn.ModuleDict(
+            {str(n): LengthTotals(len(self.ways(n)), len(groups), self.draws, n) for n in self.eval_lengths}
+        )
+        self.figures: dict[str, Any] = {}
+        self.loss_by_position: dict[str, Any] = {}
+
+    def ways(self, length: int) -> list[str]:
+        """The ways of evaluating at ``length``: the plain model (non-overlapping, then sliding windows), and past
+        the context log-length scaling and each test-time variant."""
+        ways = [PLAIN, *([SLIDING] if self.sliding else [])]
+        return ways + ([LOG_SCALED, *self.variants] if length > self.train_length else [])
+
+    def coordinates(self, batch: dict[str, Tensor]) -> dict[str, Tensor] | None:
+        """The paragraph and sentence indices of the inputs (all but each window's last token), where the
+        encoding reads them."""
+        needed = self.model.encoding.required_coordinates
+        return {name: batch[name][:, :-1] for name in needed} if needed else None
 
     def loss(self, batch: dict[str, Tensor]) -> Tensor:
         """Windows of context + 1 tokens: predict each of the last context tokens from those before it."""
         tokens = batch["tokens"]
-        needed = self.model.encoding.required_coordinates
-        coordinates = {name: batch[name][:, :-1] for name in needed} if needed else None
-        logits = self.model(tokens[:, :-1], self.with_row_seeds(coordinates, len(tokens))).logits
+        logits = self.model(tokens[:, :-1], self.with_row_seeds(self.coordinates(batch), len(tokens))).logits
         return F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
 
+    def token_losses(self, batch: dict[str, Tensor], way: str) -> Tensor:
+        """``[R, L]``: the loss of each prediction of a batch of windows, the model evaluated in ``way``."""
+        tokens = batch["tokens"]
+        inputs, targets, coordinates = tokens[:, :-1], tokens[:, 1:], self.coordinates(batch)
+        if way in (PLAIN, SLIDING):
+            logits = self.model(inputs, coordinates).logits
+        elif way == LOG_SCALED:
+            scale = math.log(inputs.shape[1]) / math.log(self.train_length)
+            logits = self.model(inputs, coordinates, score_scale=scale).logits
+        else:
+            with self.model.encoding.evaluated_as(way):
+                logits = self.model(inputs, coordinates).logits
+        losses = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none")
+        return losses.view_as(targets)
+
+    def batch_ways(self, length: int, sliding: bool) -> list[str]:
+        """What one evaluation batch is scored in: sliding windows by the plain model; non-overlapping ones by
+        the plain model at a validation, in every way at the test (or outside a Trainer)."""
+        if sliding:
+            return [SLIDING]
+        testing = self._trainer is None or self.trainer.testing
+        return [way for way in self.ways(length) if way != SLIDING] if testing else [PLAIN]
+
+    def evaluation_step(self, batch: dict[str, Tensor]) -> None:
+        length = batch["tokens"].shape[1] - 1
+        group, sliding = int(batch["group"]), bool(batch["sliding"])
+        positions = torch.arange(length, device=batch["tokens"].device)
+        scored = (positions[None, :] >= batch["scored_from"][:, None]).double()
+        totals, ways = self.totals[str(length)], self.ways(length)
+        for draw in range(self.draws):
+            with self.model.encoding.evaluation_draw(draw):
+                for way in self.batch_ways(length, sliding):
+                    totals.update(ways.index(way), group, draw, self.token_losses(batch, way), scored)
+
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self.val_loss.update(self.loss(batch), weight=batch["tokens"][:, 1:].numel())
+        self.evaluation_step(batch)
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self.evaluation_step(batch)
 
     def on_validation_epoch_end(self) -> None:
-        loss = float(self.val_loss.compute())
-        self.val_loss.reset()
-        bpb = loss / math.log(2) / self.bytes_per_token
-        self.figures = {"val_loss": loss, "val_bpb": bpb, "step": int(self.global_step)}
-        self.log("val/loss", loss, prog_bar=True, sync_dist=False)
-        self.log("val/bpb", bpb, sync_dist=False)
+        self.report()
+        self.log("val/loss", self.figures["val_loss"], prog_bar=True, sync_dist=False)
+        self.log("val/bpb", self.figures["val_bpb"], sync_dist=False)
+        for length in self.loss_by_position["lengths"]:
+            for key in ("loss", "bpb"):
+                self.log(f"val/L{length}/{key}", self.figures[length][key], sync_dist=False)
 
-    test_step = validation_step
-    on_test_epoch_end = on_validation_epoch_end
+    def on_test_epoch_end(self) -> None:
+        self.report()
+        for length in self.loss_by_position["lengths"]:
+            for key, value in self.figures[length].items():
+                self.log(f"eval/L{length}/{key}", value, sync_dist=False)
+
+    def report(self) -> None:
+        """``figures`` and ``loss_by_position`` from the sums of the evaluation that just ended (then reset), for
+        every length it scored (not those the held-out text could not hold: the datamodule's ``left_out``)."""
+        figures: dict[str, Any] = {}
+        curves: dict[str, dict[str, Any]] = {}
+        for length in self.eval_lengths:
+            sums = self.totals[str(length)].sums()
+            self.totals[str(length)].reset()
+            if float(sums["tokens"][0].sum()) == 0:
+                continue
+            figures[str(length)] = self.length_row(length, sums)
+            curves[str(length)] = self.position_curves(length, sums)
+        at_context = figures[str(self.train_length)]
+        self.figures = {"val_loss": at_context["loss"], "val_bpb": at_context["bpb"], "step": int(self.global_step)}
+        self.figures.update(figures)
+        self.loss_by_position = {
+            "train_length": self.train_length,
+            "bins_per_octave": BINS_PER_OCTAVE,
+            "lengths": {length: curve["all"] for length, curve in curves.items()},
+        }
+        if len(self.group_names) > 1:
+            self.loss_by_position["groups"] = {
+                name: {length: curve[name] for length, curve in curves.items()} for name in self.group_names
+            }
+
+    def length_row(self, length: int, sums: dict[str, Tensor]) -> dict[str, float]:
+        """One length's figures: each way this evaluation scored (tokens counted), then the spread over draws."""
+        row: dict[str, float] = {}
+        for w, way in enumerate(self.ways(length)):
+            if float(sums["tokens"][w].sum()) == 0:  # not scored in this evaluation (a validation: plain only)
+                continue
+            row.update(self.loss_and_bpb(sums["loss"][w], sums["tokens"][w], "" if way == PLAIN else f"_{way}"))
+        if self.draws > 1:
+            per_draw = sums["draw_loss"].sum(1) / sums["draw_tokens"].sum(1)
+            row["loss_draw_sd"] = stdev(per_draw.tolist())
+        return row
+
+    def loss_and_bpb(self, loss: Tensor, tokens: Tensor, suffix: str) -> dict[str, float]:
+        """``loss<suffix>`` and ``bpb<suffix>`` from per-group sums, all groups token-weighted, then per group."""
+        scored_bytes = tokens * self.bytes_per_token
+        row = {
+            f"loss{suffix}": float(loss.sum() / tokens.sum()),
+            f"bpb{suffix}": float(loss.sum() / math.log(2) / scored_bytes.sum()),
+        }
+        if len(self.group_names) > 1:
+            for g, name in enumerate(self.group_names):
+                row[f"loss{suffix}[{name}]"] = float(loss[g] / tokens[g])
+                row[f"bpb{suffix}[{name}]"] = float(loss[g] / math.log(2) / scored_bytes[g])
+        return row
+
+    def position_curves(self, length: int, sums: dict[str, Tensor]) -> dict[str, dict[str, list]]:
+        """The loss-by-position curve at ``length``, of all groups (``all``) and of each: per log-spaced bin its
+        positions ``start`` .. ``stop - 1``, scored ``tokens`` and mean ``loss`` (the plain model, non-overlapping
+        windows, the mean over draws; the token counts are one draw's)."""
+        edges = position_bins(length)
+        loss, tokens = sums["position_loss"].numpy(), sums["position_tokens"].numpy() / self.draws
+
+        def curve(loss_at: np.ndarray, tokens_at: np.ndarray) -> dict[str, list]:
+            binned_loss, binned_tokens = np.add.reduceat(loss_at, edges[:-1]), np.add.reduceat(tokens_at, edges[:-1])
+            return {
+                "start": edges[:-1].tolist(),
+                "stop": edges[1:].tolist(),
+                "tokens": [int(round(t)) for t in binned_tokens],
+                "loss": (binned_loss / self.draws / np.maximum(binned_tokens, 1)).tolist(),
+            }
+
+        curves = {"all": curve(loss.sum(0), tokens.sum(0))}
+        if len(self.group_names) > 1:
+            curves.update({name: curve(loss[g], tokens[g]) for g, name in enumerate(self.group_names)})
+        return curves
+
+    def evaluation_results(self) -> dict[str, Any]:
+        """What results.json holds beside ``figures``: the loss-by-position curves."""
+        return {"loss_by_position": self.loss_by_position}
