@@ -152,9 +152,10 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
         if cfg.get("save_model", True) and status == "success":  # a diverged model (NaN weights) is not kept
             save_model(output_dir / MODEL_FILE, module.model, results["config"])
         write_json_atomic(output_dir / RESULTS_FILE, results)
-        log.info("%s %s seed %s: %s", cfg.task.name, label, cfg.seed, format_figures(module.figures))
-        for note in results.get("data_notes", []):
-            log.warning("note: %s", note)  # again beside the figures it qualifies
+        # a data note was logged once, at start (a warning prints once per job); the figures point back at it
+        notes = len(results.get("data_notes") or [])
+        pointer = f" (data note{'s' if notes > 1 else ''} above, and in results.json's data_notes)" if notes else ""
+        log.info("%s %s seed %s: %s%s", cfg.task.name, label, cfg.seed, format_figures(module.figures), pointer)
         log.info("results: %s (run directory %s)", output_dir / RESULTS_FILE, output_dir)
     if diverged is not None:
         raise diverged

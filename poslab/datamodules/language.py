@@ -114,8 +114,9 @@ class ValidationWindows(Dataset):
             n = len(group.splits["validation"])
             if n < self.length:
                 raise ConfigError(
-                    f"group {group.name!r} has only {n} validation tokens, fewer than one window of {self.length}; "
-                    f"lower task.context_length or raise corpus.validation_fraction."
+                    f"group {group.name!r}: the validation split has {n} tokens, fewer than one validation window of "
+                    f"{self.length} (task.context_length={context_length} + 1); lower task.context_length, raise "
+                    f"corpus.validation_fraction or give the corpus more data."
                 )
             starts = np.linspace(0, n - self.length, num=min(per_group, n - self.length + 1)).astype(int)
             self.items += [(g, int(s)) for s in starts]
@@ -232,17 +233,25 @@ class LanguageModelDataModule(L.LightningDataModule):
         }
 
     def prepare_data(self) -> None:
-        prepare_corpus(self.corpus, self.data_dir, self.cache_dir)  # once per node; ranks then map the cache
+        self.prepare()  # on one process per node (Lightning); the other ranks map the cache in setup
 
     def setup(self, stage: str | None = None) -> None:  # idempotent: also called for corpus statistics
+        self.prepare()
+        if self.train_windows is None or self.validation is None:
+            self.train_windows = TrainingWindows(self.groups, self.batch_size, self.context_length, self.seed)
+            self.validation = ValidationWindows(self.groups, self.val_windows, self.context_length)
+        assign_rank(self.train_windows, self.trainer, self.batch_size)
+
+    def prepare(self) -> list[PreparedGroup]:
+        """The corpus prepared (or its cache mapped) once per datamodule, by whichever hook asks first: Lightning
+        calls ``prepare_data`` at every entry (fit, then test) and ``setup`` after it, and each call of
+        ``prepare_corpus`` logs the split and the data's warnings again (three times a job, before)."""
         if not self.groups:
             self.groups = prepare_corpus(self.corpus, self.data_dir, self.cache_dir)
             log.info("corpus %s: %s", self.corpus["name"], describe(self.groups))
             for note in data_notes(self.corpus["name"], self.groups):
                 log.warning("note: %s", note)
-            self.train_windows = TrainingWindows(self.groups, self.batch_size, self.context_length, self.seed)
-            self.validation = ValidationWindows(self.groups, self.val_windows, self.context_length)
-        assign_rank(self.train_windows, self.trainer, self.batch_size)
+        return self.groups
 
     def train_dataloader(self) -> DataLoader:
         self.train_windows.start = self.trainer.global_step if self.trainer is not None else 0
