@@ -22,12 +22,7 @@ from poslab.analysis.corpus_statistics import QUANTITIES, compare_to_ustar, plot
 from poslab.analysis.extrapolation import parse_lines, plot_grid
 from poslab.analysis.hrope import RunAnalysis
 from poslab.analysis.hrope_report import plot_wells
-from poslab.analysis.increments_report import (
-    DEFAULT_SENTENCES,
-    positions_axis_label,
-    positions_learned,
-    positions_title,
-)
+from poslab.analysis.increments_report import DEFAULT_SENTENCES, positions_learned, positions_title
 from poslab.analysis.zoo import ZooRun, baselines, task_rows
 from poslab.analysis.zoo_render import plot_accuracy, plot_heatmap
 from poslab.fonts import CJK_FAMILY, bundled_font_file, cjk_font, find_cjk_font, has_glyph
@@ -44,7 +39,7 @@ def positions_picture(text: str) -> Any:
     deltas = np.where(inc.byte_categories(tokens) == "zh_lead", 2.0, 0.8)
     positions = inc.positions_from_deltas(np.stack([deltas, 1.7 * deltas, np.linspace(0.5, 1.5, len(tokens))]))
     title = positions_title("increments_layer", learned=True, unit_steps=False, steps="50 of 2000")
-    return inc.positions_figure(text, tokens, positions, title=title, position_label=positions_axis_label(True, False))
+    return inc.positions_figure(text, tokens, positions, title=title)
 
 
 def rope_positions_picture(text: str) -> Any:
@@ -52,8 +47,7 @@ def rope_positions_picture(text: str) -> Any:
     tokens = list(text.encode("utf-8"))
     positions = inc.positions_from_deltas(np.ones((1, len(tokens))))
     title = positions_title("rope", learned=False, unit_steps=True, steps="50 of 2000")
-    label = positions_axis_label(learned=False, unit_steps=True)
-    return inc.positions_figure(text, tokens, positions, title=title, layer_names=["shared"], position_label=label)
+    return inc.positions_figure(text, tokens, positions, title=title, layer_names=["shared"])
 
 
 def run_analysis(summary: dict[str, Any]) -> RunAnalysis:
@@ -447,16 +441,3 @@ def test_the_increments_picture_of_plain_rope_is_not_titled_learned_positions():
     assert "learned positions" not in title and "not learned" in title and "δ = 1" in title, title
     title = positions_title("increments_layer", learned=True, unit_steps=False, steps="50 of 2000")
     assert title.startswith("increments_layer: positions learned") and "50 of 2000" in title, title
-
-
-def test_the_increments_picture_of_plain_rope_labels_its_axis_with_the_token_index():
-    """RoPE's positions are the token index (counted): its picture's x axis says so; only an encoding that learns its
-    positions (increments) has an axis of learned positions."""
-    rope = rope_positions_picture(ENGLISH)
-    label = rope.axes[-1].get_xlabel()
-    assert "token index" in label and "learned" not in label, label
-    learned = positions_picture(ENGLISH)
-    assert learned.axes[-1].get_xlabel().startswith("learned position"), learned.axes[-1].get_xlabel()
-    assert not positions_axis_label(learned=False, unit_steps=False).startswith("learned position")
-    plt.close(rope)
-    plt.close(learned)
