@@ -302,14 +302,19 @@ def check_command_line(argv: list[str], sources: bool = False) -> None:
 
 
 def concurrent_jobs(overrides: list[str], jobs: int, multirun: bool) -> int:
-    """How many of the command's jobs run at once on this machine (they share its memory): the local launcher's
-    ``n_jobs`` (``hydra/launcher=local_parallel``: ``POSLAB_JOBS``, else one per GPU, else 2), at most the jobs
-    there are; 1 for a single run, Hydra's one-by-one launcher, or a cluster's."""
+    """How many of the command's jobs run at once on this machine (they share its memory): the local launchers'
+    (``hydra/launcher=local_parallel``'s ``n_jobs``, ``submitit_local``: ``POSLAB_JOBS``, else one per GPU, else 2),
+    at most the jobs there are; 1 for a single run, Hydra's one-by-one launcher, or a cluster's."""
     if not multirun or jobs < 2:
         return 1
     fixed = [o.input_line for o in parse(overrides) if not o.is_sweep_override()]
     base = compose_explained(fixed, hydra_node=True)
-    if "joblib" not in str(OmegaConf.select(base, "hydra.launcher._target_", default="")).lower():
+    launcher = str(OmegaConf.select(base, "hydra.launcher._target_", default="")).lower()
+    if "submitit_local" in launcher:  # poslab's local submitit launcher keeps POSLAB_JOBS running, as joblib's
+        from poslab.launching import parallel_jobs
+
+        return min(parallel_jobs(base.trainer.get("devices", 1)), jobs)
+    if "joblib" not in launcher:
         return 1
     n_jobs = OmegaConf.select(base, "hydra.launcher.n_jobs", default=1)
     return jobs if int(n_jobs) < 1 else min(int(n_jobs), jobs)  # joblib's -1: as many as there are
