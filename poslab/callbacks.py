@@ -1,19 +1,24 @@
 """Callbacks: throughput (tokens/s) and model FLOPs utilisation, computed explicitly; the run's config in its
-checkpoints."""
+checkpoints; a checkpoint at Ctrl-C."""
 
 from __future__ import annotations
 
+import signal
 import statistics
 import sys
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
+from lightning.pytorch.trainer.states import TrainerFn
 
 from poslab.checkpoint import CONFIG_KEY
+from poslab.errors import RunInterrupted
 
 # Dense bf16 peak FLOP/s of devices we know (no sparsity). MFU needs one; set ``peak_flops`` otherwise.
 PEAK_FLOPS = {
@@ -155,3 +160,74 @@ class StepProgressBar(TQDMProgressBar):
 
     def init_test_tqdm(self) -> Tqdm:
         return Tqdm(disable=True)
+
+
+class SaveOnInterrupt(L.Callback):
+    """Ctrl-C (SIGINT) during training: the step in progress ends, ``last.ckpt`` is saved at it (atomically, through
+    the Trainer's ``AtomicCheckpointIO``, where the checkpoint callback writes it) and the run stops;
+    ``poslab.training`` then says how to resume and exits with status 130 (``docs/resume.md``).
+
+    Lightning's own handling is kept: SIGINT raises KeyboardInterrupt, Lightning ignores further SIGINTs, calls each
+    callback's ``on_exception`` (this one saves there, so a second Ctrl-C cannot interrupt the write) and exits.
+    What it cannot choose is where the KeyboardInterrupt lands: between the optimizer step and the schedule's step,
+    a checkpoint would hold no step's state, and its resume would not be exact. So while a step runs the first SIGINT
+    is held and raised when the step ends; a second one stops at once, and then nothing is saved (the last periodic
+    checkpoint is what a resume continues from). Checkpoints off (no ``ModelCheckpoint``): nothing is saved.
+    ``interruption`` holds what happened, for ``poslab.training``."""
+
+    def __init__(self) -> None:
+        self.in_step = False  # between on_train_batch_start and on_train_batch_end: the state is not a step's
+        self.held = False  # a SIGINT received during a step, raised when it ends
+        self.steps = 0  # steps trained in this process (none: nothing new to save)
+        self.previous: Any = None  # the SIGINT handler before training, put back when it ends
+        self.interruption: RunInterrupted | None = None
+
+    def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        if threading.current_thread() is threading.main_thread():  # only the main thread may set a handler
+            self.previous = signal.signal(signal.SIGINT, self.on_sigint)
+
+    def on_sigint(self, signum: int, frame: Any) -> None:
+        if self.in_step and not self.held:
+            self.held = True
+            print("poslab: stopping after this step, to save it (Ctrl-C again stops at once)", file=sys.stderr)
+            return
+        raise KeyboardInterrupt
+
+    def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+        self.in_step = True
+
+    def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, *_: Any) -> None:
+        self.in_step, self.steps = False, self.steps + 1
+        if self.held:
+            raise KeyboardInterrupt  # at a step's end: Lightning's on_exception saves it
+
+    def on_train_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self.restore()  # evaluation after training: Lightning's own handling (nothing to save: last.ckpt is written)
+
+    def on_exception(self, trainer: L.Trainer, module: L.LightningModule, exception: BaseException) -> None:
+        if not isinstance(exception, KeyboardInterrupt):
+            self.restore()
+            return  # Lightning leaves SIGINT ignored after a KeyboardInterrupt: the run is ending
+        fitting = trainer.state.fn == TrainerFn.FITTING
+        saved = fitting and not self.in_step and self.steps > 0 and save_last_checkpoint(trainer)
+        during = "training" if fitting else "the evaluation after training"
+        self.interruption = RunInterrupted(int(trainer.global_step), bool(saved), during)
+
+    def restore(self) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+            self.previous = None
+
+
+def save_last_checkpoint(trainer: L.Trainer) -> bool:
+    """Write the checkpoint callback's ``last.ckpt`` now (through the Trainer's checkpoint writer, atomic); False
+    when checkpointing is off."""
+    callback = trainer.checkpoint_callback
+    if not isinstance(callback, ModelCheckpoint) or not callback.save_last or callback.dirpath is None:
+        return False
+    path = Path(callback.dirpath) / f"{callback.CHECKPOINT_NAME_LAST}{callback.FILE_EXTENSION}"
+    # its state names this file as the last one, as the callback's own write does: a resumed run then rewrites
+    # last.ckpt rather than adding last-v1.ckpt beside it
+    callback.last_model_path = str(path)
+    trainer.save_checkpoint(path, weights_only=False)  # the whole training state
+    return True

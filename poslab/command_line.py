@@ -283,7 +283,7 @@ def check_command_line(argv: list[str], sources: bool = False) -> None:
     if any(flag not in RUN_FLAGS for flag in flags):
         return  # --cfg, --info, -cn, ...: Hydra's own modes, left to Hydra
     from poslab.launching import check_environment
-    from poslab.run_guard import stop
+    from poslab.run_guard import secondary_rank, stop
 
     overrides = [a for a in argv if not a.startswith("-")]
     try:
@@ -297,8 +297,31 @@ def check_command_line(argv: list[str], sources: bool = False) -> None:
         for cfg in configs:
             check_encoding(cfg)
             check_synthetic_task(cfg)
+        if not secondary_rank():  # a DDP rank Lightning starts shares the memory rank 0 already checked (and holds)
+            from poslab.memory import check_memory  # after the encodings' checks: it builds none that is bad
+
+            check_memory(configs, concurrent_jobs(overrides, len(jobs), multirun=bool(flags)))
     except ConfigError as error:
         stop(error)
+
+
+def concurrent_jobs(overrides: list[str], jobs: int, multirun: bool) -> int:
+    """How many of the command's jobs run at once on this machine (they share its memory): the local launchers'
+    (``hydra/launcher=local_parallel``'s ``n_jobs``, ``submitit_local``: ``POSLAB_JOBS``, else one per GPU, else 2),
+    at most the jobs there are; 1 for a single run, Hydra's one-by-one launcher, or a cluster's."""
+    if not multirun or jobs < 2:
+        return 1
+    fixed = [o.input_line for o in parse(overrides) if not o.is_sweep_override()]
+    base = compose_explained(fixed, hydra_node=True)
+    launcher = str(OmegaConf.select(base, "hydra.launcher._target_", default="")).lower()
+    if "submitit_local" in launcher:  # poslab's local submitit launcher keeps POSLAB_JOBS running, as joblib's
+        from poslab.launching import parallel_jobs
+
+        return min(parallel_jobs(base.trainer.get("devices", 1)), jobs)
+    if "joblib" not in launcher:
+        return 1
+    n_jobs = OmegaConf.select(base, "hydra.launcher.n_jobs", default=1)
+    return jobs if int(n_jobs) < 1 else min(int(n_jobs), jobs)  # joblib's -1: as many as there are
 
 
 # ---- python train.py --help -----------------------------------------------------------------------------------

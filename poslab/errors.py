@@ -42,3 +42,14 @@ class DivergedError(PoslabError, ArithmeticError):
     def __init__(self, message: str, step: int) -> None:
         super().__init__(message)
         self.step = step
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) stopped a run (``poslab.callbacks.SaveOnInterrupt``): ``step``, the optimizer steps done;
+    ``saved``, whether ``last.ckpt`` was written at that step; ``during``, training or evaluation. A
+    KeyboardInterrupt, so nothing that handles errors takes it for one: ``poslab.training.main`` says how to
+    resume and exits with status 130, a multirun included (Ctrl-C stops the sweep)."""
+
+    def __init__(self, step: int, saved: bool, during: str) -> None:
+        super().__init__(f"interrupted at step {step} during {during}")
+        self.step, self.saved, self.during = step, saved, during

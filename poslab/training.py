@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +24,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from poslab import launching
 from poslab.builders import build_datamodule, build_module, instantiate_all
-from poslab.callbacks import RecordConfig, Throughput
+from poslab.callbacks import RecordConfig, SaveOnInterrupt, Throughput
 from poslab.checkpoint import AtomicCheckpointIO, resolve_checkpoint, save_model
 from poslab.config import check_config, requested_devices
-from poslab.errors import DivergedError, PoslabError
+from poslab.errors import DivergedError, PoslabError, RunInterrupted
 from poslab.io import write_json_atomic
 from poslab.lightning_modules.base import check_precision
-from poslab.run_files import AUTO, FAILURE_FILE, LOCK_FILE, MODEL_FILE, RESULTS_FILE
+from poslab.run_files import AUTO, CHECKPOINT_DIR, FAILURE_FILE, LAST_CHECKPOINT, LOCK_FILE, MODEL_FILE, RESULTS_FILE
 from poslab.run_guard import RunDirectoryInUse, holding_run_directory, stop
 from poslab.runtime import keep_freed_memory, wandb_offline_unless_key
 
@@ -34,7 +38,14 @@ log = logging.getLogger("poslab")
 
 
 #: Lightning's start-up lines that say nothing about a poslab run (the accelerator poslab chose is in the config)
-LIGHTNING_NOISE = ("litlogger", "TPU available", "HPU available", "`Trainer.fit` stopped", "GPU available: False")
+LIGHTNING_NOISE = (
+    "litlogger",
+    "TPU available",
+    "HPU available",
+    "`Trainer.fit` stopped",
+    "GPU available: False",
+    "Detected KeyboardInterrupt",  # poslab says what Ctrl-C did, and how to resume (``interrupted``)
+)
 
 
 def not_lightning_noise(record: logging.LogRecord) -> bool:
@@ -101,6 +112,8 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
     callbacks = instantiate_all(cfg.get("callbacks"))
     resolved = OmegaConf.to_container(cfg, resolve=True)
     callbacks.append(RecordConfig(resolved))  # every checkpoint records it: a resume checks it is the same model
+    interrupt = SaveOnInterrupt()  # Ctrl-C: the step ends, last.ckpt is saved at it, the run stops (exit status 130)
+    callbacks.append(interrupt)
     check_precision(cfg.trainer.get("precision", "32-true"))  # a precision the training step cannot honour stops here
     trainer: L.Trainer = hydra.utils.instantiate(
         cfg.trainer,
@@ -124,6 +137,12 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
         status = "success"
     except DivergedError as error:  # written down as such (results.json), never averaged as an ordinary run
         train_seconds, status, diverged = time.perf_counter() - start, "diverged", error
+    except (SystemExit, KeyboardInterrupt):  # Lightning ends a KeyboardInterrupt with sys.exit(1), after on_exception
+        if interrupt.interruption is None:
+            raise
+        ignore_interrupts()  # Lightning's teardown put Ctrl-C back: another would break the exit it is waiting for
+        status = "interrupted"  # no results.json: the run did not finish
+        raise interrupt.interruption from None
     finally:
         finish_loggers(trainer, status)
     if status == "success" and not all_finite(module.figures):
@@ -153,9 +172,10 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
         if cfg.get("save_model", True) and status == "success":  # a diverged model (NaN weights) is not kept
             save_model(output_dir / MODEL_FILE, module.model, results["config"])
         write_json_atomic(output_dir / RESULTS_FILE, results)
-        log.info("%s %s seed %s: %s", cfg.task.name, label, cfg.seed, format_figures(module.figures))
-        for note in results.get("data_notes", []):
-            log.warning("note: %s", note)  # again beside the figures it qualifies
+        # a data note was logged once, at start (a warning prints once per job); the figures point back at it
+        notes = len(results.get("data_notes") or [])
+        pointer = f" (data note{'s' if notes > 1 else ''} above, and in results.json's data_notes)" if notes else ""
+        log.info("%s %s seed %s: %s%s", cfg.task.name, label, cfg.seed, format_figures(module.figures), pointer)
         log.info("results: %s (run directory %s)", output_dir / RESULTS_FILE, output_dir)
     if diverged is not None:
         raise diverged
@@ -213,6 +233,10 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
         return run_job_in_own_process(cfg)
     try:
         return run(cfg)
+    except KeyboardInterrupt as interrupted:  # Ctrl-C, in training (RunInterrupted) or before or after it
+        ignore_interrupts()  # the exit below is what was asked for: a further Ctrl-C must not break it
+        log.warning("%s", interrupted_message(cfg, interrupted, multirun))
+        sys.exit(INTERRUPTED_STATUS)  # a multirun stops too: Ctrl-C asks for the whole command to stop
     except RunDirectoryInUse as error:  # another process's directory: nothing in it is touched (no failed.json)
         if not multirun:
             stop(error)
@@ -241,6 +265,68 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
         log.exception("this job failed; the other jobs of the multirun go on")
         _record_failure(cfg, error)
     return None
+
+
+#: the exit status of a run stopped by Ctrl-C (SIGINT): 128 + 2, as a shell reports a process SIGINT ended; not 1
+#: (a failure) or 2 (a refused setting), so a script can tell an interruption it may resume from
+INTERRUPTED_STATUS = 130
+
+
+def ignore_interrupts() -> Any:
+    """Ctrl-C (SIGINT) ignored from here on (a run stopping on Ctrl-C: the rest is its orderly exit); returns the
+    handler it replaced (None off the main thread, where no handler can be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def interrupts_ignored() -> Iterator[None]:
+    previous = ignore_interrupts()
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def interrupted_message(cfg: DictConfig, interrupted: KeyboardInterrupt, multirun: bool) -> str:
+    """One line for Ctrl-C: where it stopped, what was saved, and the command that resumes; a run stopped before it
+    wrote anything of its own leaves no directory (``remove_if_only_hydra_wrote``)."""
+    output_dir = Path(cfg.paths.output_dir)
+    last = output_dir / CHECKPOINT_DIR / LAST_CHECKPOINT
+    known = isinstance(interrupted, RunInterrupted)
+    where = f" at step {interrupted.step}, during {interrupted.during}" if known else ""
+    if not last.is_file():
+        if remove_if_only_hydra_wrote(output_dir, Path(cfg.paths.log_dir)):
+            return f"interrupted (Ctrl-C){where} before anything was trained or saved; its run directory was removed"
+        return (
+            f"interrupted (Ctrl-C){where} before a checkpoint was written (callbacks.checkpoint saves them): there "
+            f"is nothing to resume from; what the run wrote is in {output_dir}"
+        )
+    saved = "saved at that step" if known and interrupted.saved else "kept"
+    return f"interrupted (Ctrl-C){where}; {last} {saved}; resume with: {resume_command(cfg, multirun)}"
+
+
+def resume_command(cfg: DictConfig, multirun: bool) -> str:
+    """The command that continues this run from its ``last.ckpt`` in its own directory (``docs/resume.md``): the
+    same arguments with ``ckpt_path=last hydra.run.dir=<run dir>``; a multirun's, the same command with
+    ``hydra.sweep.dir=<sweep dir> ckpt_path=auto`` (its finished jobs are skipped, the others resume)."""
+    import shlex
+
+    from hydra.core.hydra_config import HydraConfig
+
+    replaced = ("ckpt_path=", "hydra.run.dir=", "hydra.sweep.dir=")
+    if multirun:
+        sweep = HydraConfig.get().sweep.dir
+        given = sys.argv[1:] if Path(sys.argv[0]).name == "train.py" else None
+        if given is None:  # a job run by a launcher's worker process: its command line is not train.py's
+            return f"the same multirun with hydra.sweep.dir={shlex.quote(str(sweep))} ckpt_path=auto"
+        kept = [a for a in given if not a.startswith(replaced)]
+        return shlex.join(["python", "train.py", *kept, f"hydra.sweep.dir={sweep}", "ckpt_path=auto"])
+    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    kept = [o for o in overrides if not o.startswith(replaced)]
+    return shlex.join(["python", "train.py", *kept, "ckpt_path=last", f"hydra.run.dir={cfg.paths.output_dir}"])
 
 
 def finished_earlier(cfg: DictConfig) -> dict[str, Any] | None:
@@ -346,7 +432,13 @@ def run_job_in_own_process(cfg: DictConfig) -> None:
     job, output_dir = int(hydra_cfg.job.num), Path(cfg.paths.output_dir)
     gpus = launching.gpus_for_job(job, cfg.trainer.get("devices", 1))
     log.info("job %d runs in its own process%s", job, f" on GPU {','.join(gpus)}" if gpus else "")
-    status = launching.run_in_own_process(job, list(hydra_cfg.overrides.task), output_dir, cfg.trainer.devices)
+    # Ctrl-C reaches the job's process too (one process group): it saves and exits 130 on its own, which this
+    # process waits for (subprocess.run would kill it a quarter of a second after its own KeyboardInterrupt)
+    with interrupts_ignored():
+        status = launching.run_in_own_process(job, list(hydra_cfg.overrides.task), output_dir, cfg.trainer.devices)
+    if status == INTERRUPTED_STATUS:  # the job said how to resume; the multirun stops, as Ctrl-C asks
+        log.warning("job %d was interrupted (Ctrl-C); resume with: %s", job, resume_command(cfg, multirun=True))
+        sys.exit(INTERRUPTED_STATUS)
     if status != 0:
         message = f"the job's process exited with status {status}; its messages are above and in {output_dir}"
         log.error("job %d failed: %s", job, message)

@@ -315,7 +315,8 @@ def test_decode_errors_replace_counts_per_file_logs_and_records_a_total_in_meta_
     latin1 = str(data / "web" / "latin1.jsonl")
     assert group.meta["decode"] == {"policy": "replace", "replaced": 2, "files": {latin1: 2}}
     assert [r.getMessage() for r in caplog.records] == [
-        f"{latin1}: 2 invalid UTF-8 sequences read as U+FFFD (corpus.decode_errors=replace)"
+        f"web/main: 2 invalid UTF-8 sequences read as U+FFFD in {latin1} (corpus.decode_errors=replace; meta.json "
+        f"'decode' counts each file)"
     ]
     text = b"".join(corpora.decode_bytes(np.asarray(s.tokens)) for s in group.splits.values())
     assert b"caf\xef\xbf\xbdn" in text  # each invalid byte is one U+FFFD

@@ -242,3 +242,32 @@ def test_boundary_auc_is_nan_with_one_class_and_checks_tokens():
     assert math.isnan(boundary_auc("北京", list("北京".encode()), np.ones(6))[0])  # one word, no boundary
     with pytest.raises(ValueError):
         boundary_auc("北京", list("南京".encode()), np.ones(6))
+
+
+def test_the_positions_picture_of_plain_rope_labels_its_axis_with_the_token_index():
+    """`analyze increments` on a plain RoPE run: its positions are the token index (counted, δ = 1), and the picture's
+    x axis says so; only an encoding that learns its positions (increments) has an axis of learned positions."""
+    from poslab.analysis.increments_report import positions_axis_label
+    from poslab.plotting import plt
+
+    text = "Position in attention."
+    tokens = list(text.encode("utf-8"))
+    rope = inc.positions_figure(
+        text,
+        tokens,
+        inc.positions_from_deltas(np.ones((1, len(tokens)))),
+        layer_names=["shared"],
+        position_label=positions_axis_label(learned=False, unit_steps=True),
+    )
+    label = rope.axes[-1].get_xlabel()
+    assert "token index" in label and "learned" not in label, label
+    learned = inc.positions_figure(
+        text,
+        tokens,
+        inc.positions_from_deltas(np.full((1, len(tokens)), 0.7)),
+        position_label=positions_axis_label(learned=True, unit_steps=False),
+    )
+    assert learned.axes[-1].get_xlabel().startswith("learned position"), learned.axes[-1].get_xlabel()
+    assert not positions_axis_label(learned=False, unit_steps=False).startswith("learned position")
+    plt.close(rope)
+    plt.close(learned)

@@ -278,6 +278,10 @@ def decode_characters(tokens: Any) -> list[tuple[str, int, int]]:
     return chars
 
 
+#: the x axis of the positions picture of an encoding that learns its positions (the increments encodings)
+LEARNED_POSITION = "learned position (running sum of δ)"
+
+
 def positions_from_deltas(deltas: Any) -> np.ndarray:
     """Learned positions ``[L, N]``: the running sum of the increments up to and including each token."""
     d = _numpy(deltas).astype(np.float64)
@@ -325,9 +329,10 @@ def plot_positions(
     path: str | Path,
     title: str | None = None,
     layer_names: Sequence[str] | None = None,
+    position_label: str = LEARNED_POSITION,
 ) -> Path:
     """``positions_figure`` saved as a PNG at ``path``."""
-    return save_figure(positions_figure(text, tokens, positions, title, layer_names), path)
+    return save_figure(positions_figure(text, tokens, positions, title, layer_names, position_label), path)
 
 
 def positions_figure(
@@ -336,8 +341,11 @@ def positions_figure(
     positions: Any,
     title: str | None = None,
     layer_names: Sequence[str] | None = None,
+    position_label: str = LEARNED_POSITION,
 ) -> Any:
     """Draw every character of ``text`` at its learned position, one row per layer (a matplotlib figure).
+    ``position_label`` names the x axis: what the positions are (a plain RoPE run's are counted token indices,
+    ``increments_report.positions_axis_label``).
 
     ``positions [L, N]`` are the running sums of the increments (``positions_from_deltas``), so a
     character spans from the position before its first byte (0 for the first token) to the position of its
@@ -398,7 +406,7 @@ def positions_figure(
         ax.set_ylabel(name, rotation=0, ha="right", va="center")
         for side in ("left", "right", "top"):
             ax.spines[side].set_visible(False)
-    axes[-1, 0].set_xlabel("learned position")
+    axes[-1, 0].set_xlabel(position_label)
     if title:
         fig.suptitle(title)
     fig.tight_layout()

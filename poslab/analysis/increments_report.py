@@ -99,6 +99,16 @@ def positions_title(encoding: str, learned: bool, unit_steps: bool, steps: str) 
     return f"{encoding}: the positions the encoding computes, not learned"
 
 
+def positions_axis_label(learned: bool, unit_steps: bool) -> str:
+    """The picture's x axis, saying what the positions are: learned (the increments encodings), or the token index
+    an encoding counts (plain RoPE: byte 0, 1, 2, ...), or whatever else the encoding computes."""
+    if learned:
+        return inc.LEARNED_POSITION
+    if unit_steps:
+        return "token index (byte offset: positions counted, δ = 1 per byte)"
+    return "position the encoding computes (not learned)"
+
+
 def within_windows(n_tokens: int, context: int) -> np.ndarray:
     """True for every token of a stream run in windows of ``context`` but the first of each window, whose δ
     is its window's starting coordinate rather than a distance to a previous token."""
@@ -242,9 +252,9 @@ def analyze_increments(
 
     # 2. the picture
     pictures = []
-    title = positions_title(
-        cfg.encoding.name, positions_learned(model), bool(np.allclose(deltas, 1.0)), steps_cell(*steps)
-    )
+    learned, unit_steps = positions_learned(model), bool(np.allclose(deltas, 1.0))
+    title = positions_title(cfg.encoding.name, learned, unit_steps, steps_cell(*steps))
+    axis = positions_axis_label(learned, unit_steps)
     for i, sentence in enumerate(sentences or DEFAULT_SENTENCES):
         tokens = np.frombuffer(sentence.encode("utf-8"), dtype=np.uint8).astype(np.int64)
         sentence_deltas = token_increments(model, tokens, context)
@@ -256,6 +266,7 @@ def analyze_increments(
             inc.positions_from_deltas(sentence_deltas),
             title=title,
             layer_names=names,
+            position_label=axis,
         )
         pictures.append(result.add_figure(f"increments_positions_{i}.png", figure))
 

@@ -394,9 +394,23 @@ def split_of(source: LocalSource) -> str:
     return SPLIT_BY_DOCUMENT if source.split in ("both", None) else source.split
 
 
+#: Python source files: ``test_*.py`` is a module of tests (``corpus=python_code corpus.include_tests=true``),
+#: code like any other, never a corpus's test split
+PYTHON_SUFFIXES = (".py", ".pyi", ".pyw")
+
+
 def is_test_file(path: str) -> bool:
-    """A file whose name marks it as a test split (``wiki.test.raw``, ``test.jsonl``, ``x-test-00.parquet``)."""
-    return "test" in re.split(r"[._\-]+", Path(path).name.lower())
+    """A file whose name marks it as a test split (``wiki.test.raw``, ``test.jsonl``, ``x-test-00.parquet``); a
+    Python source file never is (``test_os.py`` holds tests of code, not held-out data)."""
+    name = Path(path).name.lower()
+    return Path(name).suffix not in PYTHON_SUFFIXES and "test" in re.split(r"[._\-]+", name)
+
+
+def named_files(paths: list[str], what: str) -> str:
+    """Files in a one-line message: ``wiki.test.raw`` for one, ``3 files <what> (e.g. a.raw)`` for more, so a
+    message stays one line whatever the corpus holds (a folder of 1,000 files is not listed)."""
+    names = [Path(p).name for p in paths]
+    return names[0] if len(names) == 1 else f"{len(names):,} files {what} (e.g. {names[0]})"
 
 
 @dataclass(frozen=True)
@@ -443,7 +457,8 @@ class ResolvedGroup:
             for source, path in self.files
         ]
         whole = hashlib.sha256("".join(f["sha256"] for f in listing).encode()).hexdigest()
-        tests = [f for f in listing if is_test_file(f["path"])]
+        python = {str(path) for source, path in self.files if source.file_format(path) == "python"}
+        tests = [f for f in listing if is_test_file(f["path"]) and f["path"] not in python]  # code has no test split
         out: dict[str, Any] = {
             "files": len(self.files),
             "file_bytes": sum(f["bytes"] for f in listing),
@@ -1052,10 +1067,25 @@ def prepare_group(
         prepared.meta["source_files"] = resolved.summary()
     if prepared.meta.get("split"):  # what the split came out as, whether prepared now or before
         _log_split(f"{corpus}/{group.name}", prepared.meta["split"])
-    replaced = prepared.meta.get("decode", {}).get("replaced", 0)
-    if replaced:
-        log.info("%s: %d invalid UTF-8 sequences were read as U+FFFD (meta.json 'decode')", final.name, replaced)
+    _log_replaced(f"{corpus}/{group.name}", prepared.meta.get("decode") or {})
     return prepared
+
+
+def _log_replaced(name: str, decode: dict[str, Any]) -> None:
+    """One line, whether prepared now or before: how many invalid UTF-8 sequences ``corpus.decode_errors=replace``
+    read as U+FFFD, in how many files (meta.json's ``decode`` counts each file)."""
+    replaced, files = int(decode.get("replaced", 0) or 0), dict(decode.get("files") or {})
+    if not replaced:
+        return
+    worst = sorted(files, key=lambda path: -files[path])  # the file with the most replacements is the example
+    where = f" in {worst[0]}" if len(worst) == 1 else f" in {named_files(worst, 'of the group')}" if worst else ""
+    log.warning(
+        "%s: %d invalid UTF-8 sequences read as U+FFFD%s (corpus.decode_errors=replace; meta.json 'decode' counts "
+        "each file)",
+        name,
+        replaced,
+        where,
+    )
 
 
 def training_documents(resolved: ResolvedGroup, fraction: float) -> Iterator[str]:
@@ -1112,8 +1142,6 @@ def _write_into(
             "files": dict(resolved.replaced),
         },
     }
-    for path, count in resolved.replaced.items():
-        log.warning("%s: %d invalid UTF-8 sequences read as U+FFFD (corpus.decode_errors=replace)", path, count)
     if not resolved.use_hub:  # files that gave no document (empty, blank lines, no text field): counted, listed
         summary["empty_files"] = len(resolved.empty)
         summary["empty_listing"] = resolved.empty[:LISTED_FILES]
@@ -1387,14 +1415,21 @@ def data_notes(corpus: str, prepared: list[PreparedGroup]) -> list[str]:
     notes = []
     for group in prepared:
         sources = group.meta.get("source_files") or {}
-        trained = [Path(p).name for p in sources.get("test_files_trained_on", [])]
+        # is_test_file again: a cache prepared before Python modules were told apart listed test_*.py files too
+        trained = [p for p in sources.get("test_files_trained_on", []) if is_test_file(p)]
         if trained:
             notes.append(
-                f"corpus {corpus} ({group.name}) trains on {', '.join(trained)}, a test split (its training and "
-                f"validation documents both come from it): these figures are not comparable with results "
-                f"published on that test split."
+                f"corpus {corpus} ({group.name}) trains on {named_files(trained, 'named as test splits')}, a test "
+                f"split (its training and validation documents both come from it): these figures are not comparable "
+                f"with results published on that test split."
             )
-        validated = [Path(p).name for p in sources.get("test_files_validated_on", []) if Path(p).name not in trained]
+        names = {Path(p).name for p in trained}
+        validated = [
+            p for p in sources.get("test_files_validated_on", []) if is_test_file(p) and Path(p).name not in names
+        ]
         if validated:
-            notes.append(f"corpus {corpus} ({group.name}) validates on {', '.join(validated)}, a test split.")
+            notes.append(
+                f"corpus {corpus} ({group.name}) validates on {named_files(validated, 'named as test splits')}, a "
+                f"test split."
+            )
     return notes

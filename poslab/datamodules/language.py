@@ -286,9 +286,16 @@ class LanguageModelDataModule(L.LightningDataModule):
         }
 
     def prepare_data(self) -> None:
-        prepare_corpus(self.corpus, self.data_dir, self.cache_dir)  # once per node; ranks then map the cache
+        self.prepare()  # on one process per node (Lightning); the other ranks map the cache in setup
 
     def setup(self, stage: str | None = None) -> None:  # idempotent: also called for corpus statistics
+        self.prepare()
+        assign_rank(self.train_windows, self.trainer, self.batch_size)
+
+    def prepare(self) -> list[PreparedGroup]:
+        """The corpus prepared (or its cache mapped) once per datamodule, by whichever hook asks first: Lightning
+        calls ``prepare_data`` at every entry (fit, then test) and ``setup`` after it, and each call of
+        ``prepare_corpus`` logs the split and the data's warnings again (three times a job, before)."""
         if not self.groups:
             groups = prepare_corpus(self.corpus, self.data_dir, self.cache_dir)
             log.info("corpus %s: %s", self.corpus["name"], describe(groups))
@@ -302,7 +309,7 @@ class LanguageModelDataModule(L.LightningDataModule):
             for note in self.evaluation_notes():
                 log.warning("note: %s", note)
             log.info("evaluation: %d tokens per group at lengths %s", self.evaluation.span, self.evaluation.lengths)
-        assign_rank(self.train_windows, self.trainer, self.batch_size)
+        return self.groups
 
     def train_dataloader(self) -> DataLoader:
         self.train_windows.start = self.trainer.global_step if self.trainer is not None else 0
