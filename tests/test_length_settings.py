@@ -127,3 +127,11 @@ def test_period_axials_paragraph_index_past_training_is_named():
     (note,) = period.untrained_at_test(32, 256)
     assert "reaches 7 at length 256 but at most 0 in training" in note
     assert period.untrained_at_test(64, 64) == []
+
+
+def test_randomized_rope_samples_below_2048_unless_the_run_is_longer():
+    shape = ModelShape.of(32, 2, 2)
+    assert build_encoding({"name": "randomized_rope"}, shape, 256).resolved_settings["max_position"] == 2048
+    assert build_encoding({"name": "randomized_rope"}, shape, 8192).resolved_settings["max_position"] == 8192
+    explicit = {"name": "randomized_rope", "max_position": 4096}
+    assert build_encoding(explicit, shape, 256).resolved_settings["max_position"] == 4096

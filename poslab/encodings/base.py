@@ -207,6 +207,9 @@ class PositionEncoding(nn.Module):
     #: settings that, left null, are the longest sequence the run uses (``max_length``: the context, or the longest
     #: evaluation length), filled in when the encoding is built: a learned table as long as the run needs
     length_settings: ClassVar[tuple[str, ...]] = ()
+    #: a floor under a null length setting: ``max(floor, longest length)`` (randomized RoPE's ``max_position``: the
+    #: paper's 2048 unless the run is longer)
+    length_floors: ClassVar[dict[str, int]] = {}
     #: settings that, left null, are tied to the *training* length ``L`` (the context, or the longest training
     #: length of a synthetic task), as their papers tie them: ``(scale, offset)`` gives ``int(scale * L) + offset``
     #: (T5's ``max_distance``: ``L``; CoPE's ``max_pos``: ``L + 1``, the authors' ``block_size + 1``; FIRE's
@@ -406,7 +409,7 @@ def fill_length_settings(
     trained = max_length if train_length is None else int(train_length)
     for key in cls.length_settings:
         if filled.get(key) is None:
-            filled[key] = max_length
+            filled[key] = max(max_length, cls.length_floors.get(key, 0))
     for key, (scale, offset) in cls.train_length_settings.items():
         if filled.get(key) is None:
             filled[key] = int(scale * trained) + offset
@@ -416,6 +419,8 @@ def fill_length_settings(
 def length_setting_kinds(cls: type[PositionEncoding]) -> dict[str, str]:
     """Each length setting of ``cls`` and what a null fills it with, for ``poslab encodings``."""
     kinds = {key: "null = the longest length the run uses" for key in cls.length_settings}
+    for key, floor in cls.length_floors.items():
+        kinds[key] = f"null = {floor}, or the longest length the run uses where that is longer"
     for key, (scale, offset) in cls.train_length_settings.items():
         times = "" if scale == 1 else f" x {scale:g}"
         kinds[key] = f"null = the training length{times}" + (f" {offset:+d}" if offset else "")

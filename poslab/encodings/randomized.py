@@ -68,6 +68,8 @@ class RandomizedRopeEncoding(RotaryEncoding):
         "[0, max_position), longer than any test sequence; in evaluation a fixed-seed sample (or 0..T-1)."
     )
 
+    length_settings = ("max_position",)  # null: the paper's 2048, or the run's longest length (a 16x LM evaluation)
+    length_floors = {"max_position": 2048}
     uses_row_seeds = True  # training draws are a function of (seed, step, global row): DDP-invariant
 
     def __init__(
