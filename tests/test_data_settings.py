@@ -18,6 +18,7 @@ LATIN1 = b'# -*- coding: latin-1 -*-\nNAME = "caf\xe9"\n\n\ndef name():\n    ret
 TINY_LM = [  # a model, context and batch small enough for a few CPU seconds
     "model=tiny",
     "task.context_length=16",
+    "task.eval_lengths=[16,32]",  # what the tiny held-out text holds: no note about left-out default lengths
     "task.batch_size=2",
     "task.eval_batch_size=2",
     "task.val_windows=2",
@@ -147,7 +148,7 @@ def test_a_context_longer_than_a_split_is_refused_in_one_sentence_and_leaves_no_
         (folder / f"doc{i}.txt").write_text(f"Document {i}. " * 25)
     context = 4096 if split == "train" else 1000  # the training split has ~2,400 tokens, validation ~600
     args = ["corpus=local", f"corpus.path={folder}", f"paths.cache_dir={tmp_path / 'cache'}", *TINY_LM,
-            f"task.context_length={context}"]  # fmt: skip
+            f"task.context_length={context}", "task.eval_lengths=null"]  # fmt: skip
     done = run_train(args, tmp_path, timeout=300)
     assert done.returncode == 2, done.stderr[-3000:]
     message = done.stderr.strip().splitlines()[-1]

@@ -114,8 +114,9 @@ def kept_lengths(lengths: list[int], shortest: int, explicit: bool, where: str) 
         )
     if context + 1 > shortest:
         raise ConfigError(
-            f"{where} has only {shortest} validation tokens, fewer than one window of {context + 1} "
-            f"(task.context_length={context} + 1); lower task.context_length or raise corpus.validation_fraction."
+            f"{where}: the validation split has {shortest} tokens, fewer than one validation window of {context + 1} "
+            f"(task.context_length={context} + 1); lower task.context_length, raise corpus.validation_fraction or "
+            f"give the corpus more data."
         )
     kept = [context]
     for length in lengths[1:]:
