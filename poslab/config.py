@@ -135,7 +135,8 @@ def check_run_directory(output_dir: Path, checkpoint: Path | None, rerun_damaged
 
 def check_sweep_directory(sweep_dir: Path, ckpt_path: Any) -> None:
     """A multirun into a directory that already holds runs (``hydra.sweep.dir`` given again) would write its
-    jobs over them (job 0 into 0/, ...): it stops before any job starts, unless the jobs resume."""
+    jobs over them (each into the folder its overrides name): it stops before any job starts, unless the jobs
+    resume (``ckpt_path=auto`` continues each job in its earlier folder: ``poslab.job_folders``)."""
     if ckpt_path is not None or not sweep_dir.is_dir():
         return
     jobs = {job for name in (RESULTS_FILE, MODEL_FILE) for job in directories_holding(sweep_dir, name)}
@@ -144,7 +145,7 @@ def check_sweep_directory(sweep_dir: Path, ckpt_path: Any) -> None:
         raise ConfigError(
             f"hydra.sweep.dir={sweep_dir} already holds runs ({', '.join(found[:5])}{', ...' if len(found) > 5 else ''}"
             f"); a multirun there would overwrite them: give a new directory (drop hydra.sweep.dir, or name an "
-            f"empty one)."
+            f"empty one), or continue that sweep with ckpt_path=auto (finished jobs are skipped)."
         )
 
 

@@ -5,8 +5,10 @@ A sweep is keyed by its jobs' configs, not by folder names or job numbers:
 * A job's folder is named by its overrides alone (``encoding-rope_seed-1``), whether or not ``ckpt_path=auto`` is
   given, so a sweep started without it and given again with it (the README's way to continue a stopped sweep) names
   every job's folder as before; a job added to the sweep's lists, which renumbers the others, leaves their folders
-  as they are. Two jobs of one sweep never share a folder: the same job given twice (``seed=0,0``) is refused
-  before anything runs (``check_distinct_jobs``), and a name cut short carries a short hash of the whole.
+  as they are. A checkpoint path a job starts from is part of its name; ``auto``, ``last`` and ``null`` are not.
+  Two jobs of one sweep never share a folder: the same job given twice (``seed=0,0``), or two whose overrides differ
+  only in characters a folder name cannot hold, are refused before anything runs (``check_distinct_jobs``), and a
+  name cut short carries a short hash of the whole.
 * Under ``ckpt_path=auto`` a job continues in its earlier folder, whatever that is named: unless the folder its
   overrides name holds it finished, every folder of the sweep directory whose recorded job (``.hydra/overrides.yaml``
   and ``.hydra/config.yaml``) is this one (``RecordedJob.same_job``: the same overrides, or the same settings and

@@ -121,6 +121,15 @@ def test_a_sweep_stopped_without_ckpt_path_auto_resumes_in_its_old_numbered_fold
     found = collect_runs([sweep])
     assert len(found.counted) == 2 and not found.duplicates and not found.missing  # one run per seed
 
+    # the command spelled otherwise (threads is no setting of what is trained) is the same job by what Hydra recorded
+    from poslab.job_folders import RecordedJob, recorded_job
+
+    otherwise = ["seed=0", *args[1:], *("threads=2" if o == "threads=1" else o for o in SMALL), "ckpt_path=auto"]
+    root = OmegaConf.to_container(compose_config(otherwise, tmp_path, hydra_node=True), resolve=False)
+    job, recorded = RecordedJob.of(otherwise, root), recorded_job(finished)
+    assert recorded is not None and recorded.overrides != job.overrides and recorded.same_job(job)
+    assert not recorded_job(killed).same_job(job)  # seed 1
+
 
 def recorded_config(overrides: list[str], tmp_path: Path) -> dict:
     """A job's config as Hydra records it in ``.hydra/config.yaml``: composed, unresolved."""
