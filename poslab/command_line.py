@@ -289,6 +289,10 @@ def check_command_line(argv: list[str], sources: bool = False) -> None:
     try:
         check_environment()
         jobs = job_overrides(overrides, multirun=bool(flags))
+        if flags:
+            from poslab.job_folders import check_distinct_jobs
+
+            check_distinct_jobs(jobs)  # two jobs never share a folder (a job given twice: its seed counted twice)
         configs = [compose_explained(job) for job in jobs]
         for cfg in configs:
             check_job(cfg)
@@ -397,7 +401,7 @@ def help_text() -> str:
         "  python train.py -m experiment=extrapolation_grid               the where_am_i grid (28 runs)",
         "",
         "results: a run writes <paths.log_dir>/runs/<time>_<name>/ (results.json, model.pt, metrics, checkpoints);",
-        "a multirun <paths.log_dir>/multirun/<time>/<job>_<overrides>/; paths.log_dir is $POSLAB_LOG_DIR or ./logs.",
+        "a multirun <paths.log_dir>/multirun/<time>/<its overrides>/; paths.log_dir is $POSLAB_LOG_DIR or ./logs.",
         "The last line of a run names its results.json; `poslab --help` lists the reports and analyses.",
     ]
     return "\n".join(lines)

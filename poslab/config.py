@@ -12,6 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
+from poslab.analysis.results import finished_results
 from poslab.errors import ConfigError
 from poslab.launching import register_resolvers
 from poslab.run_files import AUTO, CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE, directories_holding
@@ -51,14 +52,16 @@ def check_config(cfg: DictConfig) -> None:
     check_settings(cfg, optional_encoding_settings)
     check_combinations(cfg)
     checkpoint = None
-    if cfg.get("ckpt_path") == AUTO and (Path(cfg.paths.output_dir) / RESULTS_FILE).is_file():
+    output_dir, auto = Path(cfg.paths.output_dir), cfg.get("ckpt_path") == AUTO
+    if auto and finished_results(output_dir) is not None:
         return  # a finished run that ckpt_path=auto skips: nothing will be written
     if cfg.get("ckpt_path") is not None:
         # imported here: poslab.checkpoint loads torch, which a config refused above never needs
         from poslab.checkpoint import resolve_checkpoint
 
         checkpoint = resolve_checkpoint(cfg.get("ckpt_path"), cfg.paths.output_dir)
-    check_run_directory(Path(cfg.paths.output_dir), checkpoint)
+    # under auto, a damaged results.json is an unfinished run's: resumed from its last.ckpt, else run again
+    check_run_directory(output_dir, checkpoint, rerun_damaged=auto)
     if checkpoint is not None:
         check_resume(cfg, checkpoint)
 
@@ -101,17 +104,22 @@ def check_name(name: Any) -> None:
         )
 
 
-def previous_run_files(output_dir: Path) -> list[str]:
-    """What a run directory already holds of an earlier run: its results, model, or last checkpoint."""
-    names = (RESULTS_FILE, MODEL_FILE, f"{CHECKPOINT_DIR}/{LAST_CHECKPOINT}")
+def previous_run_files(output_dir: Path, rerun_damaged: bool = False) -> list[str]:
+    """What a run directory already holds of an earlier run: its results, model, or last checkpoint.
+    ``rerun_damaged`` (``ckpt_path=auto``): a damaged results.json, and the model.pt beside it, are of a run taken
+    as unfinished, which is run again over them; its last checkpoint still counts."""
+    names = [RESULTS_FILE, MODEL_FILE, f"{CHECKPOINT_DIR}/{LAST_CHECKPOINT}"]
+    if rerun_damaged and (output_dir / RESULTS_FILE).is_file() and finished_results(output_dir) is None:
+        names = names[2:]
     return [name for name in names if (output_dir / name).is_file()]
 
 
-def check_run_directory(output_dir: Path, checkpoint: Path | None) -> None:
+def check_run_directory(output_dir: Path, checkpoint: Path | None, rerun_damaged: bool = False) -> None:
     """A directory that already holds a run is continued only by resuming from its own checkpoint: training
     into it afresh would replace its results.json and model.pt, append to its metrics.csv and leave its
-    last.ckpt beside a new last-v1.ckpt (so a later ckpt_path=last would resume the wrong run)."""
-    found = previous_run_files(output_dir)
+    last.ckpt beside a new last-v1.ckpt (so a later ckpt_path=last would resume the wrong run). Under
+    ``ckpt_path=auto`` (``rerun_damaged``) a run whose results.json is damaged is unfinished, and may run again."""
+    found = previous_run_files(output_dir, rerun_damaged)
     if not found:
         return
     own = checkpoint is not None and output_dir.resolve() in checkpoint.resolve().parents
@@ -127,7 +135,8 @@ def check_run_directory(output_dir: Path, checkpoint: Path | None) -> None:
 
 def check_sweep_directory(sweep_dir: Path, ckpt_path: Any) -> None:
     """A multirun into a directory that already holds runs (``hydra.sweep.dir`` given again) would write its
-    jobs over them (job 0 into 0/, ...): it stops before any job starts, unless the jobs resume."""
+    jobs over them (each into the folder its overrides name): it stops before any job starts, unless the jobs
+    resume (``ckpt_path=auto`` continues each job in its earlier folder: ``poslab.job_folders``)."""
     if ckpt_path is not None or not sweep_dir.is_dir():
         return
     jobs = {job for name in (RESULTS_FILE, MODEL_FILE) for job in directories_holding(sweep_dir, name)}
@@ -136,7 +145,7 @@ def check_sweep_directory(sweep_dir: Path, ckpt_path: Any) -> None:
         raise ConfigError(
             f"hydra.sweep.dir={sweep_dir} already holds runs ({', '.join(found[:5])}{', ...' if len(found) > 5 else ''}"
             f"); a multirun there would overwrite them: give a new directory (drop hydra.sweep.dir, or name an "
-            f"empty one)."
+            f"empty one), or continue that sweep with ckpt_path=auto (finished jobs are skipped)."
         )
 
 

@@ -6,11 +6,11 @@ once, when a process first uses it, so a reused worker keeps its first job's GPU
 the other ranks by running the process's command line again, which for a worker is the whole multirun).
 
 So a job that needs either runs as its own single run: the worker starts ``python train.py <the job's
-overrides> hydra.run.dir=<the job's directory>`` with ``CUDA_VISIBLE_DEVICES`` set, waits for it and reports
-its outcome. Job ``k`` gets GPU ``k mod N`` (``d`` consecutive GPUs for a job of ``d`` devices), and by default
-``N // d`` jobs run at once (``POSLAB_JOBS`` overrides). ``N`` is the machine's CUDA devices, or what
-``POSLAB_GPUS`` says (a count, or a comma list of device ids: the GPUs to spread jobs over, or a fake count
-in tests). The job's ranks all work in that job's directory. On SLURM use ``hydra/launcher=slurm``.
+overrides> hydra.run.dir=<the job's directory> hydra.job.num=<its number>`` with ``CUDA_VISIBLE_DEVICES`` set,
+waits for it and reports its outcome. Job ``k`` gets GPU ``k mod N`` (``d`` consecutive GPUs for a job of ``d``
+devices), and by default ``N // d`` jobs run at once (``POSLAB_JOBS`` overrides). ``N`` is the machine's CUDA
+devices, or what ``POSLAB_GPUS`` says (a count, or a comma list of device ids: the GPUs to spread jobs over, or a
+fake count in tests). The job's ranks all work in that job's directory. On SLURM use ``hydra/launcher=slurm``.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from poslab.run_files import AUTO
-
+#: the multirun summary's status of a job folder holding a second run of one config and seed (it does not count)
+DUPLICATE = "duplicate"
 #: environment variable a job's own process is started with, so it does not start another one
 CHILD_MARK = "POSLAB_JOB_PROCESS"
 
@@ -107,34 +107,15 @@ def run_in_own_process(job: int, overrides: list[str], job_dir: Path, devices: A
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     train_py = Path(__file__).resolve().parents[1] / "train.py"
+    # the job's number too: the job folder records it (.hydra/hydra.yaml), and the reports order jobs by it
     command = [sys.executable, str(train_py), *overrides, f"hydra.run.dir={quoted(str(job_dir))}"]
+    command.append(f"hydra.job.num={job}")
     return subprocess.run(command, env=env).returncode
 
 
 def quoted(value: str) -> str:
     """``value`` quoted for Hydra's override parser, any character kept (``,`` ``=`` spaces and quotes)."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-JOB_NAME_LENGTH = 80  # characters of a job folder's name after its number: `ls` shows them whole
-
-
-def job_folder(number: Any, overrides: Any = "", ckpt_path: Any = None) -> str:
-    """A multirun job's folder name: its number, then its overrides (Hydra's ``override_dirname``), made
-    safe for a filesystem, a shell and Hydra's own parser (``key-value`` items joined by ``_``: no ``=``, ``,``,
-    ``/``, spaces or quotes, so ``ckpt_path=<job dir>`` needs no quoting) and cut to ``JOB_NAME_LENGTH``
-    characters with a short hash of the whole (two long names never collide): ``3_encoding-rope_seed-1``. Under
-    ``ckpt_path=auto`` the overrides alone (``encoding-rope_seed-1``): a multirun given again, perhaps with an
-    encoding added to its lists (which renumbers the jobs), finds each job's folder by what the job is."""
-    import hashlib
-    import re
-
-    text = re.sub(r"[^\w.+-]+", "_", str(overrides or "")).strip("_")
-    if len(text) > JOB_NAME_LENGTH:
-        text = text[: JOB_NAME_LENGTH - 9] + "~" + hashlib.sha1(text.encode()).hexdigest()[:8]
-    if str(ckpt_path) == AUTO:  # a rerun finds each job by its overrides (an added job shifts the numbers)
-        return text or "job"
-    return f"{number}_{text}" if text else str(number)
 
 
 def register_resolvers() -> None:
@@ -145,12 +126,15 @@ def register_resolvers() -> None:
     if not OmegaConf.has_resolver("poslab_jobs"):
         OmegaConf.register_new_resolver("poslab_jobs", lambda devices=1: parallel_jobs(devices))
     if not OmegaConf.has_resolver("poslab_job_folder"):
+        from poslab.job_folders import job_folder
+
         OmegaConf.register_new_resolver("poslab_job_folder", job_folder)
 
 
 def summary_lines(sweep_dir: Path) -> tuple[list[str], bool]:
     """One summary line for a multirun, then one per job (status, overrides, directory); and whether all
-    succeeded. The jobs are read as the reports read them (``poslab.analysis.results.collect_runs``)."""
+    succeeded (a second run of one config and seed is no failure: it is named, and does not count). The jobs are
+    read as the reports read them (``poslab.analysis.results.collect_runs``)."""
     from poslab.analysis.results import DAMAGED, SUCCESS, collect_runs
     from poslab.run_files import RESULTS_FILE, natural_order, run_overrides
 
@@ -160,13 +144,15 @@ def summary_lines(sweep_dir: Path) -> tuple[list[str], bool]:
     jobs += [("failed", path, error) for path, error in runs.failed]
     jobs += [(DAMAGED, path.parent, f"{RESULTS_FILE} {problem}") for path, problem in runs.damaged]
     jobs += [("no result", path, "neither results.json nor failed.json") for path in runs.missing]
+    jobs += [(DUPLICATE, path, f"the same config and seed as {kept}, which counts") for path, kept in runs.duplicates]
     counts = Counter(status for status, _, _ in jobs)
     head = f"multirun {sweep_dir}: {len(jobs)} jobs, " + ", ".join(f"{n} {s}" for s, n in counts.items())
     lines = [head + "."]
     for status, path, detail in sorted(jobs, key=lambda job: natural_order(job[1])):
         overrides = " ".join(run_overrides(path) or [])
         lines.append(f"  {status:9s} {overrides:50s} {path}" + (f": {detail}" if detail else ""))
-    ok = bool(jobs) and all(status == SUCCESS for status, _, _ in jobs)
+    # a duplicate is a job run twice, by this multirun or an earlier one; the run that counts is listed too
+    ok = bool(jobs) and all(status in (SUCCESS, DUPLICATE) for status, _, _ in jobs)
     return lines, ok
 
 

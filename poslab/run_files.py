@@ -24,8 +24,9 @@ LAST_CHECKPOINT = "last.ckpt"
 #: the lock a run holds in its run directory (a multirun: in its sweep directory) for its life, with the holding
 #: process's id and command line (``poslab.run_guard.RunLock``); gone when the run ends
 LOCK_FILE = ".poslab.lock"
-#: ``ckpt_path=auto``: a run directory with results.json is skipped, one with a last checkpoint resumes from it,
-#: any other starts afresh (the position zoo's multirun continues where an earlier one stopped)
+#: ``ckpt_path=auto``: a run directory with a results.json the reports read is skipped, one with a last checkpoint
+#: resumes from it, any other starts afresh (a multirun given again continues where an earlier one stopped, each job
+#: in its earlier folder: ``poslab.job_folders``)
 AUTO = "auto"
 ANALYSIS_DIR = "analysis"
 #: Hydra writes this file into the directory of a multirun (the sweep directory)
@@ -41,7 +42,8 @@ def directories_holding(directory: str | Path, name: str) -> list[Path]:
 
 
 def natural_order(path: Path) -> list[Any]:
-    """Sort key putting job folders in job order: ``2_seed-0`` before ``10_seed-0`` (numbers as numbers)."""
+    """Sort key with numbers as numbers: ``seed-2`` before ``seed-10`` (and an older sweep's numbered job folders,
+    ``2_seed-0`` before ``10_seed-0``, in job order)."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
 
 
@@ -85,6 +87,27 @@ def default_analysis_dir(name: str, paths: list[str | Path], runs: list[Path]) -
 
 #: the command-line overrides a train.py run was composed with (Hydra writes them into the run directory)
 OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
+
+
+#: Hydra's own config of a run or multirun job (its ``hydra.job.num``: the job's number in its multirun)
+HYDRA_FILE = Path(".hydra") / "hydra.yaml"
+
+
+def job_number(run_dir: str | Path) -> int | None:
+    """A multirun job's number in the multirun that last ran it (Hydra's ``hydra.job.num``), else the number an
+    older sweep's job folder starts with (``3_encoding-rope_seed-1``); None for a single run or where neither says."""
+    import yaml
+
+    try:
+        text = (Path(run_dir) / HYDRA_FILE).read_text(encoding="utf-8")
+        recorded = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # C: a report reads many
+        number = recorded["hydra"]["job"]["num"]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError):
+        number = None
+    if isinstance(number, int) and not isinstance(number, bool):
+        return number
+    match = re.match(r"(\d+)_", Path(run_dir).name)
+    return int(match.group(1)) if match else None
 
 
 def run_overrides(run_dir: str | Path) -> list[str] | None:

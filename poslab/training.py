@@ -29,6 +29,7 @@ from poslab.checkpoint import AtomicCheckpointIO, resolve_checkpoint, save_model
 from poslab.config import check_config, requested_devices
 from poslab.errors import DivergedError, PoslabError, RunInterrupted
 from poslab.io import write_json_atomic
+from poslab.job_folders import earlier_folder_note
 from poslab.lightning_modules.base import check_precision
 from poslab.run_files import AUTO, CHECKPOINT_DIR, FAILURE_FILE, LAST_CHECKPOINT, LOCK_FILE, MODEL_FILE, RESULTS_FILE
 from poslab.run_guard import RunDirectoryInUse, holding_run_directory, stop
@@ -229,6 +230,10 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
     from hydra.types import RunMode
 
     multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    if multirun and cfg.get("ckpt_path") == AUTO:  # the job's earlier folder, when found under another name
+        note = earlier_folder_note(Path(cfg.paths.output_dir), list(HydraConfig.get().overrides.task))
+        if note is not None:
+            log.info(note)
     if multirun and job_needs_own_process(cfg):
         return run_job_in_own_process(cfg)
     try:
@@ -343,10 +348,12 @@ def finished_earlier(cfg: DictConfig) -> dict[str, Any] | None:
         try:
             results = read_results(output_dir)
         except ResultsFileError as error:
+            last = f"{CHECKPOINT_DIR}/{LAST_CHECKPOINT}"
+            start = f"from its {last}" if (output_dir / last).is_file() else f"from the start (it has no {last})"
             log.warning(
-                "%s: ckpt_path=auto runs it again as unfinished (from its last checkpoint if it has one); the run "
-                "writes a new %s when it ends",
+                "%s: ckpt_path=auto runs it again as unfinished, %s; the run writes a new %s when it ends",
                 error,
+                start,
                 RESULTS_FILE,
             )
         else:

@@ -1,6 +1,6 @@
 """``ckpt_path=auto``: a multirun given again trains only what is missing. A job with results.json is skipped,
 one with a last checkpoint resumes from it, one that failed runs again; job folders named by their overrides
-alone keep their names when the sweep's lists grow."""
+alone (with or without ``ckpt_path=auto``) keep their names when the sweep's lists grow."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 
 import torch
 
-from poslab.launching import job_folder
+from poslab.job_folders import job_folder_name
 from poslab.training import run
 
 from .conftest import compose_config, run_train
@@ -16,10 +16,10 @@ from .conftest import compose_config, run_train
 SMALL = ["debug=fast", "threads=1", "~logger", "callbacks.progress_bar.refresh_rate=0"]
 
 
-def test_under_auto_job_folders_are_their_overrides_without_the_job_number():
-    assert job_folder(3, "encoding-rope_seed-1", "auto") == "encoding-rope_seed-1"
-    assert job_folder(3, "encoding-rope_seed-1", None) == "3_encoding-rope_seed-1"  # otherwise numbered
-    assert job_folder(0, "", "auto") == "job"
+def test_job_folders_are_their_overrides_without_the_job_number():
+    assert job_folder_name(["seed=1", "encoding=rope", "ckpt_path=auto"]) == "encoding-rope_seed-1"
+    assert job_folder_name(["seed=1", "encoding=rope"]) == "encoding-rope_seed-1"  # the same without auto
+    assert job_folder_name(["ckpt_path=auto"]) == job_folder_name([]) == "job"
 
 
 def test_a_finished_run_is_skipped_and_nothing_is_written(tmp_path):

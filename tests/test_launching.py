@@ -61,19 +61,19 @@ def test_ddp_inside_a_multirun_runs_its_ranks_in_the_jobs_directory(tmp_path):
 
 
 def test_a_multirun_with_a_failed_job_says_so_and_exits_nonzero(tmp_path):
-    # job 1 resumes from a checkpoint that does not exist: it fails inside the job; jobs 0 and 2 train
+    # jobs 1 and 3 resume from a checkpoint that does not exist: they fail inside the job; jobs 0 and 2 train
     missing = tmp_path / "nowhere.ckpt"
-    sweep, result = multirun(tmp_path, f"ckpt_path=null,{missing},null")
+    sweep, result = multirun(tmp_path, "seed=0,1", f"ckpt_path=null,{missing}")
     assert result.returncode == 1, result.stderr[-3000:]
     summary = [line for line in result.stderr.splitlines() if line.startswith(f"multirun {sweep}: ")]
-    assert summary == [f"multirun {sweep}: 3 jobs, 2 success, 1 failed."], result.stderr[-3000:]
-    jobs = [line for line in result.stderr.splitlines() if line.startswith("  ")]  # one per job, in job order
-    assert [job.split()[0] for job in jobs] == ["success", "failed", "success"], result.stderr[-3000:]
-    assert jobs[0].endswith(str(job_dir(sweep, 0))) and jobs[2].endswith(str(job_dir(sweep, 2)))
-    assert f"ckpt_path={missing} " in jobs[1]  # its overrides, then its directory and the reason
-    assert f"{job_dir(sweep, 1)}: ConfigError: ckpt_path={missing} does not exist" in jobs[1]
+    assert summary == [f"multirun {sweep}: 4 jobs, 2 success, 2 failed."], result.stderr[-3000:]
+    jobs = [line for line in result.stderr.splitlines() if line.startswith("  ")]  # one per job
+    failed = next(job for job in jobs if job.startswith("  failed") and "seed=0" in job)
+    assert f"ckpt_path={missing} " in failed  # its overrides, then its directory and the reason
+    assert f"{job_dir(sweep, 1)}: ConfigError: ckpt_path={missing} does not exist" in failed
     assert "this job failed:" in (job_dir(sweep, 1) / "train.log").read_text()  # the reason is in the job's log too
     assert (job_dir(sweep, 0) / "results.json").is_file() and (job_dir(sweep, 2) / "results.json").is_file()
+    assert not (job_dir(sweep, 3) / "results.json").is_file()
 
 
 def test_a_multirun_whose_jobs_all_succeed_exits_zero_with_its_summary(tmp_path):

@@ -114,6 +114,7 @@ def grid_sweep(tmp_path_factory) -> Path:
     (sweep / "8" / ".hydra").mkdir(parents=True)  # started, never finished
     diverged = json.loads((job_dir(sweep, 0) / "results.json").read_text())
     diverged["status"], diverged["figures"] = "diverged", {k: None for k in diverged["figures"]}
+    diverged["seed"] = diverged["config"]["seed"] = 2  # a run of its own (the same seed would be a duplicate of job 0)
     write_results(sweep / "9", **diverged)
     return sweep
 

@@ -26,7 +26,7 @@ from poslab.analysis.results import (
 from poslab.analysis.stats import Interval, seeds_cell, split_seeds
 from poslab.errors import MissingRunError, UsageError
 from poslab.plotting import plt
-from poslab.run_files import ANALYSIS_DIR, RESULTS_FILE
+from poslab.run_files import ANALYSIS_DIR, RESULTS_FILE, job_number
 
 
 @dataclass
@@ -113,7 +113,6 @@ def grid_run(run: FinishedRun, keys: list[str]) -> GridRun:
     result = run.result
     figures = {int(n): row for n, row in result["figures"].items()}
     longest = max(figures)
-    job = run.path.name.split("_", 1)[0]  # a multirun job folder: <number>_<its overrides>
     return GridRun(
         task=result["task"],
         label=result["label"],
@@ -122,7 +121,7 @@ def grid_run(run: FinishedRun, keys: list[str]) -> GridRun:
         accuracy={n: row["accuracy"] for n, row in figures.items()},
         past_train=figures[longest].get("accuracy_past_train", float("nan")),
         log_scaled=figures[longest]["accuracy_log_scaled"],
-        order=int(job) if job.isdigit() else 0,
+        order=job_number(run.path) or 0,  # the multirun's order (its job folders are named by their overrides)
         settings=tuple(zip(keys, setting_values(run, keys))),
         steps=training_steps(run.path, result),
         eval_size=((result.get("config") or {}).get("task") or {}).get("eval_size"),

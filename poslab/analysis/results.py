@@ -10,6 +10,11 @@ which settings tell the runs of a table apart.
   (``results_problem``: the fields every report and analysis takes from it, with their types) is *damaged*: it is
   listed by path with what is wrong, left out of every table and counted under it, whatever the report keeps;
   the multirun summary counts its job as ``damaged``, and ``ckpt_path=auto`` runs its job again.
+* One config and one seed count once (``run_identity``: the settings below and the seed; a report's task and
+  label besides). Where a set of directories holds two runs of one config and seed (a sweep run twice into one
+  directory, or the same job in two folders), the one that counts is the successful one, of several the newest
+  (its results.json written last: the latest code and data); the others are listed as duplicates, by path with
+  the run that counts, and counted under the table, never averaged as seeds.
 * Runs are grouped by their whole config minus the seed and minus what differs from run to run without
   changing what is trained (``PER_RUN``: paths, the run's name, loggers, callbacks, display settings, and
   any value naming the run's own directory). Where runs that share a table row's labels (task and scheme,
@@ -72,6 +77,15 @@ def run_settings(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def run_identity(config: dict[str, Any]) -> str:
+    """What makes two runs one run of one config and one seed: their settings (``run_settings``) and their seed, as
+    one text to compare. Compared between configs of one kind: resolved ones (a results.json's, in the reports) or
+    recorded ones (a job folder's ``.hydra/config.yaml``, unresolved, under ``ckpt_path=auto``:
+    ``poslab.job_folders``)."""
+    settings = run_settings({"config": config})
+    return json.dumps([config.get("seed"), settings], sort_keys=True, default=str)
+
+
 DAMAGED = "damaged"  # the status the multirun summary and ``run_status`` give a job whose results.json is damaged
 #: what to do about a damaged results.json (said once under a report's tables)
 DAMAGED_ADVICE = (
@@ -105,6 +119,18 @@ def read_results(run_dir: str | Path) -> dict[str, Any]:
     if problem is not None:
         raise ResultsFileError(path, problem)
     return result
+
+
+def finished_results(run_dir: str | Path) -> dict[str, Any] | None:
+    """A run directory's results when its results.json reads (``read_results``): the run finished, and
+    ``ckpt_path=auto`` skips it. None when there is none, or a damaged one: the run is unfinished, and
+    ``ckpt_path=auto`` runs it again."""
+    if not (Path(run_dir) / RESULTS_FILE).is_file():
+        return None
+    try:
+        return read_results(run_dir)
+    except ResultsFileError:
+        return None
 
 
 def one_line(error: BaseException) -> str:
@@ -327,6 +353,8 @@ class Runs:
     failed: list[tuple[Path, str]] = field(default_factory=list)  # (job directory, first line of its error)
     missing: list[Path] = field(default_factory=list)  # job directories with no results.json nor failed.json
     damaged: list[tuple[Path, str]] = field(default_factory=list)  # (results.json, what is wrong: ResultsFileError)
+    #: (run directory left out, the run directory of the same config and seed that counts or is listed instead)
+    duplicates: list[tuple[Path, Path]] = field(default_factory=list)
 
     def notes(self) -> list[str]:
         """One line per kind of job left out of the table (none when every job counted)."""
@@ -341,6 +369,12 @@ class Runs:
             shown = "; ".join(f"{path} {problem}" for path, problem in self.damaged)
             lines.append(
                 f"{len(self.damaged)} {RESULTS_FILE} file(s) left out, damaged (for each, {DAMAGED_ADVICE}): {shown}"
+            )
+        if self.duplicates:
+            shown = "; ".join(f"{path} (the same as {kept})" for path, kept in self.duplicates)
+            lines.append(
+                f"{len(self.duplicates)} run(s) left out as duplicates, each of the same config and seed as a run "
+                f"kept (a successful one, of several the newest), so no seed counts twice: {shown}"
             )
         if self.missing:
             shown = ", ".join(map(str, self.missing))
@@ -358,7 +392,7 @@ def run_status(run_dir: str | Path) -> str:
     if not path.is_file():
         return SUCCESS
     try:
-        return str(read_results(run_dir).get("status", SUCCESS))
+        return result_status(read_results(run_dir))
     except ResultsFileError as error:
         return f"{DAMAGED}: {error}"
 
@@ -382,6 +416,7 @@ def collect_runs(directories: list[str | Path], keep: Callable[[dict[str, Any]],
     neither counted nor listed: e.g. the language-model runs of a grid report)."""
     runs = Runs()
     seen: set[Path] = set()
+    read: list[tuple[Path, dict[str, Any]]] = []
     for directory in map(Path, directories):
         for run_dir in directories_holding(directory, RESULTS_FILE):
             if run_dir.resolve() in seen:
@@ -392,13 +427,8 @@ def collect_runs(directories: list[str | Path], keep: Callable[[dict[str, Any]],
             except ResultsFileError as error:  # listed whatever the report keeps: what it was is unknown
                 runs.damaged.append((error.path, error.problem))
                 continue
-            if not keep(result):
-                continue
-            status = str(result.get("status", SUCCESS))  # no status: written before runs recorded one
-            if status != SUCCESS:
-                runs.not_success.append((run_dir, status))
-            else:
-                runs.counted.append(FinishedRun(run_dir, result, run_settings(result)))
+            if keep(result):
+                read.append((run_dir, result))
         for job in directories_holding(directory, FAILURE_FILE):
             if job.resolve() not in seen:
                 seen.add(job.resolve())
@@ -407,7 +437,53 @@ def collect_runs(directories: list[str | Path], keep: Callable[[dict[str, Any]],
             if job.resolve() not in seen and job.is_dir():
                 seen.add(job.resolve())
                 runs.missing.append(job)
+    kept, runs.duplicates = one_run_per_config_and_seed(read)
+    for run_dir, result in kept:
+        status = result_status(result)
+        if status != SUCCESS:
+            runs.not_success.append((run_dir, status))
+        else:
+            runs.counted.append(FinishedRun(run_dir, result, run_settings(result)))
     return runs
+
+
+def result_status(result: dict[str, Any]) -> str:
+    return str(result.get("status", SUCCESS))  # no status: written before runs recorded one
+
+
+def one_run_per_config_and_seed(
+    read: list[tuple[Path, dict[str, Any]]],
+) -> tuple[list[tuple[Path, dict[str, Any]]], list[tuple[Path, Path]]]:
+    """``read`` (run directories and their results) with one run per config and seed, in their order, and the
+    others as (left out, kept). The one kept: a successful one (a rerun that succeeded after a diverged attempt),
+    of several the newest results.json (the latest code), then the path (one answer on every machine)."""
+    groups: dict[tuple[Any, ...], list[tuple[Path, dict[str, Any]]]] = defaultdict(list)
+    for run_dir, result in read:
+        groups[duplicate_key(result)].append((run_dir, result))
+    kept_dirs: dict[Path, Path] = {}
+    for members in groups.values():
+        best = max(members, key=lambda member: (result_status(member[1]) == SUCCESS, *written_at(member[0])))
+        kept_dirs |= {run_dir: best[0] for run_dir, _ in members}
+    kept = [(run_dir, result) for run_dir, result in read if kept_dirs[run_dir] == run_dir]
+    duplicates = sorted(
+        ((run_dir, best) for run_dir, best in kept_dirs.items() if best != run_dir), key=lambda pair: str(pair[0])
+    )
+    return kept, duplicates
+
+
+def duplicate_key(result: dict[str, Any]) -> tuple[Any, ...]:
+    """Runs with the same key are one config and one seed: the task, label and seed a report reads, and the
+    config's identity (``run_identity``; a results.json without a config: the first three alone)."""
+    config = result.get("config") or {}
+    seed = result.get("seed", config.get("seed"))
+    return str(result.get("task")), str(result.get("label")), str(seed), run_identity(config)
+
+
+def written_at(run_dir: Path) -> tuple[int, str]:
+    try:
+        return (run_dir / RESULTS_FILE).stat().st_mtime_ns, str(run_dir)
+    except OSError:  # gone since it was read: the oldest
+        return 0, str(run_dir)
 
 
 def differing_settings(runs: list[FinishedRun], row: Callable[[FinishedRun], Hashable]) -> list[str]:
