@@ -152,11 +152,14 @@ def check_eval_lengths(cfg: DictConfig) -> None:
     the longest trained on). No length would train a run that measures nothing; one below would give the reports
     no position past the training length (the grid's ``past`` column, the zoo's 1x to 8x). Lengths at or past the
     training length need not be multiples of it (the zoo reads the multiples, the grid every length)."""
+    from poslab.passkey_settings import check_passkey_settings
     from poslab.settings import SYNTHETIC_TASKS, check_lm_evaluation
 
     task = cfg.get("task")
     if isinstance(task, DictConfig) and task.get("name") == "lm":
         check_lm_evaluation(task)  # a language model's: from its context up, and eval_tokens / eval_stride with them
+        tokenizer = str((cfg.get("corpus") or {}).get("tokenizer", "bytes"))
+        check_passkey_settings(task.get("passkey"), int(task.context_length), tokenizer)  # before any data is read
         return
     if not isinstance(task, DictConfig) or task.get("name") not in SYNTHETIC_TASKS:
         return

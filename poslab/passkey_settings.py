@@ -3,7 +3,8 @@ one sentence each. Light (no torch), like ``poslab.settings``: the command line 
 
 - ``enabled``: run it after training (true by default).
 - ``distances``: tokens between the starts of the two phrases, as multiples of ``task.context_length`` (null: the
-  powers of two 1/8 .. 16); each at least one phrase long (24 tokens for 5 digits), no two equal in tokens.
+  powers of two 1/8 .. 16, less those shorter than the phrase at a small context); each at least one phrase long
+  (24 tokens for 5 digits), no two equal in tokens.
 - ``depths``: fractions in [0, 1]: the first phrase starts after ``round(depth x depth_span x context)`` tokens.
 - ``depth_span``: the filler before the first phrase at depth 1, in contexts (default 1; greater than 0).
 - ``trials``: per distance and depth (default 8); ``key_length``: digits (default 5, 1 to 20); ``seed``.
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from poslab.errors import ConfigError
@@ -128,8 +129,8 @@ def _numbers(key: str, value: Any) -> list[float]:
 def _distances(value: Any, context_length: int, phrase_length: int) -> tuple[float, ...]:
     """Multiples of the context, each at least one phrase long in tokens (the two phrases may not overlap), no two
     the same number of tokens; sorted (the heatmap's x axis)."""
-    if value is None:
-        value = DEFAULT_DISTANCES
+    if value is None:  # the defaults a small context cannot hold (1/8 of 24 tokens) are left out, not refused
+        value = [m for m in DEFAULT_DISTANCES if round(m * context_length) >= phrase_length]
     multiples = _numbers("distances", value)
     tokens = [round(m * context_length) for m in multiples]
     for multiple, count in zip(multiples, tokens):
@@ -193,3 +194,27 @@ def passkey_max_length(task: Mapping[str, Any]) -> int:
     context = int(task["context_length"])
     settings = check_passkey_settings(task["passkey"], context)
     return settings.max_length(context) if settings.enabled else 0
+
+
+def fit_filler(
+    settings: PasskeySettings, given: Mapping[str, Any] | None, context_length: int, filler_tokens: int, what: str
+) -> tuple[PasskeySettings, str | None]:
+    """The settings a held-out stream of ``filler_tokens`` can run, and a note when they differ from ``settings``:
+    default distances (``given`` has none) too long for the stream are left out, as the default evaluation lengths
+    are; distances the config names are refused (``check_filler``), as named evaluation lengths are."""
+    if not settings.enabled or filler_tokens >= settings.max_length(context_length):
+        return settings, None
+    if (given or {}).get("distances") is not None:
+        check_filler(settings, context_length, filler_tokens, what)
+    room = filler_tokens - max(settings.depth_offsets(context_length)) - settings.phrase_length
+    kept = tuple(m for m in settings.distances if round(m * context_length) <= room)
+    dropped = ", ".join(f"{m:g}" for m in settings.distances if m not in kept)
+    if not kept:
+        note = f"passkey retrieval left out: the held-out text ({what}, {filler_tokens} tokens) holds no trial"
+        return replace(settings, enabled=False), note
+    note = (
+        f"passkey retrieval at distances up to {max(kept):g} x the context only: the default's {dropped} need more "
+        f"held-out tokens than {what} holds ({filler_tokens}); raise corpus.validation_fraction or give "
+        f"task.passkey.distances."
+    )
+    return replace(settings, distances=kept), note

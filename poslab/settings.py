@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal, Union
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from poslab.errors import ConfigError
+from poslab.passkey_settings import passkey_max_length
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
@@ -186,6 +187,7 @@ class LanguageTaskSettings(TaskSettings):
     eval_lengths: list[Annotated[int, Bound(">=", 2)]] | None = None  # null: LM_EVAL_MULTIPLES x context_length
     eval_tokens: Count | None = None  # tokens scored per source group; null: from val_windows (conf/task/lm.yaml)
     eval_stride: Count | None = None  # sliding-window evaluation's stride; null: none
+    passkey: Any = None  # passkey retrieval after training: checked by poslab.passkey_settings (one home)
     corpus: Any = None
     data_dir: str = ""
     cache_dir: str = ""
@@ -497,9 +499,9 @@ def train_length(task: Mapping[str, Any]) -> int:
 
 def max_length(task: Mapping[str, Any]) -> int:
     """The longest sequence a task's model sees: the longest training or evaluation length (a language model's
-    longest evaluation length, ``lm_eval_lengths``)."""
+    longest evaluation length, ``lm_eval_lengths``, or its longest passkey trial, ``passkey_max_length``)."""
     if "context_length" in task:
-        return max(lm_eval_lengths(task))
+        return max(*lm_eval_lengths(task), passkey_max_length(task))
     lengths = [task["train_length"], *(task.get("train_lengths") or []), *(task.get("eval_lengths") or [])]
     return max(int(n) for n in lengths)
 

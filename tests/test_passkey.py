@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -394,3 +395,63 @@ def test_the_call_the_language_module_makes_on_a_prepared_validation_split(tmp_p
     assert real.max() > 0  # the text has sentence boundaries here: the indices read are not zeros
     assert torch.equal(coordinates["sentence"][:, :24], real[:, :1].expand(-1, 24))  # the phrase at depth 0
     assert torch.equal(coordinates["sentence"][:, 24:32], real[:, 24:32])  # then the text's own indices
+
+
+# ---- wired into the language-model runs (task=lm) ------------------------------------------------------------------
+def tiny_lm_args(corpus: Path, cache: Path) -> list[str]:
+    """A tiny language model at context 16 on a local folder, two steps, one passkey trial per cell."""
+    return [
+        "corpus=local",
+        f"corpus.path={corpus}",
+        f"paths.cache_dir={cache}",
+        "corpus.validation_fraction=0.3",
+        "model=tiny",
+        "encoding=rope",
+        "task.context_length=16",
+        "task.batch_size=4",
+        "task.val_windows=1",
+        "task.val_every_n_steps=2",
+        "task.eval_lengths=[32]",
+        "trainer.max_steps=2",
+        "save_model=false",
+        "task.passkey.trials=1",
+    ]
+
+
+def test_a_language_model_run_writes_its_passkey_grid_with_chance(tmp_path):
+    """The default distances a 16-token context holds (1.5 x 16 = 24, the phrase: from 2x), three depths, every
+    test-time way; results.json's ``passkey`` the grid the heatmap reads, passing the results-file check."""
+    from poslab.analysis.results import read_results
+    from poslab.config import compose_config
+    from poslab.training import run
+
+    from .test_local_corpus import text_folder
+
+    corpus = text_folder(tmp_path / "data")
+    run(compose_config([*tiny_lm_args(corpus, tmp_path / "cache"), "~logger", "~callbacks"], tmp_path / "run"))
+    passkey = read_results(tmp_path / "run")["passkey"]
+    assert passkey["distance_multiples"] == [2.0, 4.0, 8.0, 16.0]
+    assert passkey["depths"] == [0.0, 0.5, 1.0] and passkey["trials"] == 1
+    grid = np.asarray(passkey["exact"])
+    assert grid.shape == (4, 3) and ((grid >= 0) & (grid <= 1)).all()
+    assert np.asarray(passkey["digits"]).shape == (4, 3)
+    assert passkey["chance_exact"] == 1e-5 and passkey["chance_digit"] == 0.1
+    assert {"log_scaled", "test_linear", "test_yarn"} <= set(passkey["ways"])
+
+
+@pytest.mark.parametrize(
+    ("setting", "fragment"),
+    [
+        ("task.passkey.trials=0", "task.passkey.trials=0 must be a whole number of at least 1"),
+        ("task.passkey.distances=[0.5]", "task.passkey.distances has 0.5 (x task.context_length=16 = 8 tokens)"),
+    ],
+)
+def test_train_py_refuses_bad_passkey_settings_up_front_with_exit_2(tmp_path, setting, fragment):
+    from .conftest import run_train
+    from .test_local_corpus import text_folder
+
+    args = [*tiny_lm_args(text_folder(tmp_path / "data"), tmp_path / "cache"), "~logger", "~callbacks", setting]
+    done = run_train(args, tmp_path, timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert fragment in done.stderr
+    assert not (tmp_path / "cache").exists()  # refused before any data is read

@@ -36,6 +36,7 @@ from poslab.datamodules.held_out import EvaluationPlan, Layout, describe_sample,
 from poslab.datamodules.synthetic import assign_rank, batch_generator
 from poslab.datamodules.tokenization import check_tokenizer
 from poslab.errors import ConfigError
+from poslab.passkey_settings import check_passkey_settings, fit_filler
 from poslab.settings import check_lm_evaluation
 
 log = logging.getLogger("poslab")
@@ -173,6 +174,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         eval_lengths: list[int] | None = None,
         eval_tokens: int | None = None,
         eval_stride: int | None = None,
+        passkey: dict[str, Any] | None = None,
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -191,6 +193,10 @@ class LanguageModelDataModule(L.LightningDataModule):
         }
         self.declared_lengths = check_lm_evaluation(self.evaluation_settings)  # before any data is read
         check_tokenizer(self.corpus)  # a bad tokenizer setting stops here, before any data is read
+        # passkey retrieval after training (the module runs it on the first group's held-out text)
+        self.passkey_given = dict(passkey or {})
+        self.passkey = check_passkey_settings(passkey, self.context_length, self.corpus.get("tokenizer", "bytes"))
+        self.passkey_notes: list[str] = []
         check_local_corpus(self.corpus)  # corpus=local: a path matching nothing stops here too
         self.groups: list[PreparedGroup] = []
         self.train_windows: TrainingWindows | None = None
@@ -199,8 +205,9 @@ class LanguageModelDataModule(L.LightningDataModule):
     @property
     def max_length(self) -> int:
         """The longest evaluation length declared (the model is built for it before any data is read; the data may
-        leave out the default's longest, ``evaluation.left_out``)."""
-        return self.declared_lengths[-1]
+        leave out the default's longest, ``evaluation.left_out``), or the longest passkey trial where longer."""
+        longest_trial = self.passkey.max_length(self.context_length) if self.passkey.enabled else 0
+        return max(self.declared_lengths[-1], longest_trial)
 
     @property
     def train_length(self) -> int:
@@ -218,7 +225,7 @@ class LanguageModelDataModule(L.LightningDataModule):
             # what each group was read from: file count and bytes (python_code: and the Python version)
             "sources": {g.name: g.meta.get("source_files") for g in self.groups},
             # what a reader of the figures must know about the data (e.g. trained on a test split): one line each
-            "data_notes": [*data_notes(self.corpus["name"], self.groups), *self.evaluation_notes()],
+            "data_notes": [*data_notes(self.corpus["name"], self.groups), *self.evaluation_notes(), *self.passkey_notes],
             # the held-out sample each length scores (poslab.datamodules.held_out)
             "evaluation": describe_sample(self.evaluation, documents) if self.evaluation is not None else None,
         }
@@ -306,10 +313,24 @@ class LanguageModelDataModule(L.LightningDataModule):
             budget = self.eval_batch_size * self.context_length  # a batch at any length: as many tokens as at 1x
             self.evaluation = plan_evaluation(streams, self.evaluation_settings, budget)
             self.groups = groups  # last: a refusal above leaves the datamodule unset, and a second setup refuses too
-            for note in self.evaluation_notes():
+            self.fit_passkey(groups[0])
+            for note in [*self.evaluation_notes(), *self.passkey_notes]:
                 log.warning("note: %s", note)
             log.info("evaluation: %d tokens per group at lengths %s", self.evaluation.span, self.evaluation.lengths)
         return self.groups
+
+    def fit_passkey(self, group: PreparedGroup) -> None:
+        """Passkey retrieval reads the first group's validation split (the prose of a two-group corpus, by its
+        config's order): its default distances too long for it are left out, a named one is refused, before
+        training."""
+        what = f"group {group.name!r}'s validation split"
+        given, tokens = self.passkey_given, len(group.splits["validation"])
+        self.passkey, note = fit_filler(self.passkey, given, self.context_length, tokens, what)
+        self.passkey_notes = [note] if note else []
+
+    def passkey_filler(self) -> PreparedSplit:
+        """The held-out split passkey retrieval writes its keys into (``fit_passkey``)."""
+        return self.prepare()[0].splits["validation"]
 
     def train_dataloader(self) -> DataLoader:
         self.train_windows.start = self.trainer.global_step if self.trainer is not None else 0

@@ -21,10 +21,15 @@ Every validation measures the plain model's non-overlapping figures at every len
 test's ``loss`` and ``bpb``); the test after training adds the sliding windows and the test-time ways. Beside the
 figures, results.json's ``loss_by_position`` holds the mean loss at each position of the non-overlapping windows,
 log-binned (``held_out.position_bins``), with each bin's token count, per length (and per group).
+
+After training, once (not at every validation), passkey retrieval (``poslab.lightning_modules.passkey``, settings
+``task.passkey``) on the first source group's held-out text (a two-group corpus: the first group of its config, the
+prose): results.json's top-level ``passkey``, the plain model's grid and each test-time way's under ``ways``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from statistics import stdev
 from typing import Any
@@ -36,7 +41,9 @@ from torch import Tensor, nn
 from torchmetrics import Metric
 
 from poslab.datamodules.held_out import BINS_PER_OCTAVE, position_bins
+from poslab.datamodules.language import windows
 from poslab.lightning_modules.base import TransformerModule
+from poslab.lightning_modules.passkey import evaluate_passkey, evaluation_ways
 from poslab.model import ModelConfig
 
 PLAIN, SLIDING, LOG_SCALED = "plain", "sliding", "log_scaled"
@@ -112,6 +119,7 @@ class LanguageModelModule(TransformerModule):
         )
         self.figures: dict[str, Any] = {}
         self.loss_by_position: dict[str, Any] = {}
+        self.passkey: dict[str, Any] | None = None
 
     def ways(self, length: int) -> list[str]:
         """The ways of evaluating at ``length``: the plain model (non-overlapping, then sliding windows), and past
@@ -181,6 +189,7 @@ class LanguageModelModule(TransformerModule):
 
     def on_test_epoch_end(self) -> None:
         self.report()
+        self.passkey = self.passkey_retrieval()
         for length in self.loss_by_position["lengths"]:
             for key, value in self.figures[length].items():
                 self.log(f"eval/L{length}/{key}", value, sync_dist=False)
@@ -256,6 +265,25 @@ class LanguageModelModule(TransformerModule):
             curves.update({name: curve(loss[g], tokens[g]) for g, name in enumerate(self.group_names)})
         return curves
 
+    def passkey_retrieval(self) -> dict[str, Any] | None:
+        """Passkey retrieval on the datamodule's held-out text with its settings (``passkey_filler``, ``passkey``:
+        fitted to that text), plain and in every test-time way; None where it is off or there is no such data."""
+        datamodule = getattr(self.trainer, "datamodule", None)
+        settings = getattr(datamodule, "passkey", None)
+        if settings is None or not settings.enabled:
+            return None
+        split = datamodule.passkey_filler()
+        with self.trainer.precision_plugin.forward_context():  # bf16 runs score as they evaluate
+            return evaluate_passkey(
+                self.model,
+                split.tokens,
+                settings,
+                self.train_length,
+                ways=evaluation_ways(self.model, self.train_length),
+                coordinates=functools.partial(windows, split),
+                max_tokens=datamodule.eval_batch_size * self.train_length,  # an evaluation batch's tokens
+            )
+
     def evaluation_results(self) -> dict[str, Any]:
-        """What results.json holds beside ``figures``: the loss-by-position curves."""
-        return {"loss_by_position": self.loss_by_position}
+        """What results.json holds beside ``figures``: the loss-by-position curves, and passkey retrieval's grid."""
+        return {"loss_by_position": self.loss_by_position, **({"passkey": self.passkey} if self.passkey else {})}
