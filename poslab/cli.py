@@ -13,7 +13,7 @@ import argparse
 import sys
 from collections.abc import Iterator
 
-from poslab.errors import OutputNotWritableError, PoslabError
+from poslab.errors import MissingRunError, OutputNotWritableError, PoslabError
 
 # The analyses are imported inside their command's branch, not above: `poslab --help` and bad arguments
 # answer without loading torch, Lightning and matplotlib.
@@ -99,6 +99,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     zoo.add_argument("directory", metavar="DIR", help="the multirun directory of experiment=position_zoo")
     _add_output_dir(zoo, "DIR/analysis/zoo")
+
+    length = _parser(
+        reports, "length", "language models by evaluation length: bits per byte, loss by position, passkey, ranked"
+    )
+    length.add_argument("directories", nargs="*", metavar="DIR", help="run or multirun directories of task=lm runs")
+    length.add_argument(
+        "--from",
+        dest="from_summary",
+        default=None,
+        metavar="SUMMARY",
+        help="re-render the tables and PNGs from a length.json this report wrote, without runs (default: read DIR)",
+    )
+    _add_output_dir(length, "the first directory's analysis/length, or beside SUMMARY")
 
     losses = _parser(reports, "losses", "validation loss and bits per byte of language-model runs side by side")
     losses.add_argument("directories", nargs="+", metavar="DIR", help="run or multirun directories")
@@ -208,6 +221,14 @@ def analysis_of(args: argparse.Namespace):
         from poslab.analysis.zoo_report import report_zoo
 
         return report_zoo(args.directory)
+    if args.command == "report" and args.report == "length":
+        from poslab.analysis.length_report import report_length, rerender_length
+
+        if args.from_summary is not None:
+            return rerender_length(args.from_summary)
+        if not args.directories:
+            raise MissingRunError("poslab report length needs DIR (run or multirun directories) or --from SUMMARY.")
+        return report_length(args.directories)
     if args.command == "report" and args.report == "losses":
         from poslab.analysis.losses import report_losses
 

@@ -225,7 +225,11 @@ class LanguageModelDataModule(L.LightningDataModule):
             # what each group was read from: file count and bytes (python_code: and the Python version)
             "sources": {g.name: g.meta.get("source_files") for g in self.groups},
             # what a reader of the figures must know about the data (e.g. trained on a test split): one line each
-            "data_notes": [*data_notes(self.corpus["name"], self.groups), *self.evaluation_notes(), *self.passkey_notes],
+            "data_notes": [
+                *data_notes(self.corpus["name"], self.groups),
+                *self.evaluation_notes(),
+                *self.passkey_notes,
+            ],
             # the held-out sample each length scores (poslab.datamodules.held_out)
             "evaluation": describe_sample(self.evaluation, documents) if self.evaluation is not None else None,
         }

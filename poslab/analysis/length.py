@@ -1,0 +1,247 @@
+"""Train short, test long on text: the language models' bits per byte by evaluation length, loss by position and
+passkey retrieval, per corpus and encoding, with the uncertainty over seeds.
+
+    poslab report length DIR...          (run or multirun directories of task=lm runs, e.g. experiment=lm_zoo)
+    poslab report length --from length.json
+
+Three layers, as the zoo's report: this module computes (``length_summary``: everything the tables and figures
+show, what ``length.json`` holds), ``length_render`` draws the tables and PNGs from that summary alone (no runs,
+no model: ``--from`` re-renders), ``length_report`` runs both and writes the files.
+
+What is measured (``poslab.lightning_modules.language``; statistics from ``poslab.analysis.stats``):
+
+- **Rows**: each encoding's plain model, and each way it was evaluated on the same weights as its own row
+  (``rope + sliding``, ``rope + log_scaled``, ``rope + test_yarn``): the sliding windows (``task.eval_stride``), the
+  log-length scaling and the encoding's test-time rules, these past the context only.
+- **Bits per byte** at each multiple of the training context: the mean over seeds with a 95% Student-t interval,
+  and the **ratio to 1x** (per seed, the row's bits per byte over the plain model's at 1x; then over seeds).
+- **Score and ranking**: the mean bits per byte over 2x to 16x (1x is what every encoding was trained at; lower is
+  better), ranks by the seed-mean score with a paired bootstrap interval over seeds (every encoding sees the same
+  data under a seed), and the consecutive places the intervals do not separate.
+- **Loss by position**: the plain model's mean loss at each (log-binned) position of the longest evaluation
+  length, the mean over seeds.
+- **Passkey retrieval**: the exact-match grid (distance x depth) per encoding, the mean over seeds.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+import numpy as np
+
+from poslab.analysis.results import FinishedRun, collect_runs, differing_settings, setting_values
+from poslab.analysis.stats import Interval, bootstrap_ranks, not_separated
+from poslab.errors import MissingRunError
+from poslab.run_files import RESULTS_FILE
+
+RANKED = (2, 4, 8, 16)  # the multiples of the context the score averages: past training, to 16x
+PLAIN = "plain"
+WAY_KEY = re.compile(r"^bpb(?:_(?P<way>[a-z0-9_]+))?$")  # bpb, bpb_sliding, bpb_test_yarn; not bpb[en] nor sds
+
+
+@dataclass
+class LengthRun:
+    """One finished language-model run: its corpus, encoding and seed, and bits per byte by way and multiple."""
+
+    corpus: str
+    encoding: str  # the run's label plus the settings telling it apart from others of the same label
+    seed: int
+    train_length: int
+    bpb: dict[str, dict[int, float]]  # way -> multiple -> bits per byte
+    result: dict[str, Any]
+    path: Path
+
+
+def is_language_model(result: dict[str, Any]) -> bool:
+    return result.get("task") == "lm" or "val_bpb" in (result.get("figures") or {})
+
+
+def length_bpb(figures: dict[str, Any], train_length: int) -> dict[str, dict[int, float]]:
+    """Bits per byte by way and multiple from results.json's ``figures`` keyed by length (whole multiples only)."""
+    found: dict[str, dict[int, float]] = defaultdict(dict)
+    for length, row in figures.items():
+        if not (length.isdigit() and isinstance(row, dict)) or int(length) % train_length:
+            continue
+        for key, value in row.items():
+            if (match := WAY_KEY.match(key)) and not key.endswith("_sd"):
+                found[match["way"] or PLAIN][int(length) // train_length] = float(value)
+    return dict(found)
+
+
+def length_run(run: FinishedRun, keys: list[str]) -> LengthRun:
+    result = run.result
+    train = int(result.get("context_length") or (result.get("loss_by_position") or {}).get("train_length"))
+    settings = [f"{k}={v}" for k, v in zip(keys, setting_values(run, keys))]
+    return LengthRun(
+        corpus=str(result.get("corpus", "?")),
+        encoding=" ".join([str(result.get("label") or result.get("encoding")), *settings]),
+        seed=int(result["seed"]),
+        train_length=train,
+        bpb=length_bpb(result["figures"], train),
+        result=result,
+        path=run.path,
+    )
+
+
+def load_length_runs(directories: list[str | Path]) -> tuple[list[LengthRun], list[str]]:
+    """Every successful language-model run below ``directories`` that has figures by length, and the notes on
+    those left out (failed jobs, damaged files, and runs older than the evaluation by length)."""
+    found = collect_runs(list(directories), keep=is_language_model)
+    keys = differing_settings(found.counted, lambda r: (r.result.get("corpus"), r.result.get("label")))
+    keys = [k for k in keys if not k.startswith("task.passkey")]  # the passkey grid is not a model setting
+    runs, old = [], []
+    for finished in found.counted:
+        run = length_run(finished, keys)
+        (runs if any(m > 1 for m in run.bpb.get(PLAIN, {})) else old).append(run)
+    notes = found.notes()
+    if old:
+        shown = ", ".join(f"{r.corpus} {r.encoding} seed {r.seed}" for r in old)
+        notes.append(
+            f"{len(old)} run(s) left out, no figures past the training context (written before task.eval_lengths, "
+            f"or evaluated at 1x only: only val_bpb): {shown}"
+        )
+    if not runs:
+        listed = " ".join(notes)
+        raise MissingRunError(
+            f"no {RESULTS_FILE} of a successful language-model run with figures by evaluation length below "
+            f"{', '.join(map(str, directories))}" + (f": {listed}" if listed else "")
+        )
+    runs.sort(key=lambda r: (r.corpus, r.encoding, r.seed))
+    return runs, notes
+
+
+# ---- the bits-per-byte table ---------------------------------------------------------------------------------------
+def cell(by_seed: dict[int, float]) -> dict[str, Any]:
+    """One figure over seeds: its mean, 95% t-interval and seed count (``Interval.as_dict``), and the seeds' values."""
+    finite = {s: v for s, v in sorted(by_seed.items()) if v == v}
+    return {**Interval.of(finite.values()).as_dict(), "per_seed": finite}
+
+
+def row_summary(encoding: str, way: str, runs: list[LengthRun]) -> dict[str, Any]:
+    """One row: an encoding in one way, bits per byte and its ratio to the plain model's 1x by multiple, the score."""
+    multiples = sorted({m for r in runs for m in r.bpb.get(way, {})})
+    bpb = {m: {r.seed: r.bpb.get(way, {}).get(m, math.nan) for r in runs} for m in multiples}
+    one_x = {r.seed: r.bpb[PLAIN].get(1, math.nan) for r in runs}
+    ratio = {m: {s: v / one_x[s] for s, v in seeds.items()} for m, seeds in bpb.items()}
+    ranked = [m for m in multiples if m in RANKED]
+    score = {r.seed: mean(bpb[m][r.seed] for m in ranked) if ranked else math.nan for r in runs}
+    return {
+        "name": encoding if way == PLAIN else f"{encoding} + {way}",
+        "encoding": encoding,
+        "way": way,
+        "seeds": len(runs),
+        "bpb": {f"{m}x": cell(bpb[m]) for m in multiples},
+        "ratio_to_1x": {f"{m}x": cell(ratio[m]) for m in multiples},
+        "score": cell(score),
+        "score_multiples": ranked,
+    }
+
+
+def rank_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[list[str]]]:
+    """The rows best first by seed-mean score (lower bits per byte is better; no score last), each with its rank
+    (equal scores to 4 decimals share the better one) and its paired-bootstrap rank interval; the groups of
+    consecutive places the intervals do not separate."""
+    score = {row["name"]: _or_high(row["score"]["mean"]) for row in rows}
+    rows = sorted(rows, key=lambda row: (score[row["name"]], row["name"]))
+    scored = [row for row in rows if math.isfinite(score[row["name"]])]
+    per_seed = {row["name"]: {int(s): v for s, v in row["score"]["per_seed"].items()} for row in scored}
+    intervals = bootstrap_ranks(per_seed, higher_is_better=False)
+    for row in rows:
+        name = row["name"]
+        row["rank"] = 1 + sum(round(score[o["name"]], 4) < round(score[name], 4) for o in scored)
+        row["rank_interval"] = list(intervals[name][:2]) if name in intervals else None
+    groups = not_separated({n: intervals[n][:2] for n in per_seed}, [row["name"] for row in scored])
+    return rows, [group for group in groups if len(group) > 1]
+
+
+def _or_high(value: float | None) -> float:
+    return math.inf if value is None or value != value else value
+
+
+# ---- loss by position, passkey -------------------------------------------------------------------------------------
+def position_curve(runs: list[LengthRun]) -> dict[str, Any] | None:
+    """An encoding's loss by position at the longest length every seed scored: per log-spaced bin its first
+    position, the mean loss over seeds, and the seeds."""
+    curves = [(r.result.get("loss_by_position") or {}).get("lengths") or {} for r in runs]
+    common = set.intersection(*(set(c) for c in curves)) if curves else set()
+    if not common:
+        return None
+    longest = max(common, key=int)
+    bins = [c[longest] for c in curves]
+    if any(b["start"] != bins[0]["start"] for b in bins):  # other binning (another version): not averaged
+        return None
+    loss = np.mean([b["loss"] for b in bins], axis=0)
+    return {"length": int(longest), "start": bins[0]["start"], "stop": bins[0]["stop"], "loss": loss.tolist(),
+            "seeds": len(runs)}  # fmt: skip
+
+
+def passkey_mean(runs: list[LengthRun]) -> dict[str, Any] | None:
+    """An encoding's passkey grid, the mean over the seeds that ran the same grid (each way too); None without."""
+    results = [r.result["passkey"] for r in runs if isinstance(r.result.get("passkey"), dict)]
+    same = [p for p in results if results and p["distances"] == results[0]["distances"]
+            and p["depths"] == results[0]["depths"]]  # fmt: skip
+    if not same:
+        return None
+
+    def averaged(figures: list[dict[str, Any]]) -> dict[str, Any]:
+        return {key: np.mean([f[key] for f in figures], axis=0).tolist() for key in ("exact", "digits")}
+
+    ways = set.intersection(*(set(p.get("ways", {})) for p in same))
+    return {
+        **{k: v for k, v in same[0].items() if k not in ("exact", "digits", "ways", "settings")},
+        **averaged(same),
+        "ways": {way: averaged([p["ways"][way] for p in same]) for way in sorted(ways)},
+        "seeds": len(same),
+    }
+
+
+# ---- the summary ---------------------------------------------------------------------------------------------------
+def corpus_summary(runs: list[LengthRun]) -> dict[str, Any]:
+    """One corpus: the ranked rows, the groups not separated, the curves and passkey grids by encoding."""
+    by_encoding: dict[str, list[LengthRun]] = defaultdict(list)
+    for run in runs:
+        by_encoding[run.encoding].append(run)
+    rows = [
+        row_summary(encoding, way, members)
+        for encoding, members in by_encoding.items()
+        for way in sorted({w for r in members for w in r.bpb}, key=lambda w: (w != PLAIN, w))
+    ]
+    rows, groups = rank_rows(rows)
+    curves = {e: c for e, members in by_encoding.items() if (c := position_curve(members))}
+    passkey = {e: p for e, members in by_encoding.items() if (p := passkey_mean(members))}
+    return {
+        "train_length": runs[0].train_length,
+        "train_lengths": sorted({r.train_length for r in runs}),
+        "rows": rows,
+        "not_separated": groups,
+        "loss_by_position": curves,
+        "passkey": passkey,
+    }
+
+
+def length_summary(runs: list[LengthRun], notes: list[str]) -> dict[str, Any]:
+    """Everything the report shows, per seed where a figure has seeds: ``length.json``, what rendering reads."""
+    by_corpus: dict[str, list[LengthRun]] = defaultdict(list)
+    for run in runs:
+        by_corpus[run.corpus].append(run)
+    return {
+        "ranked_multiples": list(RANKED),
+        "corpora": {corpus: corpus_summary(members) for corpus, members in sorted(by_corpus.items())},
+        "runs": [
+            {
+                "corpus": r.corpus,
+                "encoding": r.encoding,
+                "seed": r.seed,
+                "train_length": r.train_length,
+                "bpb": {way: {f"{m}x": v for m, v in sorted(per.items())} for way, per in r.bpb.items()},
+            }
+            for r in runs
+        ],  # fmt: skip
+        "notes": notes,
+    }

@@ -1,0 +1,167 @@
+"""Rendering of the length report (``poslab.analysis.length``): markdown tables, the CSV and the PNGs from the
+summary (``length.json``) alone: no runs, no model, so ``poslab report length --from length.json`` re-renders."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from typing import Any
+
+from poslab.analysis.passkey_render import plot_passkey
+from poslab.analysis.stats import Interval
+from poslab.plotting import plt
+
+
+def interval(cell: dict[str, Any]) -> Interval:
+    """An ``Interval`` back from its JSON (``as_dict``: NaN written as null)."""
+    value = lambda key: math.nan if cell.get(key) is None else float(cell[key])
+    return Interval(value("mean"), value("low"), value("high"), int(cell.get("n", 0)))
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _head(header: list[str]) -> list[str]:
+    return [_row(header), "|" + "---|" * len(header)]
+
+
+def multiples_of(rows: list[dict[str, Any]]) -> list[str]:
+    return sorted({m for row in rows for m in row["bpb"]}, key=lambda m: float(m.removesuffix("x")))
+
+
+def bpb_table(corpus: str, summary: dict[str, Any], ranked: list[int]) -> str:
+    """Bits per byte by multiple (seed mean [95% t-interval]), the score over 2x-16x and the rank with its
+    bootstrap interval, best first."""
+    rows, multiples = summary["rows"], multiples_of(summary["rows"])
+    span = f"{ranked[0]}x-{ranked[-1]}x"
+    header = ["rank [95% bootstrap]", "encoding", *multiples, f"score: mean {span}", "seeds"]
+    lines = [f"### {corpus}: bits per byte (trained at {summary['train_length']} tokens; lower is better)", ""]
+    lines += _head(header)
+    for row in rows:
+        place = f"{row['rank']}" + (f" [{row['rank_interval'][0]}-{row['rank_interval'][1]}]"
+                                    if row.get("rank_interval") else "")  # fmt: skip
+        cells = [interval(row["bpb"][m]).cell() if m in row["bpb"] else "" for m in multiples]
+        lines.append(_row([place, row["name"], *cells, interval(row["score"]).cell(), str(row["seeds"])]))
+    groups = summary["not_separated"]
+    shown = "; ".join(", ".join(group) for group in groups) if groups else "none (every place separated)"
+    lines += ["", f"Not separated by the rank intervals: {shown}."]
+    return "\n".join(lines)
+
+
+def ratio_table(corpus: str, summary: dict[str, Any]) -> str:
+    """Each row's bits per byte over its encoding's plain model at 1x, per seed then over seeds."""
+    rows, multiples = summary["rows"], multiples_of(summary["rows"])
+    lines = [f"### {corpus}: ratio to the plain model's 1x bits per byte", "", *_head(["encoding", *multiples])]
+    for row in rows:
+        cells = [interval(row["ratio_to_1x"][m]).cell() if m in row["ratio_to_1x"] else "" for m in multiples]
+        lines.append(_row([row["name"], *cells]))
+    return "\n".join(lines)
+
+
+def passkey_table(corpus: str, summary: dict[str, Any]) -> str:
+    """Per encoding, passkey exact match averaged over depths at each distance (seed means; chance beside)."""
+    grids = summary["passkey"]
+    if not grids:
+        return ""
+    first = next(iter(grids.values()))
+    header = ["encoding", *(f"{m:g}x" for m in first["distance_multiples"]), "seeds"]
+    lines = [f"### {corpus}: passkey exact match by distance (mean over depths; chance {first['chance_exact']:g})", ""]
+    lines += _head(header)
+    for encoding, grid in grids.items():
+        cells = [f"{sum(row) / len(row):.2f}" for row in grid["exact"]]
+        lines.append(_row([encoding, *cells, str(grid["seeds"])]))
+    return "\n".join(lines)
+
+
+def length_markdown(summary: dict[str, Any]) -> str:
+    ranked = summary["ranked_multiples"]
+    parts = []
+    for corpus, part in summary["corpora"].items():
+        parts += [bpb_table(corpus, part, ranked), ratio_table(corpus, part)]
+        parts += [table for table in [passkey_table(corpus, part)] if table]
+    notes = summary.get("notes") or []
+    return "\n\n".join(parts + (["\n".join(notes)] if notes else []))
+
+
+def length_csv(summary: dict[str, Any]) -> str:
+    """One line per corpus, row and multiple: bits per byte and the ratio to 1x with their intervals, the score."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    stats = ("mean", "low", "high")
+    writer.writerow(["corpus", "row", "encoding", "way", "multiple", "seeds", *(f"bpb_{s}" for s in stats),
+                     *(f"ratio_{s}" for s in stats), "score_mean", "rank"])  # fmt: skip
+    for corpus, part in summary["corpora"].items():
+        for row in part["rows"]:
+            for multiple, bpb in row["bpb"].items():
+                ratio = row["ratio_to_1x"][multiple]
+                writer.writerow([corpus, row["name"], row["encoding"], row["way"], multiple, bpb["n"],
+                                 *(_number(bpb[s]) for s in stats), *(_number(ratio[s]) for s in stats),
+                                 _number(row["score"]["mean"]), row["rank"]])  # fmt: skip
+    return buffer.getvalue()
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None or value != value else f"{value:.5f}"
+
+
+def _panels(count: int, width: float = 4.2, height: float = 3.2) -> tuple[Any, list[Any]]:
+    fig, axes = plt.subplots(1, count, figsize=(width * count + 0.6, height), squeeze=False, layout="constrained")
+    return fig, list(axes[0])
+
+
+def plot_bpb(summary: dict[str, Any]) -> Any:
+    """Bits per byte by evaluation length, one panel per corpus, a line per plain encoding (seed means, the
+    t-interval shaded), the training length marked."""
+    fig, axes = _panels(len(summary["corpora"]))
+    colours = plt.get_cmap("tab20")
+    for ax, (corpus, part) in zip(axes, summary["corpora"].items()):
+        train = part["train_length"]
+        ax.set_xscale("log", base=2)
+        plain = sorted((row for row in part["rows"] if row["way"] == "plain"), key=lambda row: row["name"])
+        for i, row in enumerate(plain):
+            multiples = sorted(row["bpb"], key=lambda m: float(m.removesuffix("x")))
+            lengths = [float(m.removesuffix("x")) * train for m in multiples]
+            cells = [interval(row["bpb"][m]) for m in multiples]
+            ax.plot(lengths, [c.mean for c in cells], "-o", ms=3, lw=1.2, color=colours(i % 20), label=row["name"])
+            if all(c.has_interval for c in cells):
+                ax.fill_between(lengths, [c.low for c in cells], [c.high for c in cells], color=colours(i % 20),
+                                alpha=0.12)  # fmt: skip
+        ax.axvline(train, color="grey", ls="--", lw=1)
+        ax.set(xlabel="evaluation length (tokens)", ylabel="bits per byte", title=f"{corpus} (trained at {train})")
+        ax.title.set_fontsize(9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    return fig
+
+
+def plot_positions(summary: dict[str, Any]) -> Any:
+    """Loss by position (log x), one panel per corpus, a line per encoding (mean over seeds), the training length
+    marked by a vertical line: past it, positions the models never trained at."""
+    fig, axes = _panels(len(summary["corpora"]))
+    colours = plt.get_cmap("tab20")
+    for ax, (corpus, part) in zip(axes, summary["corpora"].items()):
+        ax.set_xscale("log", base=2)
+        for i, (encoding, curve) in enumerate(sorted(part["loss_by_position"].items())):
+            middles = [(start + stop + 1) / 2 for start, stop in zip(curve["start"], curve["stop"])]  # 1-based
+            ax.plot(middles, curve["loss"], lw=1.2, color=colours(i % 20), label=encoding)
+        ax.axvline(part["train_length"], color="black", ls="--", lw=1, label="training length")
+        ax.set(xlabel="position (tokens, log)", ylabel="loss (nats per token)", title=corpus)
+        ax.title.set_fontsize(9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    return fig
+
+
+def figures(summary: dict[str, Any]) -> dict[str, Any]:
+    """The report's PNGs by file name: bits per byte by length, loss by position, a passkey heatmap per corpus."""
+    drawn = {"length_bpb.png": plot_bpb(summary), "length_position.png": plot_positions(summary)}
+    for corpus, part in summary["corpora"].items():
+        if part["passkey"]:
+            drawn[f"length_passkey_{safe_name(corpus)}.png"] = plot_passkey(part["passkey"])
+    return drawn
+
+
+def safe_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)

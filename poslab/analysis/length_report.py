@@ -1,0 +1,52 @@
+"""``poslab report length DIR...``: the language models' runs read and computed (``poslab.analysis.length``), then
+drawn (``poslab.analysis.length_render``) into ``--output-dir`` (default: the first directory's
+``analysis/length/``): ``length.md``, ``length.csv``, ``length.json`` and the PNGs. ``--from length.json``
+renders the same files again from the summary alone (no runs, no model), beside it by default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from poslab.analysis.length import length_summary, load_length_runs
+from poslab.analysis.length_render import figures, length_csv, length_markdown
+from poslab.analysis.output import AnalysisResult
+from poslab.errors import MissingRunError
+from poslab.io import read_json
+from poslab.run_files import default_analysis_dir
+
+SUMMARY_FILE = "length.json"
+
+
+def render_length(summary: dict[str, Any], directory: Path) -> AnalysisResult:
+    """The report's text and files from ``summary`` (``length_summary``) alone."""
+    text = length_markdown(summary)
+    result = AnalysisResult("length", text, directory)
+    result.add_text("length.md", text)
+    result.add_text("length.csv", length_csv(summary))
+    result.add_json(SUMMARY_FILE, summary)
+    for name, fig in figures(summary).items():
+        result.add_figure(name, fig)
+    return result
+
+
+def report_length(directories: list[str | Path]) -> AnalysisResult:
+    runs, notes = load_length_runs(directories)
+    default = default_analysis_dir("length", list(directories), [r.path for r in runs])
+    return render_length(length_summary(runs, notes), default)
+
+
+def rerender_length(path: str | Path) -> AnalysisResult:
+    """``--from``: the files again from a ``length.json`` this report wrote."""
+    path = Path(path)
+    try:
+        summary = read_json(path)
+    except (OSError, ValueError) as error:
+        raise MissingRunError(
+            f"--from {path} cannot be read as JSON ({error}); give a {SUMMARY_FILE} this report wrote."
+        ) from error
+    if not isinstance(summary, dict) or not isinstance(summary.get("corpora"), dict):
+        raise MissingRunError(
+            f"--from {path} is not a length report's summary (no corpora); give a {SUMMARY_FILE} this report wrote."
+        )
+    return render_length(summary, path.parent)
