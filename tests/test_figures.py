@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import warnings
 from collections.abc import Callable, Iterator
 from importlib import resources
@@ -23,6 +24,8 @@ from poslab.analysis.extrapolation import parse_lines, plot_grid
 from poslab.analysis.hrope import RunAnalysis
 from poslab.analysis.hrope_report import plot_wells
 from poslab.analysis.increments_report import DEFAULT_SENTENCES, positions_learned, positions_title
+from poslab.analysis.length import LengthRun, length_summary
+from poslab.analysis.length_render import plot_bpb, plot_positions
 from poslab.analysis.passkey_render import plot_passkey
 from poslab.analysis.zoo import ZooRun, baselines, task_rows
 from poslab.analysis.zoo_render import plot_accuracy, plot_heatmap
@@ -202,6 +205,28 @@ def passkey_picture(encodings: list[str], way: str | None = None) -> Any:
     return plot_passkey(results, way)
 
 
+def length_runs(corpora: list[str], encodings: list[str], seeds: int = 3) -> dict[str, Any]:
+    """A made-up ``length.json`` summary: per corpus and encoding, bits per byte rising with the length (more for
+    the later encodings), a loss-by-position curve to 16x and a passkey grid, over ``seeds`` seeds."""
+    runs = []
+    starts = [0, 1, 2, 3, 4, 6, 8, 11, 16, 22, 32, 45, 64, 90, 128, 181, 256, 362, 512, 724, 1024, 1448, 2048]
+    for c, corpus in enumerate(corpora):
+        for e, encoding in enumerate(encodings):
+            for seed in range(seeds):
+                base = 1.2 + 0.1 * c + 0.02 * seed
+                plain = {m: base + 0.05 * e * math.log2(m) for m in (1, 2, 4, 8, 16)}
+                bpb = {"plain": plain, "sliding": {m: plain[m] - 0.01 for m in (1, 2)}}
+                curve = {"start": starts, "stop": [*starts[1:], 2048], "tokens": [1] * len(starts),
+                         "loss": [1.0 + 2 / (1 + s) + 0.001 * e * max(0, s - 128) for s in starts]}  # fmt: skip
+                result = {"loss_by_position": {"lengths": {"2048": curve}}, "passkey": passkey_result(2.0**-e)}
+                runs.append(LengthRun(corpus, encoding, seed, 128, bpb, result, Path()))
+    return length_summary(runs, [])
+
+
+LENGTH_SMALL = (["wikitext2", "python_code"], ["rope", "alibi", "nope"])
+LENGTH_WHOLE = (["wikitext2", "python_code"], WHOLE_ZOO[1])
+
+
 #: every figure the project writes, by the file it is written to
 FIGURES: dict[str, Callable[[], Any]] = {
     "increments_positions (English)": lambda: positions_picture(ENGLISH),
@@ -223,6 +248,16 @@ FIGURES: dict[str, Callable[[], Any]] = {
     "zoo_accuracy.png (small zoo)": lambda: zoo_accuracy(*SMALL_ZOO),
     "zoo_accuracy.png (whole zoo)": lambda: zoo_accuracy(*WHOLE_ZOO),
     "passkey_heatmap.png (one encoding)": lambda: plot_passkey(passkey_result(1.0)),
+    "length_bpb.png (two corpora, 3 encodings)": lambda: plot_bpb(length_runs(*LENGTH_SMALL)),
+    "length_bpb.png (two corpora, whole zoo)": lambda: plot_bpb(length_runs(*LENGTH_WHOLE)),
+    "length_position.png (two corpora, 3 encodings)": lambda: plot_positions(length_runs(*LENGTH_SMALL)),
+    "length_position.png (two corpora, whole zoo)": lambda: plot_positions(length_runs(*LENGTH_WHOLE)),
+    "length_passkey_0.png (3 encodings, seed means)": lambda: plot_passkey(
+        length_runs(*LENGTH_SMALL)["corpora"]["wikitext2"]["passkey"]
+    ),
+    "length_passkey_0.png (whole zoo, seed means)": lambda: plot_passkey(
+        length_runs(*LENGTH_WHOLE)["corpora"]["wikitext2"]["passkey"]
+    ),
     "passkey_heatmap.png (small zoo)": lambda: passkey_picture(SMALL_ZOO[1]),
     "passkey_heatmap.png (whole zoo)": lambda: passkey_picture(WHOLE_ZOO[1]),
     "passkey_heatmap.png (whole zoo, test_yarn)": lambda: passkey_picture(WHOLE_ZOO[1], "test_yarn"),
@@ -236,6 +271,9 @@ REPORT_FIGURES = {
     "corpus_statistics.png",
     "zoo_accuracy.png",
     "zoo_heatmap.png",
+    "length_bpb.png",
+    "length_position.png",
+    "length_passkey_0.png",
 }
 
 

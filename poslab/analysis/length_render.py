@@ -8,7 +8,6 @@ import io
 import math
 from typing import Any
 
-from poslab.analysis.passkey_render import plot_passkey
 from poslab.analysis.stats import Interval
 from poslab.plotting import plt
 
@@ -106,15 +105,27 @@ def _number(value: float | None) -> str:
     return "" if value is None or value != value else f"{value:.5f}"
 
 
-def _panels(count: int, width: float = 4.2, height: float = 3.2) -> tuple[Any, list[Any]]:
-    fig, axes = plt.subplots(1, count, figsize=(width * count + 0.6, height), squeeze=False, layout="constrained")
+def _panels(count: int, lines: int, width: float = 4.2) -> tuple[Any, list[Any]]:
+    """A row of ``count`` panels, tall enough for one legend of ``lines`` entries beside them (``_legend``)."""
+    height = max(3.2, 0.15 * lines + 1.0)
+    fig, axes = plt.subplots(1, count, figsize=(width * count + 2.6, height), squeeze=False, layout="constrained")
     return fig, list(axes[0])
+
+
+def _legend(fig: Any, axes: list[Any]) -> None:
+    """One legend for every panel, right of them (a whole zoo's 21 lines would cover a panel's curves)."""
+    labels: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            labels.setdefault(label, handle)
+    fig.legend(labels.values(), labels.keys(), loc="outside right upper", fontsize=6)
 
 
 def plot_bpb(summary: dict[str, Any]) -> Any:
     """Bits per byte by evaluation length, one panel per corpus, a line per plain encoding (seed means, the
     t-interval shaded), the training length marked."""
-    fig, axes = _panels(len(summary["corpora"]))
+    lines = max(sum(row["way"] == "plain" for row in part["rows"]) for part in summary["corpora"].values())
+    fig, axes = _panels(len(summary["corpora"]), lines)
     colours = plt.get_cmap("tab20")
     for ax, (corpus, part) in zip(axes, summary["corpora"].items()):
         train = part["train_length"]
@@ -132,14 +143,15 @@ def plot_bpb(summary: dict[str, Any]) -> Any:
         ax.set(xlabel="evaluation length (tokens)", ylabel="bits per byte", title=f"{corpus} (trained at {train})")
         ax.title.set_fontsize(9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
+    _legend(fig, axes)
     return fig
 
 
 def plot_positions(summary: dict[str, Any]) -> Any:
     """Loss by position (log x), one panel per corpus, a line per encoding (mean over seeds), the training length
     marked by a vertical line: past it, positions the models never trained at."""
-    fig, axes = _panels(len(summary["corpora"]))
+    lines = max(len(part["loss_by_position"]) for part in summary["corpora"].values()) + 1
+    fig, axes = _panels(len(summary["corpora"]), lines)
     colours = plt.get_cmap("tab20")
     for ax, (corpus, part) in zip(axes, summary["corpora"].items()):
         ax.set_xscale("log", base=2)
@@ -150,17 +162,8 @@ def plot_positions(summary: dict[str, Any]) -> Any:
         ax.set(xlabel="position (tokens, log)", ylabel="loss (nats per token)", title=corpus)
         ax.title.set_fontsize(9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
+    _legend(fig, axes)
     return fig
-
-
-def figures(summary: dict[str, Any]) -> dict[str, Any]:
-    """The report's PNGs by file name: bits per byte by length, loss by position, a passkey heatmap per corpus."""
-    drawn = {"length_bpb.png": plot_bpb(summary), "length_position.png": plot_positions(summary)}
-    for corpus, part in summary["corpora"].items():
-        if part["passkey"]:
-            drawn[f"length_passkey_{safe_name(corpus)}.png"] = plot_passkey(part["passkey"])
-    return drawn
 
 
 def safe_name(name: str) -> str:

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from poslab.analysis.length import length_summary, load_length_runs
-from poslab.analysis.length_render import figures, length_csv, length_markdown
+from poslab.analysis.length_render import length_csv, length_markdown, plot_bpb, plot_positions, safe_name
 from poslab.analysis.output import AnalysisResult
+from poslab.analysis.passkey_render import plot_passkey
 from poslab.errors import MissingRunError
 from poslab.io import read_json
 from poslab.run_files import default_analysis_dir
@@ -25,8 +26,11 @@ def render_length(summary: dict[str, Any], directory: Path) -> AnalysisResult:
     result.add_text("length.md", text)
     result.add_text("length.csv", length_csv(summary))
     result.add_json(SUMMARY_FILE, summary)
-    for name, fig in figures(summary).items():
-        result.add_figure(name, fig)
+    result.add_figure("length_bpb.png", plot_bpb(summary))
+    result.add_figure("length_position.png", plot_positions(summary))
+    for corpus, part in summary["corpora"].items():  # the needle picture, one per corpus with passkey grids
+        if part["passkey"]:
+            result.add_figure(f"length_passkey_{safe_name(corpus)}.png", plot_passkey(part["passkey"]))
     return result
 
 
