@@ -455,3 +455,17 @@ def test_train_py_refuses_bad_passkey_settings_up_front_with_exit_2(tmp_path, se
     assert done.returncode == 2, done.stderr[-3000:]
     assert fragment in done.stderr
     assert not (tmp_path / "cache").exists()  # refused before any data is read
+
+
+def test_held_out_text_too_short_leaves_default_distances_out_with_a_note_and_refuses_named_ones():
+    from poslab.passkey_settings import fit_filler
+
+    defaults = check_passkey_settings({"depths": [0, 1]}, 16)  # 1x16 of filler + up to 16x16 + the 24-token phrase
+    fitted, note = fit_filler(defaults, {}, 16, 120, "group 'main'")  # room for 80
+    assert fitted.distances == (2.0, 4.0) and "distances up to 4 x the context only" in note
+    off, note = fit_filler(defaults, {}, 16, 40, "group 'main'")
+    assert not off.enabled and "holds no trial" in note
+    named = check_passkey_settings({"distances": [2, 16]}, 16)
+    with pytest.raises(ConfigError, match="has 100 tokens, fewer than the longest passkey trial"):
+        fit_filler(named, {"distances": [2, 16]}, 16, 100, "group 'main'")
+    assert fit_filler(named, {"distances": [2, 16]}, 16, 10_000, "group 'main'") == (named, None)

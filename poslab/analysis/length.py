@@ -183,7 +183,7 @@ def position_curve(runs: list[LengthRun]) -> dict[str, Any] | None:
 
 def passkey_mean(runs: list[LengthRun]) -> dict[str, Any] | None:
     """An encoding's passkey grid, the mean over the seeds that ran the same grid (each way too); None without."""
-    results = [r.result["passkey"] for r in runs if isinstance(r.result.get("passkey"), dict)]
+    results = [p for r in runs if isinstance(p := r.result.get("passkey"), dict) and "distances" in p]
     same = [p for p in results if results and p["distances"] == results[0]["distances"]
             and p["depths"] == results[0]["depths"]]  # fmt: skip
     if not same:
@@ -194,7 +194,7 @@ def passkey_mean(runs: list[LengthRun]) -> dict[str, Any] | None:
 
     ways = set.intersection(*(set(p.get("ways", {})) for p in same))
     return {
-        **{k: v for k, v in same[0].items() if k not in ("exact", "digits", "ways", "settings")},
+        **{k: v for k, v in same[0].items() if k not in ("exact", "digits", "ways", "settings", "note")},
         **averaged(same),
         "ways": {way: averaged([p["ways"][way] for p in same]) for way in sorted(ways)},
         "seeds": len(same),

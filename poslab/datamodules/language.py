@@ -196,7 +196,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         # passkey retrieval after training (the module runs it on the first group's held-out text)
         self.passkey_given = dict(passkey or {})
         self.passkey = check_passkey_settings(passkey, self.context_length, self.corpus.get("tokenizer", "bytes"))
-        self.passkey_notes: list[str] = []
+        self.passkey_note: str | None = None  # what the held-out text left out of the grid (results.json's passkey)
         check_local_corpus(self.corpus)  # corpus=local: a path matching nothing stops here too
         self.groups: list[PreparedGroup] = []
         self.train_windows: TrainingWindows | None = None
@@ -225,11 +225,7 @@ class LanguageModelDataModule(L.LightningDataModule):
             # what each group was read from: file count and bytes (python_code: and the Python version)
             "sources": {g.name: g.meta.get("source_files") for g in self.groups},
             # what a reader of the figures must know about the data (e.g. trained on a test split): one line each
-            "data_notes": [
-                *data_notes(self.corpus["name"], self.groups),
-                *self.evaluation_notes(),
-                *self.passkey_notes,
-            ],
+            "data_notes": [*data_notes(self.corpus["name"], self.groups), *self.evaluation_notes()],
             # the held-out sample each length scores (poslab.datamodules.held_out)
             "evaluation": describe_sample(self.evaluation, documents) if self.evaluation is not None else None,
         }
@@ -318,7 +314,7 @@ class LanguageModelDataModule(L.LightningDataModule):
             self.evaluation = plan_evaluation(streams, self.evaluation_settings, budget)
             self.groups = groups  # last: a refusal above leaves the datamodule unset, and a second setup refuses too
             self.fit_passkey(groups[0])
-            for note in [*self.evaluation_notes(), *self.passkey_notes]:
+            for note in [*self.evaluation_notes(), *([self.passkey_note] if self.passkey_note else [])]:
                 log.warning("note: %s", note)
             log.info("evaluation: %d tokens per group at lengths %s", self.evaluation.span, self.evaluation.lengths)
         return self.groups
@@ -326,11 +322,11 @@ class LanguageModelDataModule(L.LightningDataModule):
     def fit_passkey(self, group: PreparedGroup) -> None:
         """Passkey retrieval reads the first group's validation split (the prose of a two-group corpus, by its
         config's order): its default distances too long for it are left out, a named one is refused, before
-        training."""
+        training. The note (what was left out) goes with the grid, not among the data notes: it is about passkey
+        retrieval alone."""
         what = f"group {group.name!r}'s validation split"
         given, tokens = self.passkey_given, len(group.splits["validation"])
-        self.passkey, note = fit_filler(self.passkey, given, self.context_length, tokens, what)
-        self.passkey_notes = [note] if note else []
+        self.passkey, self.passkey_note = fit_filler(self.passkey, given, self.context_length, tokens, what)
 
     def passkey_filler(self) -> PreparedSplit:
         """The held-out split passkey retrieval writes its keys into (``fit_passkey``)."""

@@ -267,14 +267,15 @@ class LanguageModelModule(TransformerModule):
 
     def passkey_retrieval(self) -> dict[str, Any] | None:
         """Passkey retrieval on the datamodule's held-out text with its settings (``passkey_filler``, ``passkey``:
-        fitted to that text), plain and in every test-time way; None where it is off or there is no such data."""
+        fitted to that text), plain and in every test-time way, with the datamodule's note on what that text left
+        out; ``{"left_out": note}`` where it held no trial; None where it is off or there is no such data."""
         datamodule = getattr(self.trainer, "datamodule", None)
-        settings = getattr(datamodule, "passkey", None)
+        settings, note = getattr(datamodule, "passkey", None), getattr(datamodule, "passkey_note", None)
         if settings is None or not settings.enabled:
-            return None
+            return {"left_out": note} if note else None
         split = datamodule.passkey_filler()
         with self.trainer.precision_plugin.forward_context():  # bf16 runs score as they evaluate
-            return evaluate_passkey(
+            result = evaluate_passkey(
                 self.model,
                 split.tokens,
                 settings,
@@ -283,6 +284,7 @@ class LanguageModelModule(TransformerModule):
                 coordinates=functools.partial(windows, split),
                 max_tokens=datamodule.eval_batch_size * self.train_length,  # an evaluation batch's tokens
             )
+        return {**result, "note": note} if note else result
 
     def evaluation_results(self) -> dict[str, Any]:
         """What results.json holds beside ``figures``: the loss-by-position curves, and passkey retrieval's grid."""
