@@ -136,6 +136,13 @@ def first_line(error: BaseException) -> str:
     return lines[0]
 
 
+def extended(cfg: DictConfig, overrides: list[str]) -> DictConfig:
+    """A context extension's config as its parent makes it (``poslab.extension``), any other as composed."""
+    from poslab.extension import extended_config
+
+    return extended_config(cfg, overrides)
+
+
 def check_job(cfg: DictConfig) -> None:
     """What can be checked of one job's config without its run directory (the run guard checks that)."""
     from poslab.config import check_combinations, optional_encoding_settings
@@ -296,7 +303,7 @@ def check_command_line(argv: list[str], sources: bool = False) -> None:
             from poslab.job_folders import check_distinct_jobs
 
             check_distinct_jobs(jobs)  # two jobs never share a folder (a job given twice: its seed counted twice)
-        configs = [compose_explained(job) for job in jobs]
+        configs = [extended(compose_explained(job), job) for job in jobs]
         for cfg in configs:
             check_job(cfg)
         for job, cfg in zip(jobs, configs, strict=True):

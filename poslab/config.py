@@ -21,17 +21,20 @@ from poslab.settings import CONF_DIR, SYNTHETIC_TASKS, check_settings, encoding_
 
 def register_config_resolvers() -> None:
     """The resolvers the configs use, as train.py registers them at import: the launcher's
-    ``${poslab_jobs:...}`` and job folders, corpus=local's name and path."""
+    ``${poslab_jobs:...}`` and job folders, corpus=local's name and path, an extension's parent's name."""
     from poslab.datamodules.corpora import register_resolvers as register_corpus_resolvers
+    from poslab.extension import register_resolvers as register_extension_resolvers
 
     register_resolvers()
     register_corpus_resolvers()
+    register_extension_resolvers()  # experiment=context_extension's run name, from its parent's
 
 
 def compose_config(overrides: list[str], output_dir: str | Path | None = None, hydra_node: bool = False) -> DictConfig:
     """The config ``train.py`` would run with ``overrides`` (for tests, benchmarks, notebooks and train.py's own
     check), its outputs (run directory and logs) redirected to ``output_dir`` when given; ``hydra_node``: with
-    Hydra's own settings (``hydra.sweeper.params``, ...)."""
+    Hydra's own settings (``hydra.sweeper.params``, ...). With ``output_dir`` (a config to run), a context
+    extension comes as its parent makes it (``poslab.extension``: only here are its overrides known outside Hydra)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -43,6 +46,9 @@ def compose_config(overrides: list[str], output_dir: str | Path | None = None, h
         with open_dict(cfg):
             cfg.paths.output_dir = str(output_dir)
             cfg.paths.log_dir = str(output_dir)
+        from poslab.extension import extended_config
+
+        cfg = extended_config(cfg, overrides)
     return cfg
 
 

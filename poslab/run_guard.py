@@ -260,6 +260,7 @@ class RunGuard(Callback):
         from hydra.core.hydra_config import HydraConfig
 
         from poslab.config import check_config
+        from poslab.extension import extended_config
 
         try:
             HydraConfig.instance().set_config(config)  # ${hydra:...} resolves, as Hydra's run_job sets it next
@@ -269,6 +270,7 @@ class RunGuard(Callback):
             return
         try:
             check_run_directory_free(run_dir)  # first: another run's files would otherwise be what is refused
+            cfg = extended_config(cfg)  # a context extension: the config its parent makes
             check_config(cfg)
         except PoslabError as error:
             stop(error)

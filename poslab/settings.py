@@ -188,6 +188,7 @@ class LanguageTaskSettings(TaskSettings):
     eval_tokens: Count | None = None  # tokens scored per source group; null: from val_windows (conf/task/lm.yaml)
     eval_stride: Count | None = None  # sliding-window evaluation's stride; null: none
     passkey: Any = None  # passkey retrieval after training: checked by poslab.passkey_settings (one home)
+    extended_from: Annotated[int, Bound(">=", 2)] | None = None  # a context extension's parent's context
     corpus: Any = None
     data_dir: str = ""
     cache_dir: str = ""
@@ -516,10 +517,18 @@ def lm_eval_lengths(task: Mapping[str, Any]) -> list[int]:
     return sorted({context, *lengths})
 
 
+def shortest_eval_length(task: Mapping[str, Any]) -> int:
+    """The shortest evaluation length a language model's task allows: its context, or, for a context extension
+    (``poslab.extension``), its parent's context ``task.extended_from``: an extension is measured from where its
+    parent was trained, beside it, so its own figures at 1x and 2x the parent's context lie below its context."""
+    extended = task.get("extended_from")
+    return int(task["context_length"]) if extended is None else int(extended)
+
+
 def check_lm_evaluation(task: Mapping[str, Any]) -> list[int]:
     """A language model's evaluation settings against each other (no data read): every length at or past the
-    context, ``eval_tokens`` a whole number of every length, ``eval_stride`` at most the shortest length. Returns
-    the declared lengths (``lm_eval_lengths``)."""
+    context (an extension's: its parent's, ``shortest_eval_length``), ``eval_tokens`` a whole number of every
+    length, ``eval_stride`` at most the shortest length. Returns the declared lengths (``lm_eval_lengths``)."""
     context, given = int(task["context_length"]), task.get("eval_lengths")
     example = f"[{context}, {2 * context}, {4 * context}]"
     if given is not None and not list(given):
@@ -527,7 +536,7 @@ def check_lm_evaluation(task: Mapping[str, Any]) -> list[int]:
             f"task.eval_lengths=[] gives no evaluation length; allowed: null ({', '.join(map(str, LM_EVAL_MULTIPLES))}"
             f" x task.context_length={context}) or lengths at or past {context}, e.g. task.eval_lengths={example}."
         )
-    below = [int(n) for n in given or [] if int(n) < context]
+    below = [int(n) for n in given or [] if int(n) < shortest_eval_length(task)]
     if below:
         raise ConfigError(
             f"task.eval_lengths={[int(n) for n in given]} has lengths below task.context_length={context} "

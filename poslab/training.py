@@ -28,6 +28,7 @@ from poslab.callbacks import RecordConfig, SaveOnInterrupt, Throughput
 from poslab.checkpoint import AtomicCheckpointIO, resolve_checkpoint, save_model
 from poslab.config import check_config, requested_devices
 from poslab.errors import DivergedError, PoslabError, RunInterrupted
+from poslab.extension import extended_config, initialise_from_parent
 from poslab.io import write_json_atomic
 from poslab.job_folders import earlier_folder_note
 from poslab.lightning_modules.base import check_precision
@@ -91,6 +92,7 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
     finished = finished_earlier(cfg)
     if finished is not None:
         return finished
+    cfg = extended_config(cfg)  # a context extension: the config its parent makes (poslab/extension.py)
     check_config(cfg)
     quiet_third_party_noise()
     if cfg.threads:
@@ -103,6 +105,7 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
 
     datamodule = build_datamodule(cfg)
     module = build_module(cfg, datamodule)
+    extension = initialise_from_parent(module, cfg)  # a context extension starts from its parent's weights
     label = module.model.encoding.label()
     log.info("%s %s seed %s: %s parameters", cfg.task.name, label, cfg.seed, f"{module.model.num_parameters():,}")
     for note in untrained_at_test(module, datamodule):
@@ -162,6 +165,7 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
         "train_seconds": round(train_seconds, 3),
         "figures": module.figures,
         **module.evaluation_results(),  # a language model's loss by position
+        **extension,  # a context extension's parent and rule
         # what ran where the config says null (length settings filled in), and what evaluation reads untrained
         "encoding_settings": module.model.encoding.resolved_settings,
         "untrained_at_test": untrained_at_test(module, datamodule),

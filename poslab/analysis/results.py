@@ -44,6 +44,7 @@ PER_RUN = (
     "name",
     "paths",
     "ckpt_path",
+    "parent",  # a context extension's parent run: its directory differs from seed to seed
     "resume_allow_changes",
     "threads",
     "keep_freed_memory",

@@ -154,7 +154,7 @@ def plan_evaluation(streams: Mapping[str, int], task: Mapping[str, Any], token_b
     lengths = kept_lengths(declared, shortest, task.get("eval_lengths") is not None, where)
     default_tokens = int(task.get("val_windows") or 1) * lengths[0]
     return EvaluationPlan(
-        train_length=lengths[0],
+        train_length=int(task["context_length"]),  # a context extension evaluates below it too (extended_from)
         lengths=lengths,
         span=span_tokens(shortest, where, math.lcm(*lengths), task.get("eval_tokens"), default_tokens),
         groups=list(streams),

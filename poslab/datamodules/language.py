@@ -159,6 +159,17 @@ class RankShard(Sampler[int]):
         return len(range(self.rank, self.n, self.world))
 
 
+def check_extended_from(extended_from: int | None, context_length: int) -> int | None:
+    """``task.extended_from``: a context extension's parent's context (``poslab.extension``), shorter than the
+    context it extends to; evaluation may start there (``poslab.settings.shortest_eval_length``)."""
+    if extended_from is not None and not 2 <= int(extended_from) < context_length:
+        raise ConfigError(
+            f"task.extended_from={extended_from} must be the parent's context of a context extension, shorter than "
+            f"task.context_length={context_length}; allowed: 2 to {context_length - 1}, or null."
+        )
+    return None if extended_from is None else int(extended_from)
+
+
 class LanguageModelDataModule(L.LightningDataModule):
     def __init__(
         self,
@@ -175,11 +186,13 @@ class LanguageModelDataModule(L.LightningDataModule):
         eval_tokens: int | None = None,
         eval_stride: int | None = None,
         passkey: dict[str, Any] | None = None,
+        extended_from: int | None = None,
         seed: int = 0,
     ) -> None:
         super().__init__()
         if context_length < 2:
             raise ConfigError(f"task.context_length={context_length} must be at least 2.")
+        self.extended_from = check_extended_from(extended_from, int(context_length))
         self.corpus, self.data_dir, self.cache_dir = dict(corpus), data_dir, cache_dir
         self.context_length, self.batch_size = int(context_length), int(batch_size)
         self.val_windows, self.eval_batch_size, self.seed = int(val_windows), int(eval_batch_size), seed
@@ -190,6 +203,7 @@ class LanguageModelDataModule(L.LightningDataModule):
             "eval_tokens": None if eval_tokens is None else int(eval_tokens),
             "eval_stride": None if eval_stride is None else int(eval_stride),
             "val_windows": self.val_windows,
+            "extended_from": self.extended_from,  # an extension's lengths may start at its parent's context
         }
         self.declared_lengths = check_lm_evaluation(self.evaluation_settings)  # before any data is read
         check_tokenizer(self.corpus)  # a bad tokenizer setting stops here, before any data is read
@@ -219,6 +233,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         return {
             "corpus": self.corpus["name"],
             "context_length": self.context_length,
+            **({"extended_from": self.extended_from} if self.extended_from is not None else {}),
             "groups": {g.name: g.meta["splits"] for g in self.groups},
             # how each group was split (rule, fraction asked for, documents and share of tokens held out)
             "split": {g.name: g.meta.get("split") for g in self.groups},
