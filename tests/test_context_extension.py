@@ -178,13 +178,17 @@ def test_a_learned_position_table_grows_with_the_parents_rows_first(parents, tmp
     from poslab.extension import load_parent_weights
 
     cfg = extension(parents["learned"], tmp_path)
-    module = build_module(cfg, build_datamodule(cfg))
+    datamodule = build_datamodule(cfg)
+    module = build_module(cfg, datamodule)
+    rows = datamodule.max_length  # the longest the extension reads: 16x L, or a longer passkey trial
+    assert rows >= 256
     loaded_record = load_parent_weights(module.model, parents["learned"])
     theirs, loaded = saved_weights(parents["learned"]), module.model.state_dict()
     table = "encoding.table.weight"
-    assert len(theirs[table]) == 16 and len(loaded[table]) == 256  # the extension's longest length: 16x L
-    assert torch.equal(loaded[table][:16], theirs[table])
-    assert loaded_record["grown"] == [f"{table}: 16 -> 256 rows"]
+    parent_rows = len(theirs[table])  # the parent's longest: its 16x, or its passkey trial
+    assert len(loaded[table]) == rows, (parent_rows, rows)
+    assert torch.equal(loaded[table][:parent_rows], theirs[table])
+    assert loaded_record["grown"] == [f"{table}: {parent_rows} -> {rows} rows"]
     assert all(torch.equal(loaded[k], theirs[k]) for k in theirs if k != table)
 
 
