@@ -278,6 +278,7 @@ def main() -> None:
                     {"skipped": f"skipped (~{gb:.1f} GB)"} if gb > args.max_gb else run_child(args, model, path, m)
                 )
                 results[model][path][m] = measured
+                print(f"  {model} {path} {m}x: {measured}", file=sys.stderr, flush=True)  # progress: minutes each
         print_model(model, results[model], multiples)
     step = training_step_seconds(steps=8, threads=args.threads)
     print(f"\nlm_zoo training step (rope, bf16 autocast, batch 32 x 128, same run): {step:.3f} s")

@@ -46,7 +46,7 @@ def test_a_job_composes_at_the_cpu_size_in_bf16_resumable_and_evaluated_to_16x(c
     assert cfg.task.name == "lm" and cfg.corpus.name == corpus and cfg.corpus.tokenizer == "bytes"
     assert cfg.trainer.precision == "bf16-mixed"  # trainer/cpu.yaml's name for the CPU's bf16 path
     assert cfg.ckpt_path == "auto" and cfg.threads == 1 and cfg.callbacks.checkpoint.every_n_train_steps > 0
-    assert (cfg.model.n_layers, cfg.model.n_heads, cfg.model.d_model) == (4, 4, 128)  # the experiment's, not the corpus's
+    assert (cfg.model.n_layers, cfg.model.n_heads, cfg.model.d_model) == (4, 4, 128)  # not the corpus default
     assert cfg.task.eval_lengths is None
     assert lm_eval_lengths(cfg.task) == [128 * m for m in (1, 2, 4, 8, 16)]
     assert cfg.hydra.sweep.dir.endswith("multirun/lm_zoo")
