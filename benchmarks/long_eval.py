@@ -19,8 +19,8 @@ the pass. A measurement whose estimated T x T tensors exceed ``--max-gb`` is ski
 
 Printed: a table per model, each path's log-log slope of time and memory growth per window against length (1:
 linear, 2: quadratic; a pass holds a fixed number of tokens, L / context times fewer windows at L, so the slope per
-window is the pass's slope + 1), and the issue's targets: a 16x evaluation's peak <= 2 GB at the lm_zoo size, and evaluation <= 20%
-of an lm_zoo run's wall time, estimated from these pass times x the passes of a run (every length's batches in
+window is the pass's slope + 1), and the issue's targets: a 16x evaluation's peak <= 2 GB at the lm_zoo size, and
+evaluation <= 20% of an lm_zoo run's wall time, estimated from these pass times x the passes of a run (every length's batches in
 every way of evaluating RoPE's test, the way with the most, plus passkey retrieval's forward tokens) against a
 training step timed in the same run x ``trainer.max_steps``.
 """
@@ -283,7 +283,7 @@ def main() -> None:
                 print(f"  {model} {path} {m}x: {measured}", file=sys.stderr, flush=True)  # progress: minutes each
         print_model(model, results[model], multiples)
     step = training_step_seconds(steps=8, threads=args.threads)
-    print(f"\nlm_zoo training step (rope, bf16 autocast, batch 32 x 128, same run): {step:.3f} s")
+    print(f"\nlm_zoo training step (rope, bf16 autocast, batch 16 x 128, same run): {step:.3f} s")
     if "lm_zoo" in results:
         check_targets(results["lm_zoo"], step, multiples)
 
