@@ -20,9 +20,9 @@ the pass. A measurement whose estimated T x T tensors exceed ``--max-gb`` is ski
 Printed: a table per model, each path's log-log slope of time and memory growth per window against length (1:
 linear, 2: quadratic; a pass holds a fixed number of tokens, L / context times fewer windows at L, so the slope per
 window is the pass's slope + 1), and the issue's targets: a 16x evaluation's peak <= 2 GB at the lm_zoo size, and
-evaluation <= 20% of an lm_zoo run's wall time, estimated from these pass times x the passes of a run (every length's batches in
-every way of evaluating RoPE's test, the way with the most, plus passkey retrieval's forward tokens) against a
-training step timed in the same run x ``trainer.max_steps``.
+evaluation <= 20% of an lm_zoo run's wall time, estimated from these pass times x the passes of a run (every
+length's batches in every way of evaluating RoPE's test, the way with the most, plus passkey retrieval's forward
+tokens) against a training step timed in the same run x ``trainer.max_steps``.
 """
 
 from __future__ import annotations
