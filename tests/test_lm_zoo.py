@@ -1,0 +1,97 @@
+"""experiment=lm_zoo: its multirun is every encoding x prose and Python x 3 seeds (126 jobs, seed first), each job
+composes at the chosen CPU size in bf16, resumable, evaluated to 16x, and passes train.py's up-front checks; the
+W&B sweep is the same grid; one job runs end to end on a tiny local corpus."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from poslab.command_line import check_command_line, job_overrides
+from poslab.settings import lm_eval_lengths
+
+from .conftest import CONF, ROOT, GlobalHydra, compose, initialize_config_dir, run_train
+
+ENCODINGS = sorted(p.stem for p in (CONF / "encoding").glob("*.yaml"))
+CORPORA = ["wikitext2", "python_code"]
+
+
+def lm_zoo(overrides: list[str] = ()):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="train", overrides=["experiment=lm_zoo", *overrides], return_hydra_config=True)
+
+
+def test_the_multirun_is_126_jobs_seed_first_and_the_wandb_sweep_is_the_same_grid():
+    params = {key: str(value).split(",") for key, value in lm_zoo().hydra.sweeper.params.items()}
+    assert list(params) == ["seed", "corpus", "encoding"]  # seed first: a stopped sweep holds whole seeds
+    assert params["seed"] == ["0", "1", "2"] and params["corpus"] == CORPORA
+    assert sorted(params["encoding"]) == ENCODINGS  # a new encoding's YAML must join the zoo
+    jobs = job_overrides(["experiment=lm_zoo"], multirun=True)
+    assert len(jobs) == 126 and len({tuple(job) for job in jobs}) == 126
+    assert all("seed=0" in job for job in jobs[:42]) and "seed=1" in jobs[42]  # the whole first seed before the second
+    sweep = yaml.safe_load((ROOT / "sweeps" / "lm_zoo.yaml").read_text())["parameters"]
+    assert sweep["experiment"]["value"] == "lm_zoo"
+    for key in ("seed", "corpus", "encoding"):
+        assert [str(v) for v in sweep[key]["values"]] == params[key]
+
+
+@pytest.mark.parametrize("corpus", CORPORA)
+@pytest.mark.parametrize("encoding", ["rope", "alibi", "cope", "learned", "hrope_axial"])
+def test_a_job_composes_at_the_cpu_size_in_bf16_resumable_and_evaluated_to_16x(corpus, encoding):
+    cfg = lm_zoo([f"corpus={corpus}", f"encoding={encoding}"])
+    assert cfg.task.name == "lm" and cfg.corpus.name == corpus and cfg.corpus.tokenizer == "bytes"
+    assert cfg.trainer.precision == "bf16-mixed"  # trainer/cpu.yaml's name for the CPU's bf16 path
+    assert cfg.ckpt_path == "auto" and cfg.threads == 1 and cfg.callbacks.checkpoint.every_n_train_steps > 0
+    assert (cfg.model.n_layers, cfg.model.n_heads, cfg.model.d_model) == (4, 4, 128)  # not the corpus default
+    assert cfg.task.eval_lengths is None
+    assert lm_eval_lengths(cfg.task) == [128 * m for m in (1, 2, 4, 8, 16)]
+    assert cfg.hydra.sweep.dir.endswith("multirun/lm_zoo")
+    assert "joblib" in cfg.hydra.launcher._target_.lower()  # local_parallel
+    assert cfg.name == f"lm_{corpus}_{encoding}"
+
+
+def test_train_py_checks_accept_the_zoo_jobs(tmp_path, monkeypatch):
+    """The command line's checks (every job composed, settings, run directories) pass for a spread of the jobs;
+    the sweeper's encodings and seeds are narrowed on the command line, which wins over the config's."""
+    monkeypatch.setenv("POSLAB_LOG_DIR", str(tmp_path / "logs"))
+    monkeypatch.setenv("POSLAB_DATA_DIR", str(tmp_path / "data"))
+    check_command_line(["-m", "experiment=lm_zoo", "encoding=rope,alibi,cope,forget_gate", "seed=0"])
+
+
+def write_corpus(directory, n_documents: int = 40, seed: int = 0) -> None:
+    """Text documents of seeded words: enough held-out bytes (5%) for one 16x window of the zoo's context."""
+    rng = np.random.default_rng(seed)
+    words = ["position", "attention", "the", "of", "model", "length", "rotary", "bias", "and", "a"]
+    directory.mkdir()
+    for i in range(n_documents):
+        text = " ".join(rng.choice(words, size=900)) + "\n"
+        (directory / f"doc{i:02d}.txt").write_text(text)
+
+
+def test_one_zoo_job_runs_tiny_on_a_local_corpus(tmp_path):
+    """The experiment's settings end to end (bf16, checkpoints, ckpt_path=auto, 16x evaluation), two steps."""
+    write_corpus(tmp_path / "corpus")
+    run_dir = tmp_path / "run"
+    args = [
+        "experiment=lm_zoo",
+        "corpus=local",
+        f"corpus.path={tmp_path / 'corpus'}",
+        "encoding=alibi",
+        "trainer.max_steps=2",
+        "task.val_windows=16",  # 2,048 tokens: one window at 16x
+        "task.eval_batch_size=4",
+        f"hydra.run.dir={run_dir}",
+    ]
+    done = run_train(args, tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["status"] == "success" and results["steps"] == 2
+    figures = results["figures"]
+    assert {str(128 * m) for m in (1, 2, 4, 8, 16)} <= set(figures)
+    assert all(np.isfinite(figures[str(128 * m)]["bpb"]) for m in (1, 2, 4, 8, 16))
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+    assert results["config"]["trainer"]["precision"] == "bf16-mixed"
