@@ -47,6 +47,27 @@ def clip_gradient_norm(optimizer: torch.optim.Optimizer, max_norm: float, scaler
     return torch.nn.utils.clip_grad_norm_(parameters, max_norm * scale) / scale
 
 
+#: the way of evaluating that multiplies every attention score by ``log_length_scale`` (every encoding)
+LOG_SCALED = "log_scaled"
+
+
+def log_length_scale(length: int, train_length: int) -> float:
+    """log(L) / log(L_train) (Chiang & Cholak, 2022): the factor on every attention score at length L, 1 at the
+    training length."""
+    return math.log(length) / math.log(train_length)
+
+
+def logits_in_way(model: Transformer, inputs: Tensor, coordinates: Any, way: str | None, train_length: int) -> Tensor:
+    """The model's logits evaluated in ``way``: None plain, ``LOG_SCALED``, or one of its encoding's
+    ``test_time_variants()`` (the same weights each time)."""
+    if way is None:
+        return model(inputs, coordinates).logits
+    if way == LOG_SCALED:
+        return model(inputs, coordinates, score_scale=log_length_scale(inputs.shape[1], train_length)).logits
+    with model.encoding.evaluated_as(way):
+        return model(inputs, coordinates).logits
+
+
 def lr_factor(step: int, warmup_steps: int, total_steps: int, schedule: str, min_ratio: float) -> float:
     """Linear warm-up, then constant or cosine decay to ``min_ratio`` of the peak at ``total_steps``."""
     if step < warmup_steps:

@@ -42,11 +42,11 @@ from torchmetrics import Metric
 
 from poslab.datamodules.held_out import BINS_PER_OCTAVE, position_bins
 from poslab.datamodules.language import windows
-from poslab.lightning_modules.base import TransformerModule
+from poslab.lightning_modules.base import LOG_SCALED, TransformerModule, logits_in_way
 from poslab.lightning_modules.passkey import evaluate_passkey, evaluation_ways
 from poslab.model import ModelConfig
 
-PLAIN, SLIDING, LOG_SCALED = "plain", "sliding", "log_scaled"
+PLAIN, SLIDING = "plain", "sliding"
 
 
 class LengthTotals(Metric):
@@ -143,14 +143,8 @@ class LanguageModelModule(TransformerModule):
         """``[R, L]``: the loss of each prediction of a batch of windows, the model evaluated in ``way``."""
         tokens = batch["tokens"]
         inputs, targets, coordinates = tokens[:, :-1], tokens[:, 1:], self.coordinates(batch)
-        if way in (PLAIN, SLIDING):
-            logits = self.model(inputs, coordinates).logits
-        elif way == LOG_SCALED:
-            scale = math.log(inputs.shape[1]) / math.log(self.train_length)
-            logits = self.model(inputs, coordinates, score_scale=scale).logits
-        else:
-            with self.model.encoding.evaluated_as(way):
-                logits = self.model(inputs, coordinates).logits
+        plain = way in (PLAIN, SLIDING)  # sliding windows are scored by the plain model
+        logits = logits_in_way(self.model, inputs, coordinates, None if plain else way, self.train_length)
         losses = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none")
         return losses.view_as(targets)
 

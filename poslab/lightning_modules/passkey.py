@@ -56,7 +56,6 @@ second occurrence" has no per-token meaning. The settings (``task.passkey``) and
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -68,6 +67,7 @@ from torch import Tensor, nn
 
 from poslab.datamodules.codec import BYTE_VOCAB, encode_bytes
 from poslab.errors import ConfigError
+from poslab.lightning_modules.base import log_length_scale
 from poslab.passkey_settings import PREFIX, SUFFIX, PasskeySettings, check_filler
 
 DIGIT_ZERO = ord("0")  # byte of digit 0; digit v is byte 48 + v
@@ -165,7 +165,7 @@ def plain_way(length: int) -> AbstractContextManager[Mapping[str, Any] | None]:
 
 def log_scaled_way(train_length: int) -> Way:
     """Scores times log(T) / log(L_train) (Chiang & Cholak, 2022), as the synthetic tasks' ``accuracy_log_scaled``."""
-    return lambda length: nullcontext({"score_scale": math.log(length) / math.log(train_length)})
+    return lambda length: nullcontext({"score_scale": log_length_scale(length, train_length)})
 
 
 def variant_way(encoding: Any, variant: str) -> Way:

@@ -37,7 +37,7 @@ from torchmetrics import Metric
 from torchmetrics.classification import MulticlassAccuracy
 
 from poslab.datamodules.synthetic import IGNORE, Task
-from poslab.lightning_modules.base import TransformerModule
+from poslab.lightning_modules.base import TransformerModule, logits_in_way
 from poslab.model import ModelConfig
 
 PAST = "_past_train"
@@ -128,14 +128,9 @@ class SyntheticTaskModule(TransformerModule):
         """(way, predicted classes ``[B, T]``) for each way of evaluating at this length (``ways``)."""
         length, coordinates = tokens.shape[1], self.coordinates(tokens)
         for way in self.ways(length):
-            if way == "accuracy":
-                logits = self.model(tokens, coordinates).logits
-            elif way == "accuracy_log_scaled":
-                scale = math.log(length) / math.log(self.train_length)
-                logits = self.model(tokens, coordinates, score_scale=scale).logits
-            else:
-                with self.model.encoding.evaluated_as(way.removeprefix("accuracy_")):
-                    logits = self.model(tokens, coordinates).logits
+            plain = way == "accuracy"
+            logits = logits_in_way(self.model, tokens, coordinates, None if plain else way.removeprefix("accuracy_"),
+                                   self.train_length)  # fmt: skip
             yield way, logits.argmax(-1)
 
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
