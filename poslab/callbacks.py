@@ -196,10 +196,14 @@ class SaveOnInterrupt(L.Callback):
     def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch: Any, batch_idx: int) -> None:
         self.in_step = True
 
-    def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, *_: Any) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, *args: Any) -> None:
         self.in_step, self.steps = False, self.steps + 1
         if self.held:
-            raise KeyboardInterrupt  # at a step's end: Lightning's on_exception saves it
+            # Lightning runs checkpoint callbacks after all others: a periodic checkpoint due at this step is
+            # written first, as an uninterrupted run writes it, then the raise (Lightning's on_exception saves last)
+            if isinstance(trainer.checkpoint_callback, ModelCheckpoint):
+                trainer.checkpoint_callback.on_train_batch_end(trainer, module, *args)
+            raise KeyboardInterrupt
 
     def on_train_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         self.restore()  # evaluation after training: Lightning's own handling (nothing to save: last.ckpt is written)

@@ -5,6 +5,7 @@ result; the resume it names continues to the same weights as a run never interru
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -119,3 +120,44 @@ def test_ctrl_c_before_anything_was_trained_leaves_no_directory(tmp_path):
     message = interrupted_message(cfg, KeyboardInterrupt(), multirun=False)
     assert message == "interrupted (Ctrl-C) before anything was trained or saved; its run directory was removed"
     assert not run_dir.exists()
+
+
+def test_ctrl_c_during_a_step_that_ends_on_a_periodic_checkpoint_writes_that_checkpoint_too(tmp_path):
+    """A Ctrl-C held to the end of step 10, with a checkpoint every 5 steps: ``step000010.ckpt`` is written as an
+    uninterrupted run writes it (Lightning runs the checkpoint callback after the others, so the raise at the step's
+    end must not come before it), and ``last.ckpt`` holds step 10. In-process, the signal sent by a callback."""
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from poslab.callbacks import SaveOnInterrupt
+
+    class Linear(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    class SignalInStep(L.Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            if trainer.global_step == 9:  # the step that ends at global step 10
+                interrupt.on_sigint(signal.SIGINT, None)  # as the handler is called by a real SIGINT
+
+    torch.manual_seed(0)
+    interrupt = SaveOnInterrupt()
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=5, save_top_k=-1, save_last=True,
+                                 filename="step{step:06d}", auto_insert_metric_name=False)  # fmt: skip
+    trainer = L.Trainer(max_steps=50, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        accelerator="cpu", callbacks=[interrupt, SignalInStep(), checkpoint])  # fmt: skip
+    data = DataLoader(TensorDataset(torch.randn(256, 4)), batch_size=4)
+    with contextlib.suppress(SystemExit, KeyboardInterrupt):
+        trainer.fit(Linear(), train_dataloaders=data)
+    interrupt.restore()
+    assert interrupt.interruption is not None and interrupt.interruption.step == 10
+    assert sorted(p.name for p in tmp_path.glob("*.ckpt")) == ["last.ckpt", "step000005.ckpt", "step000010.ckpt"]
+    assert checkpoint_step(tmp_path / "last.ckpt") == 10
