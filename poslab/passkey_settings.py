@@ -8,6 +8,9 @@ one sentence each. Light (no torch), like ``poslab.settings``: the command line 
 - ``depths``: fractions in [0, 1]: the first phrase starts after ``round(depth x depth_span x context)`` tokens.
 - ``depth_span``: the filler before the first phrase at depth 1, in contexts (default 1; greater than 0).
 - ``trials``: per distance and depth (default 8); ``key_length``: digits (default 5, 1 to 20); ``seed``.
+- ``at_validation``: also at every validation, the plain model at the distances up to one context with the first
+  key opening the text (``within_context``): ``val/passkey_exact`` and results.json's ``passkey_by_step``, the step
+  at which copying appears (false by default).
 
 The held-out stream must hold the longest trial, ``depth_span x context + longest distance + phrase``
 (``PasskeySettings.max_length``: 17 contexts + 24 tokens by default), checked once the data is read
@@ -44,6 +47,7 @@ class PasskeySettings:
     trials: int = 8
     key_length: int = 5
     seed: int = 0
+    at_validation: bool = False
 
     @property
     def phrase_length(self) -> int:
@@ -72,6 +76,11 @@ class PasskeySettings:
         m, offsets = self.phrase_length, self.depth_offsets(context_length)
         return self.trials * sum(p + d + m for d in self.distance_tokens(context_length) for p in offsets)
 
+    def within_context(self) -> PasskeySettings:
+        """What ``at_validation`` scores: the distances up to one context (all of them when none is), depth 0."""
+        inside = tuple(d for d in self.distances if d <= 1.0) or self.distances
+        return replace(self, distances=inside, depths=(0.0,))
+
     def as_dict(self) -> dict[str, Any]:
         values = asdict(self)
         return {**values, "distances": list(self.distances), "depths": list(self.depths)}
@@ -88,9 +97,10 @@ def check_passkey_settings(
     if unknown:
         allowed = ", ".join(PasskeySettings.__dataclass_fields__)
         raise ConfigError(f"task.passkey.{unknown[0]} is not a passkey setting; allowed: {allowed}.")
-    enabled = given.get("enabled", True)
-    if not isinstance(enabled, bool):
-        raise ConfigError(f"task.passkey.enabled={enabled!r} must be true or false.")
+    enabled, at_validation = given.get("enabled", True), given.get("at_validation", False)
+    for key, value in (("enabled", enabled), ("at_validation", at_validation)):
+        if not isinstance(value, bool):
+            raise ConfigError(f"task.passkey.{key}={value!r} must be true or false.")
     if enabled and tokenizer != "bytes":
         raise ConfigError(
             f"passkey retrieval scores the key one digit per token, which only the byte tokenizer guarantees "
@@ -106,6 +116,7 @@ def check_passkey_settings(
         trials=_whole(given, "trials", 8, 1, None, "trials per distance and depth"),
         key_length=key_length,
         seed=_whole(given, "seed", 0, 0, MAX_SEED, "the trials' random seed"),
+        at_validation=at_validation,
     )
     return values
 

@@ -469,3 +469,23 @@ def test_held_out_text_too_short_leaves_default_distances_out_with_a_note_and_re
     with pytest.raises(ConfigError, match="has 100 tokens, fewer than the longest passkey trial"):
         fit_filler(named, {"distances": [2, 16]}, 16, 100, "group 'main'")
     assert fit_filler(named, {"distances": [2, 16]}, 16, 10_000, "group 'main'") == (named, None)
+
+
+def test_passkey_at_every_validation_keeps_the_copying_curve_by_step(tmp_path):
+    """``task.passkey.at_validation``: each validation scores the plain model (the distances within one context, or
+    all where the context holds none, depth 0) and results.json's ``passkey_by_step`` keeps one entry per
+    validation, in [0, 1]; off by default (the run above writes none)."""
+    from poslab.analysis.results import read_results
+    from poslab.config import compose_config
+    from poslab.training import run
+
+    from .test_local_corpus import text_folder
+
+    corpus = text_folder(tmp_path / "data")
+    args = [*tiny_lm_args(corpus, tmp_path / "cache"), "trainer.max_steps=4", "task.passkey.at_validation=true"]
+    run(compose_config([*args, "~logger", "~callbacks"], tmp_path / "run"))
+    curve = read_results(tmp_path / "run")["passkey_by_step"]
+    assert [entry["step"] for entry in curve] == [2, 4]
+    for entry in curve:
+        assert entry["distances"] == [32, 64, 128, 256] and len(entry["exact_by_distance"]) == 4
+        assert 0.0 <= entry["exact"] <= 1.0 and 0.0 <= entry["digits"] <= 1.0

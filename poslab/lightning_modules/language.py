@@ -25,6 +25,8 @@ log-binned (``held_out.position_bins``), with each bin's token count, per length
 After training, once (not at every validation), passkey retrieval (``poslab.lightning_modules.passkey``, settings
 ``task.passkey``) on the first source group's held-out text (a two-group corpus: the first group of its config, the
 prose): results.json's top-level ``passkey``, the plain model's grid and each test-time way's under ``ways``.
+With ``task.passkey.at_validation``, every validation also scores the plain model within one context
+(``PasskeySettings.within_context``): ``val/passkey_exact`` and results.json's ``passkey_by_step``.
 """
 
 from __future__ import annotations
@@ -120,6 +122,7 @@ class LanguageModelModule(TransformerModule):
         self.figures: dict[str, Any] = {}
         self.loss_by_position: dict[str, Any] = {}
         self.passkey: dict[str, Any] | None = None
+        self.passkey_by_step: list[dict[str, Any]] = []  # task.passkey.at_validation: the copying curve
 
     def ways(self, length: int) -> list[str]:
         """The ways of evaluating at ``length``: the plain model (non-overlapping, then sliding windows), and past
@@ -180,6 +183,27 @@ class LanguageModelModule(TransformerModule):
         for length in self.loss_by_position["lengths"]:
             for key in ("loss", "bpb"):
                 self.log(f"val/L{length}/{key}", self.figures[length][key], sync_dist=False)
+        settings = getattr(self.trainer.datamodule, "passkey", None)
+        if settings is not None and settings.enabled and settings.at_validation and not self.trainer.sanity_checking:
+            self.passkey_at_validation(settings.within_context())
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
+        checkpoint["passkey_by_step"] = self.passkey_by_step  # a resumed run's curve starts where it stopped
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self.passkey_by_step = list(checkpoint.get("passkey_by_step", []))
+
+    def passkey_at_validation(self, settings: Any) -> None:
+        """The plain model's passkey retrieval within one context, kept per step (``passkey_by_step``): when
+        copying appears in training."""
+        result = self.run_passkey(settings, ways={})
+        exact, digits = float(np.mean(result["exact"])), float(np.mean(result["digits"]))
+        self.passkey_by_step.append({"step": int(self.global_step), "exact": exact, "digits": digits,
+                                     "distances": result["distances"], "exact_by_distance": result["exact"]})  # fmt: skip
+        self.log("val/passkey_exact", exact, sync_dist=False)
+        self.log("val/passkey_digits", digits, sync_dist=False)
 
     def on_test_epoch_end(self) -> None:
         self.report()
@@ -267,19 +291,28 @@ class LanguageModelModule(TransformerModule):
         settings, note = getattr(datamodule, "passkey", None), getattr(datamodule, "passkey_note", None)
         if settings is None or not settings.enabled:
             return {"left_out": note} if note else None
+        result = self.run_passkey(settings, ways=evaluation_ways(self.model, self.train_length))
+        return {**result, "note": note} if note else result
+
+    def run_passkey(self, settings: Any, ways: dict[str, Any]) -> dict[str, Any]:
+        """``evaluate_passkey`` on the datamodule's held-out filler, under the run's precision."""
+        datamodule = self.trainer.datamodule
         split = datamodule.passkey_filler()
         with self.trainer.precision_plugin.forward_context():  # bf16 runs score as they evaluate
-            result = evaluate_passkey(
+            return evaluate_passkey(
                 self.model,
                 split.tokens,
                 settings,
                 self.train_length,
-                ways=evaluation_ways(self.model, self.train_length),
+                ways=ways,
                 coordinates=functools.partial(windows, split),
                 max_tokens=datamodule.eval_batch_size * self.train_length,  # an evaluation batch's tokens
             )
-        return {**result, "note": note} if note else result
 
     def evaluation_results(self) -> dict[str, Any]:
         """What results.json holds beside ``figures``: the loss-by-position curves, and passkey retrieval's grid."""
-        return {"loss_by_position": self.loss_by_position, **({"passkey": self.passkey} if self.passkey else {})}
+        return {
+            "loss_by_position": self.loss_by_position,
+            **({"passkey": self.passkey} if self.passkey else {}),
+            **({"passkey_by_step": self.passkey_by_step} if self.passkey_by_step else {}),
+        }
