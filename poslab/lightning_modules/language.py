@@ -200,8 +200,8 @@ class LanguageModelModule(TransformerModule):
         copying appears in training."""
         result = self.run_passkey(settings, ways={})
         exact, digits = float(np.mean(result["exact"])), float(np.mean(result["digits"]))
-        self.passkey_by_step.append({"step": int(self.global_step), "exact": exact, "digits": digits,
-                                     "distances": result["distances"], "exact_by_distance": result["exact"]})  # fmt: skip
+        entry = {"step": int(self.global_step), "exact": exact, "digits": digits}
+        self.passkey_by_step.append({**entry, "distances": result["distances"], "exact_by_distance": result["exact"]})
         self.log("val/passkey_exact", exact, sync_dist=False)
         self.log("val/passkey_digits", digits, sync_dist=False)
 
