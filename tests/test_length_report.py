@@ -125,3 +125,28 @@ def test_the_command_runs_from_directories_and_from_a_summary(multirun, tmp_path
     empty.mkdir()
     assert main(["report", "length", str(empty)]) == 2
     shutil.rmtree(empty)
+
+
+def test_a_context_extension_is_measured_at_its_parents_multiples_beside_the_rule_at_test_time(multirun, tmp_path):
+    """A context extension's row (trained on at 4x its parent's context 16, evaluated from 16 tokens) takes the
+    parent's multiples, is named by its rule and factor, and the report sets it beside the parent's ``test_yarn``
+    row: the same rule at test time only."""
+    directory = tmp_path / "with_extension"
+    shutil.copytree(multirun, directory)
+    result = json.loads((directory / "0" / "results.json").read_text())  # rope, seed 0
+    assert result["label"] == "rope"
+    result["context_length"] = 64
+    result["parent"] = {"path": str(directory / "0"), "label": "rope", "context_length": 16, "seed": 0}
+    result["extension"] = {"rule": "yarn", "factor": 4.0, "context_length": 64}
+    (directory / "ext").mkdir()
+    (directory / "ext" / "results.json").write_text(json.dumps(result))
+    report = report_length([directory])
+    (part,) = json.loads(report.files["length.json"])["corpora"].values()
+    names = {row["name"] for row in part["rows"]}
+    assert "rope extended yarn x4" in names
+    extended = next(row for row in part["rows"] if row["name"] == "rope extended yarn x4")
+    assert sorted(extended["bpb"]) == ["1x", "2x", "4x"]
+    (comparison,) = part["extensions"]
+    assert comparison["test_time"] == "rope + test_yarn" and comparison["rule"] == "yarn"
+    assert comparison["bpb_extension"]["2x"]["mean"] == pytest.approx(result["figures"]["32"]["bpb"])
+    assert "context extension (fine-tuned) against the same rule at test time only" in report.report

@@ -13,6 +13,10 @@ What is measured (``poslab.lightning_modules.language``; statistics from ``posla
 - **Rows**: each encoding's plain model, and each way it was evaluated on the same weights as its own row
   (``rope + sliding``, ``rope + log_scaled``, ``rope + test_yarn``): the sliding windows (``task.eval_stride``), the
   log-length scaling and the encoding's test-time rules, these past the context only.
+- **Context extensions** (``experiment=context_extension``): a row of their own, named by rule and factor
+  (``rope extended yarn x4``), measured at their *parent's* multiples (1x is the parent's context), and set beside
+  the parent's row under the same rule at test time only (``rope + test_yarn``; rule none: the parent's plain row)
+  in the summary's ``extensions``.
 - **Bits per byte** at each multiple of the training context: the mean over seeds with a 95% Student-t interval,
   and the **ratio to 1x** (per seed, the row's bits per byte over the plain model's at 1x; then over seeds).
 - **Score and ranking**: the mean bits per byte over 2x to 16x (1x is what every encoding was trained at; lower is
@@ -74,10 +78,21 @@ def length_bpb(figures: dict[str, Any], train_length: int) -> dict[str, dict[int
     return dict(found)
 
 
+def extension_of(result: dict[str, Any]) -> tuple[str, int] | None:
+    """A context extension's row name suffix and its parent's context (its multiples are the parent's, so that it
+    sits beside its parent and the parent's test-time rule); None for any other run."""
+    extension, parent = result.get("extension"), result.get("parent")
+    if not (isinstance(extension, dict) and isinstance(parent, dict) and parent.get("context_length")):
+        return None
+    return f"extended {extension.get('rule')} x{float(extension.get('factor', 0)):g}", int(parent["context_length"])
+
+
 def length_run(run: FinishedRun, keys: list[str]) -> LengthRun:
     result = run.result
     train = int(result.get("context_length") or (result.get("loss_by_position") or {}).get("train_length"))
-    settings = [f"{k}={v}" for k, v in zip(keys, setting_values(run, keys))]
+    settings = [f"{k}={v}" for k, v in zip(keys, setting_values(run, keys)) if not k.startswith("extension.")]
+    if (extension := extension_of(result)) is not None:
+        settings, train = [extension[0], *settings], extension[1]
     return LengthRun(
         corpus=str(result.get("corpus", "?")),
         encoding=" ".join([str(result.get("label") or result.get("encoding")), *settings]),
@@ -213,6 +228,7 @@ def corpus_summary(runs: list[LengthRun]) -> dict[str, Any]:
         for way in sorted({w for r in members for w in r.bpb}, key=lambda w: (w != PLAIN, w))
     ]
     rows, groups = rank_rows(rows)
+    extensions = [comparison for run in runs if (comparison := extension_comparison(run, rows))]
     curves = {e: c for e, members in by_encoding.items() if (c := position_curve(members))}
     passkey = {e: p for e, members in by_encoding.items() if (p := passkey_mean(members))}
     return {
@@ -222,7 +238,26 @@ def corpus_summary(runs: list[LengthRun]) -> dict[str, Any]:
         "not_separated": groups,
         "loss_by_position": curves,
         "passkey": passkey,
+        "extensions": list({c["extension"]: c for c in extensions}.values()),  # one per extension row
     }
+
+
+def extension_comparison(run: LengthRun, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """An extension's plain row beside its parent's row under the same rule at test time only (``test_<rule>``;
+    rule none: the parent's plain row), both over their seeds; None for a run that is no extension or whose
+    parent's runs are not in the report."""
+    extension = run.result.get("extension")
+    if extension_of(run.result) is None:
+        return None
+    rule, parent_label = extension.get("rule"), (run.result.get("parent") or {}).get("label")
+    way = PLAIN if rule == "none" else f"test_{rule}"
+    by_name = {row["name"]: row for row in rows}
+    parent = next((row for row in rows if row["encoding"] == parent_label and row["way"] == way), None)
+    mine = by_name.get(run.encoding)
+    if parent is None or mine is None:
+        return None
+    return {"extension": mine["name"], "rule": rule, "test_time": parent["name"], "bpb_extension": mine["bpb"],
+            "bpb_test_time": parent["bpb"]}  # fmt: skip
 
 
 def length_summary(runs: list[LengthRun], notes: list[str]) -> dict[str, Any]:

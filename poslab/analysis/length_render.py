@@ -74,12 +74,26 @@ def passkey_table(corpus: str, summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def extension_table(corpus: str, summary: dict[str, Any]) -> str:
+    """Each context extension's bits per byte beside its parent under the same rule at test time only."""
+    comparisons = summary.get("extensions") or []
+    if not comparisons:
+        return ""
+    multiples = multiples_of([{"bpb": {**c["bpb_extension"], **c["bpb_test_time"]}} for c in comparisons])
+    lines = [f"### {corpus}: context extension (fine-tuned) against the same rule at test time only", ""]
+    lines += _head(["rule", "run", *multiples])
+    for c in comparisons:
+        for name, bpb in ((c["extension"], c["bpb_extension"]), (c["test_time"], c["bpb_test_time"])):
+            lines.append(_row([c["rule"], name, *(interval(bpb[m]).cell() if m in bpb else "" for m in multiples)]))
+    return "\n".join(lines)
+
+
 def length_markdown(summary: dict[str, Any]) -> str:
     ranked = summary["ranked_multiples"]
     parts = []
     for corpus, part in summary["corpora"].items():
         parts += [bpb_table(corpus, part, ranked), ratio_table(corpus, part)]
-        parts += [table for table in [passkey_table(corpus, part)] if table]
+        parts += [table for table in [extension_table(corpus, part), passkey_table(corpus, part)] if table]
     notes = summary.get("notes") or []
     return "\n\n".join(parts + (["\n".join(notes)] if notes else []))
 
