@@ -119,3 +119,19 @@ def test_report_grid_shows_the_baselines_of_the_evaluation_sets(tmp_path):
     assert all(0.5 <= value <= 1.0 for value in values)  # the commoner answer of two, on each evaluation set
     seeds_row = next(line for line in table if line.startswith("| seen | none | 2 | "))
     assert "[" in seeds_row  # two seeds: a t-interval beside each mean
+
+
+def test_a_setting_only_newer_runs_record_does_not_split_a_row_but_a_value_that_differs_does():
+    """Runs of one encoding from two poslab versions: the older never recorded ``encoding.beta_fast`` (added later
+    with the older behaviour as its default), so the row stays one; two recorded values that differ split it."""
+    from pathlib import Path
+
+    from poslab.analysis.results import FinishedRun, differing_settings
+
+    def run(settings: dict) -> FinishedRun:
+        return FinishedRun(Path("."), {"label": "cope"}, settings)
+
+    older, newer = run({"encoding.name": "cope"}), run({"encoding.name": "cope", "encoding.beta_fast": 32})
+    assert differing_settings([older, newer], lambda r: r.result["label"]) == []
+    other = run({"encoding.name": "cope", "encoding.beta_fast": 16})
+    assert differing_settings([older, newer, other], lambda r: r.result["label"]) == ["encoding.beta_fast"]

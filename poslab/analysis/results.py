@@ -488,14 +488,19 @@ def written_at(run_dir: Path) -> tuple[int, str]:
 
 
 def differing_settings(runs: list[FinishedRun], row: Callable[[FinishedRun], Hashable]) -> list[str]:
-    """The settings that differ between runs sharing a table row's labels (``row``): they become columns."""
+    """The settings that differ between runs sharing a table row's labels (``row``): they become columns.
+
+    Only values two runs both record can differ: a setting one run records and another does not is a setting
+    added after the other was run, and every setting added to poslab keeps the earlier behaviour as its default
+    (``tests/test_resume_added_settings.py``), so its absence is no difference (and rows do not split between
+    runs of two versions)."""
     rows: dict[Hashable, list[FinishedRun]] = defaultdict(list)
     for run in runs:
         rows[row(run)].append(run)
     keys: set[str] = set()
     for members in rows.values():
         for key in set().union(*(m.settings for m in members)):
-            if len({repr(m.settings.get(key, _ABSENT)) for m in members}) > 1:
+            if len({repr(m.settings[key]) for m in members if key in m.settings}) > 1:
                 keys.add(key)
     return sorted(keys)
 
