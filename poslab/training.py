@@ -130,7 +130,7 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
     )
     for logger in trainer.loggers:
         logger.log_hyperparams(resolved)
-    status, diverged = "failed", None
+    status, diverged, test_seconds = "failed", None, None
     start = time.perf_counter()
     try:
         if ckpt_path is not None:
@@ -138,6 +138,7 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
         train_seconds = time.perf_counter() - start
         trainer.test(module, datamodule=datamodule, verbose=False)
+        test_seconds = time.perf_counter() - start - train_seconds
         status = "success"
     except DivergedError as error:  # written down as such (results.json), never averaged as an ordinary run
         train_seconds, status, diverged = time.perf_counter() - start, "diverged", error
@@ -162,7 +163,9 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
         **datamodule.describe(),
         "steps": int(trainer.global_step),
         "parameters": module.model.num_parameters(),
-        "train_seconds": round(train_seconds, 3),
+        "train_seconds": round(train_seconds, 3),  # training with its validations, of this process (a resume's part)
+        # the evaluation after training (every length and way, passkey retrieval): its share of the run's time
+        **({"test_seconds": round(test_seconds, 3)} if test_seconds is not None else {}),
         "figures": module.figures,
         **module.evaluation_results(),  # a language model's loss by position
         **extension,  # a context extension's parent and rule

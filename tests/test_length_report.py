@@ -150,3 +150,15 @@ def test_a_context_extension_is_measured_at_its_parents_multiples_beside_the_rul
     assert comparison["test_time"] == "rope + test_yarn" and comparison["rule"] == "yarn"
     assert comparison["bpb_extension"]["2x"]["mean"] == pytest.approx(result["figures"]["32"]["bpb"])
     assert "context extension (fine-tuned) against the same rule at test time only" in report.report
+
+
+def test_the_cost_of_evaluation_is_reported_beside_training(report):
+    """Each run records the seconds of its evaluation after training (passkey's part in its grid): the report
+    shows them per encoding with the evaluation's share of the run."""
+    for part in json.loads(report.files["length.json"])["corpora"].values():
+        assert len(part["cost"]) == len(ENCODINGS)
+        for cost in part["cost"].values():
+            assert cost["test_seconds"] > cost["passkey_seconds"] > 0 and cost["train_seconds"] > 0
+            share = cost["test_seconds"] / (cost["train_seconds"] + cost["test_seconds"])
+            assert cost["evaluation_share"] == pytest.approx(share) and cost["seeds"] == len(SEEDS)
+    assert "evaluation share" in report.report

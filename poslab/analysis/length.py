@@ -25,6 +25,8 @@ What is measured (``poslab.lightning_modules.language``; statistics from ``posla
 - **Loss by position**: the plain model's mean loss at each (log-binned) position of the longest evaluation
   length, the mean over seeds.
 - **Passkey retrieval**: the exact-match grid (distance x depth) per encoding, the mean over seeds.
+- **Cost**: seconds of training and of the evaluation after it (every length and way, passkey retrieval's part
+  apart), and the evaluation's share of the run (issue 25's target: at most 20%), means over seeds.
 """
 
 from __future__ import annotations
@@ -216,6 +218,19 @@ def passkey_mean(runs: list[LengthRun]) -> dict[str, Any] | None:
     }
 
 
+def run_cost(runs: list[LengthRun]) -> dict[str, Any] | None:
+    """An encoding's seconds (means over the seeds that recorded them): training, the evaluation after it, passkey
+    retrieval's part of that, and the evaluation's share of the whole run; None where no run recorded a test time."""
+    timed = [r.result for r in runs if isinstance(r.result.get("test_seconds"), (int, float))]
+    if not timed:
+        return None
+    train = mean(float(r.get("train_seconds", math.nan)) for r in timed)
+    test = mean(float(r["test_seconds"]) for r in timed)
+    passkey = [float(p["seconds"]) for r in timed if isinstance(p := r.get("passkey"), dict) and "seconds" in p]
+    return {"train_seconds": train, "test_seconds": test, "passkey_seconds": mean(passkey) if passkey else None,
+            "evaluation_share": test / (train + test), "seeds": len(timed)}  # fmt: skip
+
+
 # ---- the summary ---------------------------------------------------------------------------------------------------
 def corpus_summary(runs: list[LengthRun]) -> dict[str, Any]:
     """One corpus: the ranked rows, the groups not separated, the curves and passkey grids by encoding."""
@@ -231,6 +246,7 @@ def corpus_summary(runs: list[LengthRun]) -> dict[str, Any]:
     extensions = [comparison for run in runs if (comparison := extension_comparison(run, rows))]
     curves = {e: c for e, members in by_encoding.items() if (c := position_curve(members))}
     passkey = {e: p for e, members in by_encoding.items() if (p := passkey_mean(members))}
+    cost = {e: c for e, members in by_encoding.items() if (c := run_cost(members))}
     return {
         "train_length": runs[0].train_length,
         "train_lengths": sorted({r.train_length for r in runs}),
@@ -238,6 +254,7 @@ def corpus_summary(runs: list[LengthRun]) -> dict[str, Any]:
         "not_separated": groups,
         "loss_by_position": curves,
         "passkey": passkey,
+        "cost": cost,
         "extensions": list({c["extension"]: c for c in extensions}.values()),  # one per extension row
     }
 

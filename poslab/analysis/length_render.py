@@ -88,12 +88,27 @@ def extension_table(corpus: str, summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def cost_table(corpus: str, summary: dict[str, Any]) -> str:
+    """Seconds of training and of the evaluation after it per encoding, and the evaluation's share of the run."""
+    costs = summary.get("cost") or {}
+    if not costs:
+        return ""
+    lines = [f"### {corpus}: cost (seconds, mean over seeds)", ""]
+    lines += _head(["encoding", "training", "evaluation after training", "of it: passkey", "evaluation share", "seeds"])
+    for encoding, c in costs.items():
+        passkey = "" if c.get("passkey_seconds") is None else f"{c['passkey_seconds']:.1f}"
+        cells = [f"{c['train_seconds']:.1f}", f"{c['test_seconds']:.1f}", passkey, f"{c['evaluation_share']:.1%}"]
+        lines.append(_row([encoding, *cells, str(c["seeds"])]))
+    return "\n".join(lines)
+
+
 def length_markdown(summary: dict[str, Any]) -> str:
     ranked = summary["ranked_multiples"]
     parts = []
     for corpus, part in summary["corpora"].items():
         parts += [bpb_table(corpus, part, ranked), ratio_table(corpus, part)]
-        parts += [table for table in [extension_table(corpus, part), passkey_table(corpus, part)] if table]
+        tables = [extension_table(corpus, part), passkey_table(corpus, part), cost_table(corpus, part)]
+        parts += [table for table in tables if table]
     notes = summary.get("notes") or []
     return "\n\n".join(parts + (["\n".join(notes)] if notes else []))
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from statistics import stdev
 from typing import Any
 
@@ -291,7 +292,9 @@ class LanguageModelModule(TransformerModule):
         settings, note = getattr(datamodule, "passkey", None), getattr(datamodule, "passkey_note", None)
         if settings is None or not settings.enabled:
             return {"left_out": note} if note else None
+        start = time.perf_counter()
         result = self.run_passkey(settings, ways=evaluation_ways(self.model, self.train_length))
+        result["seconds"] = round(time.perf_counter() - start, 3)  # its part of results.json's test_seconds
         return {**result, "note": note} if note else result
 
     def run_passkey(self, settings: Any, ways: dict[str, Any]) -> dict[str, Any]:
