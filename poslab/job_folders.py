@@ -213,6 +213,15 @@ def check_distinct_jobs(jobs: list[list[str]]) -> None:
             continue
         earlier = named[name]
         shown = " ".join(o for o in job if names_the_job(o))
+        # a sweeper setting swept on the command line: each job gets one value of it, which sweeps nothing
+        swept = sorted(o.split("=")[0] for o in job if o.startswith("hydra.sweeper.params.") and o not in earlier)
+        if swept:
+            key = swept[0].removeprefix("hydra.sweeper.params.")
+            raise ConfigError(
+                f"{swept[0]} was given a comma list on the command line, which makes a job per value of that Hydra "
+                f"setting rather than a sweep over {key}; give {key}=a,b on the command line (or the list in an "
+                f"experiment file's hydra.sweeper.params)."
+            )
         if sorted(earlier) == sorted(job):
             raise ConfigError(
                 f"the multirun gives the job `{shown}` twice (job {number} repeats an earlier one): one config and "

@@ -91,6 +91,17 @@ def test_the_same_job_twice_in_one_multirun_is_refused_before_anything_runs(tmp_
     assert not sweep.exists() and not (tmp_path / "logs").exists()  # nothing written
 
 
+def test_a_sweeper_setting_swept_on_the_command_line_is_refused_with_the_override_to_give():
+    """``hydra.sweeper.params.seed=0,1`` on the command line makes two jobs of one config (each with one value of
+    the sweeper's own setting): refused up front, pointing at ``seed=0,1``."""
+    from poslab.errors import ConfigError
+    from poslab.job_folders import check_distinct_jobs
+
+    jobs = [["task=lag", "hydra.sweeper.params.seed=0"], ["task=lag", "hydra.sweeper.params.seed=1"]]
+    with pytest.raises(ConfigError, match=r"give seed=a,b on the command line"):
+        check_distinct_jobs(jobs)
+
+
 # ---- (b) ckpt_path=auto finds the earlier folder, whatever its name ---------------------------------------------
 
 
