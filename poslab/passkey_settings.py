@@ -8,6 +8,9 @@ one sentence each. Light (no torch), like ``poslab.settings``: the command line 
 - ``depths``: fractions in [0, 1]: the first phrase starts after ``round(depth x depth_span x context)`` tokens.
 - ``depth_span``: the filler before the first phrase at depth 1, in contexts (default 1; greater than 0).
 - ``trials``: per distance and depth (default 8); ``key_length``: digits (default 5, 1 to 20); ``seed``.
+- ``train_fraction``: the share of training windows that hold a pair of phrases with one random key inside the
+  window (``poslab.datamodules.passkey_phrases.plant_pairs``; 0 to 1, default 0: off): the model is taught the
+  phrase within its context, and retrieval past it is zero-shot. Needs a context holding two phrases.
 - ``at_validation``: also at every validation, the plain model at the distances up to one context with the first
   key opening the text (``within_context``): ``val/passkey_exact`` and results.json's ``passkey_by_step``, the step
   at which copying appears (false by default).
@@ -48,6 +51,7 @@ class PasskeySettings:
     key_length: int = 5
     seed: int = 0
     at_validation: bool = False
+    train_fraction: float = 0.0
 
     @property
     def phrase_length(self) -> int:
@@ -117,8 +121,31 @@ def check_passkey_settings(
         key_length=key_length,
         seed=_whole(given, "seed", 0, 0, MAX_SEED, "the trials' random seed"),
         at_validation=at_validation,
+        train_fraction=_train_fraction(given.get("train_fraction", 0.0), context_length, key_length),
     )
+    if values.train_fraction > 0 and tokenizer != "bytes":
+        raise ConfigError(
+            f"task.passkey.train_fraction={values.train_fraction:g} plants byte phrases in training windows, which "
+            f"only the byte tokenizer reads as written (corpus.tokenizer={tokenizer!r}); set corpus.tokenizer=bytes "
+            f"or task.passkey.train_fraction=0."
+        )
     return values
+
+
+def _train_fraction(value: Any, context_length: int, key_length: int) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ConfigError(
+            f"task.passkey.train_fraction={value!r} must be a number from 0 (off) to 1 (the share of training "
+            f"windows holding a pair of passkey phrases)."
+        )
+    phrase = len(PREFIX) + key_length + len(SUFFIX)
+    if value > 0 and context_length + 1 < 2 * phrase:
+        raise ConfigError(
+            f"task.passkey.train_fraction={value!r} plants two {phrase}-token phrases in a training window, which "
+            f"task.context_length={context_length} cannot hold; allowed: a context of at least {2 * phrase - 1}, "
+            f"or train_fraction=0."
+        )
+    return float(value)
 
 
 def _whole(given: Mapping[str, Any], key: str, default: int, low: int, high: int | None, meaning: str) -> int:

@@ -489,3 +489,43 @@ def test_passkey_at_every_validation_keeps_the_copying_curve_by_step(tmp_path):
     for entry in curve:
         assert entry["distances"] == [32, 64, 128, 256] and len(entry["exact_by_distance"]) == 4
         assert 0.0 <= entry["exact"] <= 1.0 and 0.0 <= entry["digits"] <= 1.0
+
+
+def test_training_windows_hold_planted_pairs_at_the_fraction_asked_and_are_unchanged_at_zero():
+    """``task.passkey.train_fraction``: about that share of rows holds one key twice, each phrase whole, inside the
+    window, its coordinates those of the token it starts on; at 0 the windows are the ones drawn without it."""
+    from poslab.datamodules.passkey_phrases import phrase_tokens, plant_pairs
+    from poslab.passkey_settings import PREFIX
+
+    torch.manual_seed(0)
+    tokens = torch.randint(97, 123, (400, 129))  # letters: no digit, no phrase by chance
+    paragraph = torch.arange(129).repeat(400, 1) // 40
+    batch = {"tokens": tokens.clone(), "paragraph": paragraph.clone()}
+    plant_pairs(batch, 0.0, 5, torch.Generator().manual_seed(1))
+    assert torch.equal(batch["tokens"], tokens) and torch.equal(batch["paragraph"], paragraph)
+    plant_pairs(batch, 0.25, 5, torch.Generator().manual_seed(1))
+    prefix = torch.from_numpy(phrase_tokens(np.zeros((1, 5)))[0, : len(PREFIX)])
+    planted = 0
+    for row in range(400):
+        starts = [s for s in range(129 - 24 + 1) if torch.equal(batch["tokens"][row, s : s + len(PREFIX)], prefix)]
+        if not starts:
+            assert torch.equal(batch["tokens"][row], tokens[row])
+            continue
+        planted += 1
+        first, second = starts
+        assert second - first >= 24
+        assert torch.equal(batch["tokens"][row, first : first + 24], batch["tokens"][row, second : second + 24])
+        assert (batch["paragraph"][row, second : second + 24] == paragraph[row, second]).all()
+    assert 70 <= planted <= 130  # 100 expected
+
+
+def test_train_fraction_is_refused_out_of_range_on_a_context_too_short_or_with_a_bpe():
+    from poslab.passkey_settings import check_passkey_settings
+
+    with pytest.raises(ConfigError, match=r"train_fraction=1.5 must be a number from 0"):
+        check_passkey_settings({"train_fraction": 1.5}, 128)
+    with pytest.raises(ConfigError, match=r"task.context_length=32 cannot hold; allowed: a context of at least 47"):
+        check_passkey_settings({"train_fraction": 0.1}, 32)
+    with pytest.raises(ConfigError, match=r"only the byte tokenizer"):
+        check_passkey_settings({"train_fraction": 0.1, "enabled": False}, 128, tokenizer="gpt2")
+    assert check_passkey_settings({"train_fraction": 0.1}, 128).train_fraction == 0.1

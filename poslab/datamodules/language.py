@@ -33,6 +33,7 @@ from poslab.datamodules.corpora import (
     prepare_corpus,
 )
 from poslab.datamodules.held_out import EvaluationPlan, Layout, describe_sample, plan_evaluation
+from poslab.datamodules.passkey_phrases import plant_pairs
 from poslab.datamodules.synthetic import assign_rank, batch_generator
 from poslab.datamodules.tokenization import check_tokenizer
 from poslab.errors import ConfigError
@@ -72,8 +73,12 @@ def stack(windows: list[dict[str, Tensor]]) -> dict[str, Tensor]:
 
 
 class TrainingWindows(IterableDataset):
-    def __init__(self, groups: list[PreparedGroup], batch_size: int, context_length: int, seed: int) -> None:
+    def __init__(
+        self, groups: list[PreparedGroup], batch_size: int, context_length: int, seed: int,
+        passkey_fraction: float = 0.0, key_length: int = 5,
+    ) -> None:  # fmt: skip
         self.groups, self.batch_size, self.length, self.seed = groups, batch_size, context_length + 1, seed
+        self.passkey_fraction, self.key_length = passkey_fraction, key_length  # task.passkey.train_fraction
         for group in groups:  # torch.randint would fail on the first batch with an opaque message
             n = len(group.splits["train"])
             if n < self.length:
@@ -100,6 +105,7 @@ class TrainingWindows(IterableDataset):
             rows = np.flatnonzero(groups == g)
             for key, values in windows(self.groups[g].splits["train"], starts[rows], self.length).items():
                 batch.setdefault(key, torch.empty((self.batch_size, self.length), dtype=torch.int64))[rows] = values
+        plant_pairs(batch, self.passkey_fraction, self.key_length, generator)  # after every other draw: unchanged
         return batch
 
     def __iter__(self) -> Iterator[dict[str, Tensor]]:
@@ -323,7 +329,10 @@ class LanguageModelDataModule(L.LightningDataModule):
             log.info("corpus %s: %s", self.corpus["name"], describe(groups))
             for note in data_notes(self.corpus["name"], groups):
                 log.warning("note: %s", note)
-            self.train_windows = TrainingWindows(groups, self.batch_size, self.context_length, self.seed)
+            self.train_windows = TrainingWindows(
+                groups, self.batch_size, self.context_length, self.seed, self.passkey.train_fraction,
+                self.passkey.key_length,
+            )  # fmt: skip
             streams = {g.name: len(g.splits["validation"]) for g in groups}
             budget = self.eval_batch_size * self.context_length  # a batch at any length: as many tokens as at 1x
             self.evaluation = plan_evaluation(streams, self.evaluation_settings, budget)

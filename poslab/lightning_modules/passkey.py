@@ -66,11 +66,11 @@ import torch
 from torch import Tensor, nn
 
 from poslab.datamodules.codec import BYTE_VOCAB, encode_bytes
+from poslab.datamodules.passkey_phrases import phrase_tokens
 from poslab.errors import ConfigError
 from poslab.lightning_modules.base import log_length_scale
 from poslab.passkey_settings import PREFIX, SUFFIX, PasskeySettings, check_filler
 
-DIGIT_ZERO = ord("0")  # byte of digit 0; digit v is byte 48 + v
 DEFAULT_MAX_TOKENS = 2**15  # tokens per forward pass (rows x length); the caller sizes it to its memory
 REDRAWS = 100  # window starts tried per trial before the filler is declared full of the phrase
 
@@ -83,13 +83,6 @@ CoordinateSource = Callable[[np.ndarray, int], Mapping[str, Tensor]]
 
 
 # ---- trials ------------------------------------------------------------------------------------------------------
-def phrase_tokens(keys: np.ndarray) -> np.ndarray:
-    """``[n, m]`` byte tokens of the phrase holding each row of ``keys`` ``[n, k]`` (digits 0-9)."""
-    prefix = np.broadcast_to(encode_bytes(PREFIX).astype(np.int64), (len(keys), len(PREFIX)))
-    suffix = np.broadcast_to(encode_bytes(SUFFIX).astype(np.int64), (len(keys), len(SUFFIX)))
-    return np.concatenate([prefix, DIGIT_ZERO + keys.astype(np.int64), suffix], axis=1)
-
-
 @dataclass
 class PasskeyTrials:
     """The trials of one evaluation: per trial index a window start in ``filler`` and a key, shared by every cell;
