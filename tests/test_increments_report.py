@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from poslab.analysis import increments as inc
@@ -144,3 +146,71 @@ def test_an_analysis_of_a_read_only_run_prints_its_table_then_one_message(traine
 def test_analyze_a_directory_without_a_model_fails_clearly(tmp_path, capsys):
     assert poslab_main(["analyze", "increments", str(tmp_path)]) == 2
     assert "model.pt does not exist" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------ outputs pinned to a file
+# The analysis on planted increments (a function of each byte, its layer and its place in the window, not of the
+# model), so its tables, CSVs and JSON numbers are the same on every machine: they were recorded from the code
+# before it became a package (compute, statistics, render) and must stay what they were.
+
+#: where the model's δ comes from during the analysis (replaced by the planted ones)
+COMPUTE_MODULE = "poslab.analysis.increments_report"
+PINNED = Path(__file__).parent / "pinned" / "increments.json"
+PINNED_FILES = ("increments_categories.csv", "increments_boundaries.csv", "increments_analysis.json")
+
+
+def planted_increments(layers: int, shared: bool):
+    """A stand-in for ``token_increments``: δ ``[layers, N]`` from the bytes and their place in the window (the
+    same in every layer when ``shared``)."""
+
+    def increments(model, tokens, context, batch_size=32):
+        t = np.asarray(tokens, dtype=np.int64)
+        place = np.arange(len(t)) % context
+        rows = [(1 + (t * (5 + 2 * k) + place * (k + 1)) % 13) / 7 for k in ([0] * layers if shared else range(layers))]
+        return np.stack(rows).astype(np.float32)  # the model's δ are float32
+
+    return increments
+
+
+def pinned_outputs(run_dir: Path, args: list[str], output: Path, shared: bool, monkeypatch, capsys) -> dict:
+    """The report and the table files of ``analyze increments`` on planted δ of two layers, temporary paths
+    replaced."""
+    monkeypatch.setattr(f"{COMPUTE_MODULE}.token_increments", planted_increments(2, shared))
+    assert poslab_main(["analyze", "increments", str(run_dir), *args, "--output-dir", str(output)]) == 0
+    report = capsys.readouterr().out.rsplit("\n", 2)[0]  # less the line naming the files written
+
+    def anonymous(text: str) -> str:
+        return text.replace(str(run_dir.parent), "<RUNS>").replace(str(output), "<OUT>")
+
+    files = {name: anonymous((output / name).read_text()) for name in PINNED_FILES}
+    return {"report": anonymous(report), **files}
+
+
+@pytest.fixture
+def pinned_cases(trained_runs, tmp_path, monkeypatch, capsys) -> dict[str, dict]:
+    given = tmp_path / "given"
+    given.mkdir()
+    (given / "zh.txt").write_text(ZH * 3, encoding="utf-8")
+    (given / "en.txt").write_text("Hello, World! 42 times.\n\tTabs and 中文 mixed.", encoding="utf-8")
+    given_args = ["--text", str(given / "en.txt"), "--zh-text", str(given / "zh.txt"), "--sentence", "δ = 1 人"]
+    return {
+        "held_out": pinned_outputs(trained_runs["increments_layer"], [], tmp_path / "a", False, monkeypatch, capsys),
+        "given_text": pinned_outputs(
+            trained_runs["increments_shared"], given_args, tmp_path / "b", True, monkeypatch, capsys
+        ),
+    }
+
+
+def test_the_outputs_are_the_pinned_ones(pinned_cases):
+    if os.environ.get("POSLAB_UPDATE_PINNED"):  # record them (once, from the code they pin)
+        PINNED.parent.mkdir(exist_ok=True)
+        PINNED.write_text(json.dumps(pinned_cases, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    pinned = json.loads(PINNED.read_text(encoding="utf-8"))
+    for case, outputs in pinned.items():
+        for name, expected in outputs.items():
+            found = pinned_cases[case][name]
+            if name.endswith(".json"):  # the pinned keys, each the same; the summary may hold more
+                expected, found = json.loads(expected), json.loads(found)
+                found = {key: found[key] for key in expected}
+                expected, found = json.dumps(expected, sort_keys=True), json.dumps(found, sort_keys=True)
+            assert found == expected, f"{case}: {name}"
