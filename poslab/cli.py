@@ -79,6 +79,39 @@ def _command_list(parser: argparse.ArgumentParser) -> str:
     return "\n".join(f"  {usage:<{width}s}  {text}" for usage, text in rows)
 
 
+def _add_increments(analyses: argparse._SubParsersAction) -> None:
+    """`poslab analyze increments`: a run analysed, or its summary rendered again (`--from`)."""
+    increments = _parser(analyses, "increments", "learned position increments: byte categories, picture, word AUC")
+    increments.add_argument(
+        "run_dir", nargs="?", metavar="RUN_DIR", help="a finished train.py run directory (has model.pt)"
+    )
+    increments.add_argument(
+        "--from",
+        dest="from_summary",
+        default=None,
+        metavar="SUMMARY",
+        help="re-render the report, CSVs and PNGs from an increments_analysis.json this analysis wrote, without a "
+        "run or a model (default: analyse RUN_DIR)",
+    )
+    increments.add_argument(
+        "--text", default=None, metavar="FILE", help="text file for the category table (default: held-out data)"
+    )
+    increments.add_argument(
+        "--sentence",
+        action="append",
+        default=None,
+        help="a sentence to draw, repeatable (default: one English and one Chinese sentence)",
+    )
+    increments.add_argument(
+        "--zh-text",
+        default=None,
+        metavar="FILE",
+        help="Chinese text for the word-boundary AUC (default: the corpus's 'zh' group, if any)",
+    )
+    increments.add_argument("--max-bytes", type=int, default=200_000, help="held-out bytes to analyse")
+    _add_output_dir(increments, "RUN_DIR/analysis/increments, or beside SUMMARY")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="poslab", formatter_class=HelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -119,25 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     analyze = _parser(commands, "analyze", "analyses of trained checkpoints and corpora")
     analyses = analyze.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
-    increments = _parser(analyses, "increments", "learned position increments: byte categories, picture, word AUC")
-    increments.add_argument("run_dir", metavar="RUN_DIR", help="a finished train.py run directory (has model.pt)")
-    increments.add_argument(
-        "--text", default=None, metavar="FILE", help="text file for the category table (default: held-out data)"
-    )
-    increments.add_argument(
-        "--sentence",
-        action="append",
-        default=None,
-        help="a sentence to draw, repeatable (default: one English and one Chinese sentence)",
-    )
-    increments.add_argument(
-        "--zh-text",
-        default=None,
-        metavar="FILE",
-        help="Chinese text for the word-boundary AUC (default: the corpus's 'zh' group, if any)",
-    )
-    increments.add_argument("--max-bytes", type=int, default=200_000, help="held-out bytes to analyse")
-    _add_output_dir(increments, "RUN_DIR/analysis/increments")
+    _add_increments(analyses)
 
     corpus = _parser(analyses, "corpus", "corpus-only statistics (no model) against the U* ordering")
     corpus.add_argument("corpora", nargs="+", metavar="CORPUS", help="corpus config names (conf/corpus/) or paths")
@@ -234,9 +249,7 @@ def analysis_of(args: argparse.Namespace):
 
         return report_losses(args.directories)
     if args.analysis == "increments":
-        from poslab.analysis.increments_report import analyze_increments
-
-        return analyze_increments(args.run_dir, args.text, args.sentence, args.zh_text, args.max_bytes)
+        return increments_analysis(args)
     if args.analysis == "corpus":
         from poslab.analysis.corpus_statistics import analyze_corpora, parse_ustar
 
@@ -256,6 +269,21 @@ def analysis_of(args: argparse.Namespace):
         seed=args.seed,
         keep_ends=not args.shuffle_all,
     )
+
+
+def increments_analysis(args: argparse.Namespace):
+    """``analyze increments``: of RUN_DIR, or re-rendered ``--from`` a summary (no torch, no model)."""
+    if args.from_summary is not None:
+        if args.run_dir is not None:
+            raise MissingRunError("poslab analyze increments takes RUN_DIR or --from SUMMARY, not both.")
+        from poslab.analysis.increments.render import rerender_increments
+
+        return rerender_increments(args.from_summary)
+    if args.run_dir is None:
+        raise MissingRunError("poslab analyze increments needs RUN_DIR (a finished run) or --from SUMMARY.")
+    from poslab.analysis.increments.report import analyze_increments
+
+    return analyze_increments(args.run_dir, args.text, args.sentence, args.zh_text, args.max_bytes)
 
 
 def main(argv: list[str] | None = None) -> int:

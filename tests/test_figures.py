@@ -18,12 +18,15 @@ from matplotlib import font_manager
 from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
-from poslab.analysis import increments as inc
 from poslab.analysis.corpus_statistics import QUANTITIES, compare_to_ustar, plot_statistics
 from poslab.analysis.extrapolation import parse_lines, plot_grid
 from poslab.analysis.hrope import RunAnalysis
 from poslab.analysis.hrope_report import plot_wells
-from poslab.analysis.increments_report import DEFAULT_SENTENCES, positions_learned, positions_title
+from poslab.analysis.increments import render as increments_render
+from poslab.analysis.increments.compute import DEFAULT_SENTENCES, positions_learned
+from poslab.analysis.increments.readings import positions_from_deltas
+from poslab.analysis.increments.render import positions_figure, positions_title
+from poslab.analysis.increments.text import byte_categories
 from poslab.analysis.length import LengthRun, length_summary
 from poslab.analysis.length_render import plot_bpb, plot_positions
 from poslab.analysis.passkey_render import plot_passkey
@@ -40,18 +43,18 @@ ENGLISH, CHINESE = DEFAULT_SENTENCES  # what `poslab analyze increments` draws
 def positions_picture(text: str) -> Any:
     """The increments picture of ``text`` for three layers of different scales (Chinese lead bytes wider)."""
     tokens = list(text.encode("utf-8"))
-    deltas = np.where(inc.byte_categories(tokens) == "zh_lead", 2.0, 0.8)
-    positions = inc.positions_from_deltas(np.stack([deltas, 1.7 * deltas, np.linspace(0.5, 1.5, len(tokens))]))
+    deltas = np.where(byte_categories(tokens) == "zh_lead", 2.0, 0.8)
+    positions = positions_from_deltas(np.stack([deltas, 1.7 * deltas, np.linspace(0.5, 1.5, len(tokens))]))
     title = positions_title("increments_layer", learned=True, unit_steps=False, steps="50 of 2000")
-    return inc.positions_figure(text, tokens, positions, title=title)
+    return positions_figure(text, tokens, positions, title=title)
 
 
 def rope_positions_picture(text: str) -> Any:
     """The picture `analyze increments` draws of a plain RoPE run: one row, δ = 1 per byte."""
     tokens = list(text.encode("utf-8"))
-    positions = inc.positions_from_deltas(np.ones((1, len(tokens))))
+    positions = positions_from_deltas(np.ones((1, len(tokens))))
     title = positions_title("rope", learned=False, unit_steps=True, steps="50 of 2000")
-    return inc.positions_figure(text, tokens, positions, title=title, layer_names=["shared"])
+    return positions_figure(text, tokens, positions, title=title, layer_names=["shared"])
 
 
 def run_analysis(summary: dict[str, Any]) -> RunAnalysis:
@@ -399,7 +402,7 @@ def test_without_the_package_or_a_system_cjk_font_there_is_none(monkeypatch):
     found = find_cjk_font(manager, bundled_font_file())  # registering the file is all it takes
     assert found is not None and found.family == CJK_FAMILY and has_glyph(found.path, "骨")
     # and with no CJK font the increments picture writes code points, rotated, instead of empty boxes
-    monkeypatch.setattr(inc, "cjk_font_path", lambda: None)
+    monkeypatch.setattr(increments_render, "cjk_font_path", lambda: None)
     fig = positions_picture(CHINESE)
     labels = {t.get_text(): t.get_rotation() for t in drawn_texts(fig)}
     assert labels["U+4EBA"] == 90 and "人" not in labels

@@ -3,6 +3,8 @@ boundaries. Everything runs on hand-made bytes and planted increments, so no mod
 
 from __future__ import annotations
 
+import csv
+import io
 import itertools
 import math
 
@@ -10,24 +12,27 @@ import numpy as np
 import pytest
 import torch
 
-from poslab.analysis import increments as inc
-from poslab.analysis.increments import (
-    SEPARATOR,
-    SEPARATOR_CHAR,
-    boundary_auc,
-    byte_categories,
-    byte_offsets,
-    category_table,
+from poslab.analysis.increments import render
+from poslab.analysis.increments import text as increments_text
+from poslab.analysis.increments.readings import CategoryRow, boundary_auc, category_table, positions_from_deltas
+from poslab.analysis.increments.render import (
+    category_csv,
     character_label,
-    chinese_gaps,
-    decode_characters,
     format_category_table,
     plot_positions,
-    positions_from_deltas,
-    read_category_csv,
-    roc_auc,
-    write_category_csv,
+    positions_axis_label,
+    positions_figure,
 )
+from poslab.analysis.increments.text import (
+    SEPARATOR,
+    SEPARATOR_CHAR,
+    byte_categories,
+    byte_offsets,
+    chinese_gaps,
+    decode_characters,
+    jieba_word_starts,
+)
+from poslab.analysis.stats import roc_auc
 
 torch.set_num_threads(1)
 
@@ -56,8 +61,8 @@ def test_ascii_categories():
 
 
 def test_every_category_name_is_listed_once_and_has_a_label():
-    assert len(set(inc.CATEGORIES)) == len(inc.CATEGORIES) == 9
-    assert set(inc.CATEGORY_LABELS) == set(inc.CATEGORIES)
+    assert len(set(increments_text.CATEGORIES)) == len(increments_text.CATEGORIES) == 9
+    assert set(increments_text.CATEGORY_LABELS) == set(increments_text.CATEGORIES)
 
 
 def test_chinese_lead_bytes_and_their_two_continuation_bytes():
@@ -127,13 +132,18 @@ def test_format_category_table_prints_the_writeup_lines():
     ]
 
 
-def test_category_csv_round_trips(tmp_path):
+def test_category_csv_round_trips():
     tokens, deltas = planted()
     rows = category_table(tokens, deltas / 3)  # floats that need all their digits
-    path = write_category_csv(rows, tmp_path / "out" / "categories.csv")
-    assert path.read_text().splitlines()[0] == "layer,category,count,mean,range_min,range_max"
-    assert read_category_csv(path) == rows
-    assert not list(path.parent.glob(".*.tmp"))
+    written = category_csv(rows)
+    assert written.splitlines()[0] == "layer,category,count,mean,range_min,range_max"
+    read = [
+        CategoryRow(
+            r["layer"], r["category"], int(r["count"]), *(float(r[k]) for k in ("mean", "range_min", "range_max"))
+        )
+        for r in csv.DictReader(io.StringIO(written))
+    ]
+    assert read == rows
 
 
 # ----------------------------------------------------------------------------------------------- characters
@@ -160,7 +170,7 @@ def test_positions_are_running_sums():
 
 
 def test_chinese_is_drawn_as_code_points_without_a_cjk_font(monkeypatch):
-    monkeypatch.setattr(inc, "cjk_font_path", lambda: None)
+    monkeypatch.setattr(render, "cjk_font_path", lambda: None)
     assert character_label("人") == ("U+4EBA", None, True)
     assert character_label("a") == ("a", None, False)
     assert character_label("\n")[0] == "↵"
@@ -177,7 +187,7 @@ def test_plot_positions_writes_a_png(tmp_path, text):
 
 
 def test_plot_positions_without_a_cjk_font_and_with_bad_bytes(tmp_path, monkeypatch):
-    monkeypatch.setattr(inc, "cjk_font_path", lambda: None)
+    monkeypatch.setattr(render, "cjk_font_path", lambda: None)
     tokens = list("分支 $5".encode()) + [0xFF, SEPARATOR]
     text = "分支 $5\ufffd" + SEPARATOR_CHAR
     path = plot_positions(text, tokens, positions_from_deltas(np.ones(len(tokens))), tmp_path / "p.png")
@@ -227,7 +237,7 @@ def test_boundary_auc_on_planted_increments():
     text = ZH + "，" + MIXED
     tokens = list(text.encode())
     offsets = byte_offsets(text)
-    starts = inc.jieba_word_starts(text)
+    starts = jieba_word_starts(text)
     boundary = np.zeros(len(tokens), dtype=bool)
     boundary[[offsets[k] for k in starts]] = True
     cats = byte_categories(tokens)
@@ -247,24 +257,23 @@ def test_boundary_auc_is_nan_with_one_class_and_checks_tokens():
 def test_the_positions_picture_of_plain_rope_labels_its_axis_with_the_token_index():
     """`analyze increments` on a plain RoPE run: its positions are the token index (counted, δ = 1), and the picture's
     x axis says so; only an encoding that learns its positions (increments) has an axis of learned positions."""
-    from poslab.analysis.increments_report import positions_axis_label
     from poslab.plotting import plt
 
     text = "Position in attention."
     tokens = list(text.encode("utf-8"))
-    rope = inc.positions_figure(
+    rope = positions_figure(
         text,
         tokens,
-        inc.positions_from_deltas(np.ones((1, len(tokens)))),
+        positions_from_deltas(np.ones((1, len(tokens)))),
         layer_names=["shared"],
         position_label=positions_axis_label(learned=False, unit_steps=True),
     )
     label = rope.axes[-1].get_xlabel()
     assert "token index" in label and "learned" not in label, label
-    learned = inc.positions_figure(
+    learned = positions_figure(
         text,
         tokens,
-        inc.positions_from_deltas(np.full((1, len(tokens)), 0.7)),
+        positions_from_deltas(np.full((1, len(tokens)), 0.7)),
         position_label=positions_axis_label(learned=True, unit_steps=False),
     )
     assert learned.axes[-1].get_xlabel().startswith("learned position"), learned.axes[-1].get_xlabel()

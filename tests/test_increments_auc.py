@@ -4,26 +4,25 @@ no model is needed."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
 
-from poslab.analysis.increments import (
+from poslab.analysis.increments.held_out import gaps_within_windows, held_out_chinese, validation_source_kinds
+from poslab.analysis.increments.readings import (
     ALL_SOURCES,
-    best_auc_given,
-    boundary_csv,
+    boundary_rows,
     boundary_summary,
     boundary_table,
-    byte_categories,
-    chinese_gaps,
-    format_boundary_table,
     gap_ceilings,
     gap_scores,
-    roc_auc,
     source_kind,
 )
-from poslab.analysis.increments_report import gaps_within_windows, held_out_chinese, validation_source_kinds
+from poslab.analysis.increments.render import boundary_csv, format_boundary_table
+from poslab.analysis.increments.text import byte_categories, chinese_gaps
+from poslab.analysis.stats import best_auc_given, roc_auc
 from poslab.datamodules.corpora import decode_bytes, prepare_corpus
 from poslab.errors import DataError
 
@@ -183,6 +182,16 @@ def test_boundary_table_without_sources_and_a_subset_of_one_class():
     assert "| – |" in format_boundary_table(boundary_table(tokens, np.ones(len(tokens)), at, labels, one_class))
     with pytest.raises(ValueError, match="sources"):
         boundary_table(tokens, np.ones(len(tokens)), at, labels, one_class[:-1])
+
+
+def test_the_boundary_rows_come_back_from_the_summary_json():
+    text, tokens, at, labels = planted_text()
+    one_class = np.where(labels == 1, "wikipedia", "novels")  # an undefined AUC (NaN, written as null) in each
+    deltas = np.stack([np.arange(len(tokens)) % 7 / 3, np.ones(len(tokens))])
+    rows = boundary_table(tokens, deltas, at, labels, one_class)
+    back = boundary_rows(json.loads(json.dumps(boundary_summary(rows))))
+    assert [repr(r) for r in back] == [repr(r) for r in rows]  # repr: NaN equal to NaN, floats to every digit
+    assert any(math.isnan(r.auc) for r in back)
 
 
 def test_source_kind_rule():

@@ -11,6 +11,11 @@ def test_markdown_table_has_a_header_a_separator_and_one_line_per_row():
     assert text.splitlines() == ["| encoding | bpb |", "|---|---|", "| rope | 2.61 |", "| alibi | 2.5 |"]
 
 
+def test_markdown_table_aligns_the_columns_asked_to_the_right():
+    text = markdown_table(["encoding", "bpb", "seeds"], [["rope", "2.61", 3]], align="lr")
+    assert text.splitlines()[1] == "|---|---:|---|"
+
+
 def test_csv_round_trips_floats_with_all_digits_and_writes_none_empty():
     value = 1 / 3
     text = csv_text(["name", "value", "missing"], [["a,b", value, None]])

@@ -21,6 +21,8 @@ evaluation windows inside one run are not independent replicates of it. Hence:
   under-covers (it can only ever see 3 seed values, and its percentile interval ignores that the seed sd is
   itself estimated from 3 numbers), so the t-interval over the seed means stays primary.
 * :func:`roc_auc` -- how well a score separates two classes (the increments' word boundaries): Mann-Whitney U.
+* :func:`best_auc_given` -- the in-sample ceiling of ``roc_auc`` over every score that is a function of a
+  discrete key (the increments' word boundaries: what any function of the lead byte could reach).
 * :func:`split_seeds` / :func:`seeds_cell` -- where seeds split into two outcomes (one seed learns a task, two
   do not) a mean and an interval describe no run that happened; reports print the per-seed values instead.
 
@@ -347,3 +349,19 @@ def roc_auc(scores: Any, labels: Any) -> float:
     ranks = (ends - (counts - 1) / 2.0)[inverse]  # 1-based ranks, each tie group sharing its average rank
     u = ranks[y].sum() - n_pos * (n_pos + 1) / 2.0
     return float(u / (n_pos * n_neg))
+
+
+def best_auc_given(keys: Any, labels: Any) -> float:
+    """The highest ROC-AUC any score that is a function of ``keys`` reaches on these labels (an in-sample upper
+    bound): each item is scored by its key's empirical positive rate. Ordering the key values by that rate is
+    optimal (the Neyman-Pearson order of a discrete feature), and every score that is a function of the key
+    ties the items sharing a key as this one does. ``keys`` is ``[G]`` or ``[G, k]`` (a key per row)."""
+    k = np.asarray(keys)
+    y = np.asarray(labels).astype(np.float64).reshape(-1)
+    k = k.reshape(len(k), -1) if k.size else k.reshape(0, 1)
+    if len(k) != len(y):
+        raise ValueError(f"{len(k)} keys for {len(y)} labels")
+    _, group = np.unique(k, axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    rate = np.bincount(group, weights=y) / np.bincount(group) if len(y) else y
+    return roc_auc(rate[group], y)

@@ -17,9 +17,11 @@ def markdown_row(cells: Sequence[Any]) -> str:
     return "| " + " | ".join(str(cell) for cell in cells) + " |"
 
 
-def markdown_table(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> str:
-    """A GitHub markdown table: the header, its separator, one line per row (cells shown with ``str``)."""
-    lines = [markdown_row(header), "|" + "---|" * len(header)]
+def markdown_table(header: Sequence[Any], rows: Iterable[Sequence[Any]], align: str = "") -> str:
+    """A GitHub markdown table: the header, its separator, one line per row (cells shown with ``str``). ``align``
+    has a letter per column, ``r`` for one aligned right (numbers: ``---:``); columns past it are left as they are.
+    """
+    lines = [markdown_row(header), "|" + "".join("---:|" if a == "r" else "---|" for a in align.ljust(len(header)))]
     lines += [markdown_row(row) for row in rows]
     return "\n".join(lines)
 
