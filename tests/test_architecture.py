@@ -94,7 +94,7 @@ def test_the_cycle_finder_finds_a_planted_circle():
 
 def test_the_graph_sees_imports_inside_functions():
     # poslab.cli imports the analyses inside its command branches
-    assert "poslab.analysis.hrope_report" in GRAPH["poslab.cli"]
+    assert "poslab.analysis.hrope.report" in GRAPH["poslab.cli"]
     assert {"poslab.encodings.alibi", "poslab.encodings.rope"} <= GRAPH["poslab.encodings"]
 
 

@@ -19,10 +19,11 @@ from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
 from poslab.analysis import increments as inc
-from poslab.analysis.corpus_statistics import QUANTITIES, compare_to_ustar, plot_statistics
+from poslab.analysis.corpus_render import plot_statistics
+from poslab.analysis.corpus_statistics import QUANTITIES, compare_to_ustar
 from poslab.analysis.extrapolation import parse_lines, plot_grid
-from poslab.analysis.hrope import RunAnalysis
-from poslab.analysis.hrope_report import plot_wells
+from poslab.analysis.hrope.plots import plot_wells
+from poslab.analysis.hrope.runs import RunAnalysis
 from poslab.analysis.increments_report import DEFAULT_SENTENCES, positions_learned, positions_title
 from poslab.analysis.length import LengthRun, length_summary
 from poslab.analysis.length_render import plot_bpb, plot_positions

@@ -17,8 +17,19 @@ from typing import Any
 import numpy as np
 import pytest
 
-from poslab.analysis import hrope_report
-from poslab.analysis.hrope import Document, RunAnalysis, analyze_documents, shuffle_paragraphs
+from poslab.analysis.hrope import report
+from poslab.analysis.hrope.compute import analyze_documents, read_run_facts
+from poslab.analysis.hrope.documents import Document, shuffle_paragraphs
+from poslab.analysis.hrope.render import (
+    comparison_table,
+    depth_table,
+    per_run_table,
+    render_summary,
+    robustness_tables,
+    runs_csv,
+)
+from poslab.analysis.hrope.runs import RunAnalysis
+from poslab.analysis.hrope.seeds import arm_summaries, claims
 
 from .test_hrope_analysis import document
 from .test_hrope_readings import PlantedModel
@@ -140,7 +151,7 @@ def pinned_runs(tmp_path: Path) -> tuple[Path, dict[str, RunAnalysis]]:
             scaled = {k: v * (1 + 0.25 * seed) for k, v in penalty.items()}
             result = analyze_documents(PlantedModel(scaled), iter(run_documents(seed)), **SETTINGS)
             analyses[str(run_dir)] = RunAnalysis(
-                str(run_dir), encoding, corpus, seed, frequencies=frequencies, **result
+                str(run_dir), encoding, corpus, seed, frequencies=frequencies, facts=read_run_facts(run_dir), **result
             )
             number += 1
     fake_run_dir(root, number, "rope", "openwebtext", 0, status="diverged")
@@ -153,8 +164,8 @@ def without_tmp(text: str, tmp_path: Path) -> str:
 
 def test_the_report_of_a_multirun_is_the_pinned_report(tmp_path, monkeypatch):
     root, analyses = pinned_runs(tmp_path)
-    monkeypatch.setattr(hrope_report, "analyze_run", lambda run, documents, **settings: analyses[str(run)])
-    result = hrope_report.analyze_hrope([str(root)], documents=7, trend="linear", keep_ends=True)
+    monkeypatch.setattr(report, "analyze_run", lambda run, documents, **settings: analyses[str(run)])
+    result = report.analyze_hrope([str(root)], documents=7, trend="linear", keep_ends=True)
     assert result.default_dir == root / "analysis" / "hrope"
     for name in ("hrope_table.md", "hrope_runs.csv", "hrope_runs.json", "hrope_arms.json"):
         golden(f"report/{name}", without_tmp(result.files[name].decode(), tmp_path))
@@ -165,13 +176,56 @@ def test_the_tables_of_the_write_ups_runs_are_the_pinned_tables():
     """The 60 runs of docs/hrope/allocation read back from their JSON (no run directories: bits/byte and steps
     n/a; no document replicates: the bootstrap columns n/a)."""
     analyses = [RunAnalysis.from_summary(s) for s in json.loads(DOCS_RUNS.read_text())]
-    found = hrope_report.claims(analyses)
+    found = claims(analyses)
     parts = [
-        hrope_report.depth_table(analyses),
-        hrope_report.render_summary(hrope_report.arm_summaries(analyses)),
-        hrope_report.comparison_table(found),
-        hrope_report.robustness_tables(analyses, "linear", found),
-        hrope_report.per_run_table(analyses),
+        depth_table(analyses),
+        render_summary(arm_summaries(analyses)),
+        comparison_table(found),
+        robustness_tables(analyses, "linear", found),
+        per_run_table(analyses),
     ]
     golden("docs_runs/tables.md", "\n\n".join(parts) + "\n")
-    golden("docs_runs/hrope_runs.csv", hrope_report.runs_csv(analyses))
+    golden("docs_runs/hrope_runs.csv", runs_csv(analyses))
+
+
+def test_the_report_renders_again_from_its_summary_alone(tmp_path, monkeypatch, capsys):
+    """``poslab analyze hrope --from hrope.json``: the same files, byte for byte (figures included), with the run
+    directories gone (no model, no results.json, nothing to load) and nothing computed."""
+    from poslab.cli import main
+
+    root, analyses = pinned_runs(tmp_path)
+    monkeypatch.setattr(report, "analyze_run", lambda run, documents, **settings: analyses[str(run)])
+    monkeypatch.setattr(report, "log_to_the_runs_loggers", lambda analyses, wells: None)  # fakes have no config
+    out = tmp_path / "computed"
+    assert main(["analyze", "hrope", str(root), "--documents", "7", "--output-dir", str(out)]) == 0
+    computed = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert set(computed) == {"hrope.json", "hrope_table.md", "hrope_runs.csv", "hrope_runs.json", "hrope_arms.json",
+                             "hrope_well.png", "hrope_shuffle.png"}  # fmt: skip
+    summary = tmp_path / "kept" / "hrope.json"
+    summary.parent.mkdir()
+    summary.write_bytes(computed["hrope.json"])
+    for run_dir in root.iterdir():  # the runs, their models and results are gone
+        if run_dir.is_dir():
+            for path in sorted(run_dir.rglob("*"), reverse=True):
+                path.unlink() if path.is_file() else path.rmdir()
+            run_dir.rmdir()
+    monkeypatch.setattr(report, "analyze_run", lambda *a, **k: pytest.fail("--from must not analyse a run"))
+    capsys.readouterr()
+    assert main(["analyze", "hrope", "--from", str(summary)]) == 0  # beside the summary by default
+    printed = capsys.readouterr().out
+    assert {p.name: p.read_bytes() for p in summary.parent.iterdir()} == computed
+    assert computed["hrope_table.md"].decode() in printed
+
+
+def test_from_a_file_that_is_not_the_summary_is_one_message(tmp_path, capsys):
+    from poslab.cli import main
+
+    runs_only = tmp_path / "hrope_runs.json"
+    runs_only.write_text(DOCS_RUNS.read_text())  # the runs' view: no arms
+    (tmp_path / "broken.json").write_text("{")
+    for path in (runs_only, tmp_path / "broken.json", tmp_path / "missing.json"):
+        assert main(["analyze", "hrope", "--from", str(path)]) == 2
+        error = capsys.readouterr().err.strip().splitlines()
+        assert len(error) == 1 and "hrope.json" in error[0] and str(path) in error[0]
+    assert main(["analyze", "hrope"]) == 2
+    assert "RUN_DIR" in capsys.readouterr().err
