@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -15,6 +14,7 @@ from torch import Tensor
 
 from poslab.analysis.hrope.documents import Document, crossing_pairs
 from poslab.analysis.hrope.readings import TRENDS, Reading
+from poslab.analysis.hrope.well import PairStatistics
 from poslab.errors import ConfigError
 
 
@@ -45,33 +45,6 @@ def mean_attention(model: torch.nn.Module, documents: Sequence[Document], paragr
     if not output.attention:
         raise ValueError("the model returned no attention weights (does it have attention layers?).")
     return torch.stack([a.double().mean(dim=1) for a in output.attention]).mean(dim=0)
-
-
-@dataclass
-class PairStatistics:
-    """Per document and displacement: sums of ``x x'`` and ``x y`` over its pairs (``x``: the trend's features).
-
-    Displacements ``0..K`` and one bin for "more than K" (``K + 2`` bins); the pair count of a bin is
-    ``xx[..., 0, 0]`` (the first feature is the constant). Everything is additive over documents.
-    """
-
-    xx: np.ndarray  # [D, K + 2, F, F]
-    xy: np.ndarray  # [D, K + 2, F]
-
-    @classmethod
-    def empty(cls, n_features: int, max_displacement: int) -> PairStatistics:
-        bins = max_displacement + 2
-        return cls(np.zeros((0, bins, n_features, n_features)), np.zeros((0, bins, n_features)))
-
-    def extend(self, other: PairStatistics) -> None:
-        self.xx = np.concatenate((self.xx, other.xx))
-        self.xy = np.concatenate((self.xy, other.xy))
-
-    def subset(self, rows: np.ndarray) -> PairStatistics:
-        return PairStatistics(self.xx[rows], self.xy[rows])
-
-    def __len__(self) -> int:
-        return len(self.xx)
 
 
 def pair_statistics(

@@ -306,9 +306,8 @@ def runs_csv(analyses: list[RunAnalysis]) -> str:
     return csv_text(header, ([row.get(key) for key in header] for row in rows))
 
 
-#: the one summary the report renders from (``poslab analyze hrope --from hrope.json``), and the wells' figures
+#: the one summary the report renders from (``poslab analyze hrope --from hrope.json``)
 SUMMARY_FILE = "hrope.json"
-WELL_FIGURE, SHUFFLE_FIGURE = "hrope_well.png", "hrope_shuffle.png"
 
 
 def left_out_line(left_out: list[dict[str, str]]) -> str:
@@ -319,8 +318,9 @@ def left_out_line(left_out: list[dict[str, str]]) -> str:
     return f"{len(left_out)} run(s) left out, their status is not success: {shown}"
 
 
-def report_text(summary: dict[str, Any], analyses: list[RunAnalysis]) -> str:
-    """The printed report (and ``hrope_table.md``): every table and note, in the report's order."""
+def report_text(summary: dict[str, Any], analyses: list[RunAnalysis], figures: tuple[str, str]) -> str:
+    """The printed report (and ``hrope_table.md``): every table and note, in the report's order; ``figures``:
+    the wells' PNGs it names."""
     settings = summary["settings"]
     trend = settings.get("trend", "linear")
     shuffle = "whole paragraphs between the first and the last" if settings.get("keep_ends", True) else "all paragraphs"
@@ -345,7 +345,7 @@ def report_text(summary: dict[str, Any], analyses: list[RunAnalysis]) -> str:
             robustness_tables(analyses, trend, found),
             "## Per run (intervals over documents)",
             per_run_table(analyses),
-            f"Documents per run: up to {settings['documents']}; trend {trend}; plots: {WELL_FIGURE}, {SHUFFLE_FIGURE}.",
+            f"Documents per run: up to {settings['documents']}; trend {trend}; plots: {figures[0]}, {figures[1]}.",
             *([left_out] if left_out else []),
         ]
     )
@@ -354,9 +354,10 @@ def report_text(summary: dict[str, Any], analyses: list[RunAnalysis]) -> str:
 def render_hrope(summary: dict[str, Any], directory: Path) -> AnalysisResult:
     """The report and its files from ``summary`` alone, for ``directory``."""
     analyses = [RunAnalysis.from_summary(entry) for entry in summary["runs"]]
-    result = AnalysisResult("hrope", report_text(summary, analyses), directory)
-    result.add_figure(WELL_FIGURE, plot_wells(analyses))
-    result.add_figure(SHUFFLE_FIGURE, plot_wells(analyses, shuffled=True))
+    result = AnalysisResult("hrope", "", directory)
+    wells = result.add_figure("hrope_well.png", plot_wells(analyses))
+    shuffled = result.add_figure("hrope_shuffle.png", plot_wells(analyses, shuffled=True))
+    result.report = report_text(summary, analyses, (wells, shuffled))
     result.add_text("hrope_table.md", result.report)
     result.add_text("hrope_runs.csv", runs_csv(analyses))
     result.add_json("hrope_runs.json", [without_run_files(entry) for entry in summary["runs"]])

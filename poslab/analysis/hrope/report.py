@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from poslab.analysis.hrope.compute import analyze_run, hrope_summary
-from poslab.analysis.hrope.render import SUMMARY_FILE, WELL_FIGURE, render_hrope
+from poslab.analysis.hrope.render import SUMMARY_FILE, render_hrope
 from poslab.analysis.hrope.runs import RunAnalysis
 from poslab.analysis.logging import log_analysis
 from poslab.analysis.output import AnalysisResult
@@ -68,7 +68,7 @@ def analyze_hrope(paths: list[str], documents: int = 200, **settings: Any) -> An
         analyses.append(analyze_run(run, documents=documents, **settings))
     resolved = {"documents": documents, "trend": "linear", "keep_ends": True, **settings}
     result = render_hrope(hrope_summary(analyses, resolved, skipped), default_analysis_dir("hrope", paths, runs))
-    result.after_write.append(lambda directory: log_to_the_runs_loggers(analyses, directory / WELL_FIGURE))
+    result.after_write.append(lambda directory: log_to_the_runs_loggers(analyses, directory / "hrope_well.png"))
     return result
 
 

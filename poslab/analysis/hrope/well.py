@@ -1,6 +1,8 @@
-"""The well: the trend in token distance fitted jointly with one offset per paragraph displacement, the residual
-curve, its most negative point U* (``well_from``), and U* refitted on bootstrap resamples of the documents
-(``bootstrap_depths``: the resamples themselves are ``poslab.analysis.stats.resample_weights``)."""
+"""The well: per document and displacement the sufficient statistics of its pairs (``PairStatistics``, summed by
+``poslab.analysis.hrope.attention``); the trend in token distance fitted jointly with one offset per paragraph
+displacement, the residual curve and its most negative point U* (``well_from``); U* refitted on bootstrap
+resamples of the documents (``bootstrap_depths``: the resamples are ``poslab.analysis.stats.resample_weights``).
+Torch-free: the render layer reads a ``Well`` back from the summary."""
 
 from __future__ import annotations
 
@@ -10,9 +12,35 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from poslab.analysis.hrope.attention import PairStatistics
 from poslab.analysis.hrope.readings import TREND_ON
 from poslab.errors import ConfigError
+
+
+@dataclass
+class PairStatistics:
+    """Per document and displacement: sums of ``x x'`` and ``x y`` over its pairs (``x``: the trend's features).
+
+    Displacements ``0..K`` and one bin for "more than K" (``K + 2`` bins); the pair count of a bin is
+    ``xx[..., 0, 0]`` (the first feature is the constant). Everything is additive over documents.
+    """
+
+    xx: np.ndarray  # [D, K + 2, F, F]
+    xy: np.ndarray  # [D, K + 2, F]
+
+    @classmethod
+    def empty(cls, n_features: int, max_displacement: int) -> PairStatistics:
+        bins = max_displacement + 2
+        return cls(np.zeros((0, bins, n_features, n_features)), np.zeros((0, bins, n_features)))
+
+    def extend(self, other: PairStatistics) -> None:
+        self.xx = np.concatenate((self.xx, other.xx))
+        self.xy = np.concatenate((self.xy, other.xy))
+
+    def subset(self, rows: np.ndarray) -> PairStatistics:
+        return PairStatistics(self.xx[rows], self.xy[rows])
+
+    def __len__(self) -> int:
+        return len(self.xx)
 
 
 @dataclass
