@@ -19,7 +19,8 @@ import sys
 CHILD = r"""
 import json, resource, sys, time
 import numpy as np, torch
-from poslab.analysis.hrope import Document, analyze_documents
+from poslab.analysis.hrope.compute import analyze_documents
+from poslab.analysis.hrope.documents import Document
 torch.set_num_threads(1)
 n, run = int(sys.argv[1]), sys.argv[2]
 if run:

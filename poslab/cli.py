@@ -13,7 +13,7 @@ import argparse
 import sys
 from collections.abc import Iterator
 
-from poslab.errors import MissingRunError, OutputNotWritableError, PoslabError
+from poslab.errors import ConfigError, MissingRunError, OutputNotWritableError, PoslabError
 
 # The analyses are imported inside their command's branch, not above: `poslab --help` and bad arguments
 # answer without loading torch, Lightning and matplotlib.
@@ -39,6 +39,16 @@ def _parser(commands: argparse._SubParsersAction, name: str, text: str) -> argpa
 def _add_output_dir(parser: argparse.ArgumentParser, default: str) -> None:
     parser.add_argument(
         "--output-dir", default=None, metavar="DIR", help=f"where to write the files (default: {default})"
+    )
+
+
+def _add_from(parser: argparse.ArgumentParser, summary: str, without: str) -> None:
+    parser.add_argument(
+        "--from",
+        dest="from_summary",
+        default=None,
+        metavar="SUMMARY",
+        help=f"re-render the tables and PNGs from a {summary} this command wrote, without {without} (default: compute)",
     )
 
 
@@ -155,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_increments(analyses)
 
     corpus = _parser(analyses, "corpus", "corpus-only statistics (no model) against the U* ordering")
-    corpus.add_argument("corpora", nargs="+", metavar="CORPUS", help="corpus config names (conf/corpus/) or paths")
+    corpus.add_argument("corpora", nargs="*", metavar="CORPUS", help="corpus config names (conf/corpus/) or paths")
     corpus.add_argument("--documents", type=int, default=200, help="documents per corpus (with 2+ paragraphs)")
     corpus.add_argument(
         "--split", default="validation", choices=("validation", "train", "all"), help="which documents to read"
@@ -164,10 +174,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--ustar", nargs="+", default=None, metavar="NAME=VALUE", help="U* per corpus (default: the write-up's)"
     )
     corpus.add_argument("--no-embeddings", action="store_true", help="skip embedding coherence (no model load)")
-    _add_output_dir(corpus, "paths.log_dir/analysis/corpus")
+    _add_from(corpus, "corpus_statistics.json", "the corpora or the embedder")
+    _add_output_dir(corpus, "paths.log_dir/analysis/corpus, or beside SUMMARY")
 
     hrope = _parser(analyses, "hrope", "hRoPE: U* table, well curves, shuffle test, interventions")
-    hrope.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories, or multirun directories of them")
+    hrope.add_argument("runs", nargs="*", metavar="RUN_DIR", help="run directories, or multirun directories of them")
     hrope.add_argument("--documents", type=int, default=200, help="held-out documents per run")
     hrope.add_argument("--batch-size", type=int, default=8, help="documents per forward pass")
     hrope.add_argument(
@@ -183,7 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="shuffle every paragraph, the first and the truncated last too (default: only the whole paragraphs "
         "between them, the write-up's test)",
     )
-    _add_output_dir(hrope, "RUN_DIR/analysis/hrope, or the first multirun directory's analysis/hrope")
+    _add_from(hrope, "hrope.json", "the runs or a model")
+    _add_output_dir(hrope, "RUN_DIR/analysis/hrope, the first multirun directory's analysis/hrope, or beside SUMMARY")
 
     waves = _parser(commands, "wavelengths", "RoPE wavelengths per pair, and the pairs that never turn in a context")
     waves.add_argument("--head-dim", type=int, default=128, help="head dimension (even: RoPE rotates pairs)")
@@ -251,13 +263,21 @@ def analysis_of(args: argparse.Namespace):
     if args.analysis == "increments":
         return increments_analysis(args)
     if args.analysis == "corpus":
-        from poslab.analysis.corpus_statistics import analyze_corpora, parse_ustar
+        from poslab.analysis.corpus_report import analyze_corpora, parse_ustar, rerender_corpora
 
+        if args.from_summary is not None:
+            return rerender_corpora(args.from_summary)
+        if not args.corpora:
+            raise ConfigError("poslab analyze corpus needs CORPUS (corpus names or paths of text) or --from SUMMARY.")
         return analyze_corpora(
             args.corpora, args.documents, args.split, parse_ustar(args.ustar), embeddings=not args.no_embeddings
         )
-    from poslab.analysis.hrope_report import analyze_hrope
+    from poslab.analysis.hrope.report import analyze_hrope, rerender_hrope
 
+    if args.from_summary is not None:
+        return rerender_hrope(args.from_summary)
+    if not args.runs:
+        raise MissingRunError("poslab analyze hrope needs RUN_DIR (run or multirun directories) or --from SUMMARY.")
     return analyze_hrope(
         args.runs,
         documents=args.documents,

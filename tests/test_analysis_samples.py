@@ -5,12 +5,14 @@ could be compared."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from poslab.analysis.hrope import RunAnalysis
-from poslab.analysis.hrope_report import depth_table, sample_lines
+from poslab.analysis.hrope.compute import read_run_facts
+from poslab.analysis.hrope.render import depth_table, sample_lines
+from poslab.analysis.hrope.runs import RunAnalysis
 from poslab.analysis.losses import report_losses
 from poslab.analysis.output import (
     MIN_DOCUMENTS,
@@ -86,8 +88,9 @@ def test_report_losses_states_documents_and_steps_and_warns_for_small_runs(tmp_p
 
 
 def analysis(run_dir: Path, documents: int) -> RunAnalysis:
+    """A run's analysis back from a summary entry, with what the report reads from its directory."""
     no_interval = [float("nan"), float("nan")]
-    return RunAnalysis.from_summary(
+    saved = RunAnalysis.from_summary(
         {
             "run_dir": str(run_dir), "encoding": "hrope_axial", "corpus": "openwebtext", "seed": 0,
             "documents": documents, "U*": -0.3, "U*_at": 1, "U*_ci": [-0.4, -0.2], "shuffled_U*": -0.2,
@@ -96,6 +99,7 @@ def analysis(run_dir: Path, documents: int) -> RunAnalysis:
             "shuffled_residual": [0.0, -0.2, -0.1], "pairs": [900, 400, 200],
         }
     )  # fmt: skip
+    return replace(saved, facts=read_run_facts(run_dir))
 
 
 def test_hrope_sample_lines_count_documents_pairs_and_steps(tmp_path):

@@ -94,7 +94,7 @@ def test_the_cycle_finder_finds_a_planted_circle():
 
 def test_the_graph_sees_imports_inside_functions():
     # poslab.cli imports the analyses inside its command branches
-    assert "poslab.analysis.hrope_report" in GRAPH["poslab.cli"]
+    assert "poslab.analysis.hrope.report" in GRAPH["poslab.cli"]
     assert {"poslab.encodings.alibi", "poslab.encodings.rope"} <= GRAPH["poslab.encodings"]
 
 
@@ -123,3 +123,16 @@ def test_python_m_poslab_is_the_poslab_command(args):
     if args == ["--help"]:
         for command in build_parser()._subparsers._group_actions[0].choices:
             assert command in module.stdout
+
+
+def test_render_layers_load_no_torch_and_the_corpus_compute_layer_no_matplotlib():
+    """``--from SUMMARY`` re-renders without a model: the hRoPE and corpus render layers import no torch; the
+    corpus statistics' compute layer imports no matplotlib (only its render layer draws; the hRoPE compute layer
+    gets it through Lightning, which loads the run)."""
+    code = (
+        "import sys; import poslab.analysis.hrope.render, poslab.analysis.corpus_render; "
+        "print('torch' in sys.modules); "
+        "import poslab.analysis.corpus_statistics; print('matplotlib' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False"]

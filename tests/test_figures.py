@@ -18,10 +18,11 @@ from matplotlib import font_manager
 from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
-from poslab.analysis.corpus_statistics import QUANTITIES, compare_to_ustar, plot_statistics
+from poslab.analysis.corpus_render import plot_statistics
+from poslab.analysis.corpus_statistics import QUANTITIES, compare_to_ustar
 from poslab.analysis.extrapolation import parse_lines, plot_grid
-from poslab.analysis.hrope import RunAnalysis
-from poslab.analysis.hrope_report import plot_wells
+from poslab.analysis.hrope.plots import plot_wells
+from poslab.analysis.hrope.runs import RunAnalysis
 from poslab.analysis.increments import render as increments_render
 from poslab.analysis.increments.compute import DEFAULT_SENTENCES, positions_learned
 from poslab.analysis.increments.readings import positions_from_deltas

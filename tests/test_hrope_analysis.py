@@ -8,21 +8,20 @@ import numpy as np
 import pytest
 import torch
 
-from poslab.analysis.hrope import (
+from poslab.analysis.hrope.attention import PairStatistics, pair_statistics
+from poslab.analysis.hrope.compute import analyze_documents
+from poslab.analysis.hrope.documents import (
     Document,
-    PairStatistics,
-    analyze_documents,
     boundaries,
     crossing_pairs,
     fake_merge,
     fake_split,
     held_out_documents,
     merge_boundary,
-    pair_statistics,
     shuffle_paragraphs,
     split_position,
-    well_from,
 )
+from poslab.analysis.hrope.well import well_from
 from poslab.datamodules.corpora import PreparedSplit
 from poslab.model import ModelConfig, Transformer
 

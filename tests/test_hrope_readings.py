@@ -13,33 +13,15 @@ import numpy as np
 import pytest
 import torch
 
-from poslab.analysis.hrope import (
-    INTERVENTION_READINGS,
-    Depth,
-    Document,
-    Estimate,
-    RunAnalysis,
-    Well,
-    analyze_documents,
-    fake_merge,
-    fake_split,
-    intervention_readings,
-    merge_boundary,
-    nested_interval,
-    pair_statistics,
-    split_position,
-    u_readings,
-    well_from,
-)
-from poslab.analysis.hrope_report import (
-    arm_summaries,
-    claims,
-    comparison_table,
-    depth_cell,
-    robustness_tables,
-    seed_difference,
-    summary_table,
-)
+from poslab.analysis.hrope.attention import intervention_readings, pair_statistics
+from poslab.analysis.hrope.compute import analyze_documents
+from poslab.analysis.hrope.documents import Document, fake_merge, fake_split, merge_boundary, split_position
+from poslab.analysis.hrope.readings import INTERVENTION_READINGS, u_readings
+from poslab.analysis.hrope.render import comparison_table, depth_cell, render_summary, robustness_tables
+from poslab.analysis.hrope.runs import Depth, RunAnalysis, RunFacts
+from poslab.analysis.hrope.seeds import arm_summaries, claims
+from poslab.analysis.hrope.well import Well, well_from
+from poslab.analysis.stats import Estimate, nested_interval, seed_difference
 
 from .test_hrope_analysis import document, planted_attention
 
@@ -214,8 +196,6 @@ def fake_analysis(tmp_path, encoding: str, corpus: str, seed: int, depths: dict[
                   frequencies: str | None = None, bpb: float = 2.0) -> RunAnalysis:  # fmt: skip
     """A run's analysis with the given U* per reading and ΔU* (replicates: the value plus shared noise)."""
     run_dir = tmp_path / f"{encoding}_{frequencies}_{corpus}_{seed}"
-    run_dir.mkdir()
-    (run_dir / "results.json").write_text(json.dumps({"status": "success", "figures": {"val_bpb": bpb}}))
     noise = np.random.default_rng(0).standard_normal(300) * 0.01  # the same document resamples in every run
     well = Well(np.array([0.0, -0.2]), np.array([1000, 500]), -0.2, 1, np.zeros(2))
     readings = {
@@ -225,7 +205,7 @@ def fake_analysis(tmp_path, encoding: str, corpus: str, seed: int, depths: dict[
     zero = Estimate.of(0.0, np.zeros(300))
     return RunAnalysis(
         str(run_dir), encoding, corpus, seed, 30, 25, readings,
-        {r: {"merge": zero, "split": zero} for r in INTERVENTION_READINGS}, frequencies,
+        {r: {"merge": zero, "split": zero} for r in INTERVENTION_READINGS}, frequencies, facts=RunFacts(val_bpb=bpb),
     )  # fmt: skip
 
 
@@ -248,7 +228,7 @@ def test_the_report_says_under_which_readings_a_claim_holds_and_compares_each_sh
         "interval excludes 0): holds under all 5 readings" in text  # fmt: skip
     assert "the shuffle moves rand_axial:split's U* beyond RoPE's (paired over 3 seeds; the difference's 95% " \
         "interval excludes 0): holds under none" in text  # fmt: skip
-    table = summary_table(runs).splitlines()
+    table = render_summary(arm_summaries(runs)).splitlines()
     row = next(line for line in table if line.startswith("| hrope_axial:split | Code | 3 | 2.000 [2.00, 2.00] |"))
     cells = [c.strip() for c in row.split("|")[1:-1]]
     # every seed gives the same value here: the t-intervals over seeds have no width

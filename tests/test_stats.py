@@ -150,3 +150,28 @@ def test_hierarchical_bootstrap_covers_the_seed_scatter():
     assert stats.hierarchical_bootstrap(per_seed, rounds=1000, seed=6) == iv
     one = stats.hierarchical_bootstrap({0: [1.0, 2.0]})
     assert one.n == 1 and one.mean == 1.5 and math.isnan(one.low)
+
+
+def test_document_resamples_are_counts_and_reweight_a_mean():
+    weights = stats.resample_weights(5, 400, seed=3)
+    assert weights.shape == (400, 5) and np.all(weights.sum(axis=1) == 5)
+    assert np.array_equal(weights, stats.resample_weights(5, 400, seed=3))  # the same seed, the same resamples
+    values = np.array([1.0, 2.0, np.nan, 4.0, 5.0])  # a document without a value is left out of every mean
+    estimate = stats.bootstrap_mean(values, weights)
+    assert estimate.value == pytest.approx(3.0) and estimate.replicates.shape == (400,)
+    kept = weights[:, [0, 1, 3, 4]]
+    expected = kept @ values[[0, 1, 3, 4]] / kept.sum(axis=1)
+    assert np.allclose(estimate.replicates, expected, equal_nan=True)
+    low, high = estimate.interval
+    assert 1.0 <= low < 3.0 < high <= 5.0
+    assert math.isnan(stats.bootstrap_mean(np.full(5, np.nan), weights).value)
+
+
+def test_order_agreement_counts_pairs_ordered_as_the_reference():
+    reference = {"code": -0.77, "wiki": -0.48, "web": -0.31}
+    same, opposite, valid = stats.order_agreement({"code": 1.0, "wiki": 2.0, "web": 3.0}, reference)
+    assert len(same) == 3 and opposite == [] and len(valid) == 3
+    same, opposite, valid = stats.order_agreement({"code": 3.0, "wiki": 1.0, "web": 2.0}, reference)
+    assert same == [("wiki", "web")] and opposite == [("code", "wiki"), ("code", "web")]
+    tied = stats.order_agreement({"code": 1.0, "wiki": 1.0, "web": math.nan}, reference)
+    assert tied == ([], [], [("code", "wiki")])  # a tie is neither; a NaN leaves its pairs out

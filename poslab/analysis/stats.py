@@ -20,6 +20,12 @@ evaluation windows inside one run are not independent replicates of it. Hence:
   seeds first, then units within each resampled seed. It is a *secondary* interval: with 3 seeds any bootstrap
   under-covers (it can only ever see 3 seed values, and its percentile interval ignores that the seed sd is
   itself estimated from 3 numbers), so the t-interval over the seed means stays primary.
+* :func:`resample_weights`, :class:`Estimate`, :func:`bootstrap_mean`, :func:`nested_interval` -- a run's own
+  bootstrap over its documents (resamples as counts, so a sum over documents is reweighted, not copied), and the
+  secondary interval over seeds then those document resamples (the hRoPE analysis's U* and interventions).
+* :class:`Difference` / :func:`seed_difference` -- a seed-level comparison A − B with its test, t and degrees of
+  freedom: paired by seed where the runs share data under a seed, else Welch's.
+* :func:`order_agreement` -- how many pairs of groups (corpora) a quantity orders as a reference orders them.
 * :func:`roc_auc` -- how well a score separates two classes (the increments' word boundaries): Mann-Whitney U.
 * :func:`best_auc_given` -- the in-sample ceiling of ``roc_auc`` over every score that is a function of a
   discrete key (the increments' word boundaries: what any function of the lead byte could reach).
@@ -33,8 +39,10 @@ Cornish-Fisher expansion beyond (accurate to 3 decimals).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import combinations
 from statistics import mean, stdev
 from typing import Any
 
@@ -365,3 +373,158 @@ def best_auc_given(keys: Any, labels: Any) -> float:
     group = group.reshape(-1)
     rate = np.bincount(group, weights=y) / np.bincount(group) if len(y) else y
     return roc_auc(rate[group], y)
+
+
+# ---- the document bootstrap of one run, and differences of seed-level figures --------------------------------
+
+
+def resample_weights(n_units: int, replicates: int, seed: int) -> np.ndarray:
+    """Bootstrap resamples of ``n_units`` units as counts ``[replicates, n_units]`` (how often each unit is drawn):
+    a statistic that is a sum over units is its replicate by reweighting, without copying the units."""
+    rng = np.random.default_rng(seed)
+    return rng.multinomial(n_units, np.full(n_units, 1.0 / n_units), size=replicates).astype(np.float64)
+
+
+def percentile_interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+    """The percentile interval of bootstrap replicates (their non-finite ones dropped); NaNs when none is left."""
+    values = values[np.isfinite(values)]
+    if not values.size:
+        return math.nan, math.nan
+    tail = (1 - level) / 2 * 100
+    return float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail))
+
+
+@dataclass
+class Estimate:
+    """A statistic of one run, its 95% bootstrap interval over the run's units (documents), and the bootstrap
+    replicates behind it (kept for the secondary interval over seeds, then units: ``nested_interval``)."""
+
+    value: float
+    interval: tuple[float, float]
+    replicates: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    @classmethod
+    def of(cls, value: float, replicates: np.ndarray) -> Estimate:
+        return cls(float(value), percentile_interval(replicates), replicates)
+
+    @classmethod
+    def missing(cls) -> Estimate:
+        return cls(math.nan, (math.nan, math.nan))
+
+
+def replicate_means(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Per bootstrap replicate (``weights [R, D]``, ``resample_weights``), the mean of the finite ``values [D]``."""
+    finite = np.isfinite(values)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (weights @ np.where(finite, values, 0.0)) / (weights @ finite.astype(np.float64))
+
+
+def bootstrap_mean(values: np.ndarray, weights: np.ndarray) -> Estimate:
+    """The mean of per-unit ``values`` (the finite ones), with the replicates of ``weights``."""
+    finite = values[np.isfinite(values)]
+    if not finite.size:
+        return Estimate.missing()
+    return Estimate.of(float(finite.mean()), replicate_means(values, weights))
+
+
+def nested_replicates(
+    runs: Sequence[Estimate], replicates: int = 2000, seed: int = 0, document_seed: int = 1
+) -> np.ndarray | None:
+    """Bootstrap replicates of the seed mean of ``runs`` (one Estimate per seed), hierarchical, seeds first:
+    each replicate draws the seeds with replacement and, for each drawn seed, one of its own replicates over
+    documents (a resample of its documents) -- ``hierarchical_bootstrap`` with each run's document replicates
+    standing in for per-unit values (a fitted statistic such as U* is not a mean of its documents).
+    Two groups drawn with the same ``document_seed`` pick the same document resamples slot by slot (paired by
+    documents when their runs share the documents and the resampling seed, as runs of one corpus do); ``seed``
+    draws the seeds. None when a run has no replicates (read back from JSON) or no run has a value."""
+    usable = [r for r in runs if math.isfinite(r.value)]
+    if not usable or any(len(r.replicates) == 0 for r in usable):
+        return None
+    length = min(len(r.replicates) for r in usable)
+    stacked = np.stack([r.replicates[:length] for r in usable])  # [seeds, replicates]
+    n = len(usable)
+    picked_seeds = np.random.default_rng(seed).integers(0, n, size=(replicates, n))
+    picked_documents = np.random.default_rng(document_seed).integers(0, length, size=(replicates, n))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a replicate of only nan draws stays nan
+        return np.nanmean(stacked[picked_seeds, picked_documents], axis=1)
+
+
+def nested_interval(
+    runs: Sequence[Estimate], replicates: int = 2000, seed: int = 0
+) -> tuple[float, tuple[float, float]]:
+    """The seed mean of ``runs`` and its 95% hierarchical bootstrap interval, seeds then documents
+    (``nested_replicates``). Secondary: with 3 seeds it under-covers; the t-interval over seeds is primary."""
+    mean_value = seed_mean(runs)
+    if not math.isfinite(mean_value):
+        return math.nan, (math.nan, math.nan)
+    draws = nested_replicates(runs, replicates, seed)
+    return mean_value, (math.nan, math.nan) if draws is None else percentile_interval(draws)
+
+
+def seed_mean(runs: Sequence[Estimate]) -> float:
+    """The mean of the runs' finite values (NaN when none has one)."""
+    usable = [r.value for r in runs if math.isfinite(r.value)]
+    return float(np.mean(usable)) if usable else math.nan
+
+
+@dataclass(frozen=True)
+class Difference:
+    """A minus B over seeds (``interval``), the test that judged it, its t statistic and degrees of freedom."""
+
+    interval: Interval
+    test: str
+    t: float = math.nan
+    df: float = math.nan
+
+    @property
+    def side(self) -> int:
+        """-1: the interval lies below 0; +1: above 0; 0: not separated (it holds 0) or no interval."""
+        if not self.interval.excludes(0.0):
+            return 0
+        return -1 if self.interval.high < 0 else 1
+
+    def as_dict(self) -> dict[str, Any]:
+        finite = lambda x: x if math.isfinite(x) else None
+        return {"difference": self.interval.as_dict(), "test": self.test, "t": finite(self.t), "df": finite(self.df)}
+
+
+def exact_t(difference: float) -> float:
+    """t where every seed gives the same difference: infinite, or undefined for no difference."""
+    return math.nan if difference == 0 else math.copysign(math.inf, difference)
+
+
+def seed_difference(a: Mapping[int, float], b: Mapping[int, float], paired: bool) -> Difference:
+    """``a`` minus ``b`` (seed -> value). ``paired``: the runs share data under a seed (one corpus), so the
+    per-seed differences cancel what a seed does to both (``paired_difference``); needs two common seeds, else
+    (or unpaired: two corpora) Welch's interval over the two groups' seeds."""
+    a = {s: v for s, v in a.items() if math.isfinite(v)}
+    b = {s: v for s, v in b.items() if math.isfinite(v)}
+    common = sorted(set(a) & set(b))
+    if paired and len(common) >= 2:
+        interval = paired_difference(a, b)
+        sd = float(np.std([a[s] - b[s] for s in common], ddof=1))
+        t = interval.mean / (sd / math.sqrt(len(common))) if sd > 0 else exact_t(interval.mean)
+        return Difference(interval, f"paired over {len(common)} seeds", t, len(common) - 1.0)
+    t, df, _ = welch(list(a.values()), list(b.values()))
+    test = f"Welch, {df:.1f} df" if math.isfinite(df) else "Welch: too few seeds"
+    return Difference(welch_difference(list(a.values()), list(b.values())), test, t, df)
+
+
+def _sign(x: float) -> int:
+    return (x > 0) - (x < 0)
+
+
+def order_agreement(
+    values: Mapping[str, float], reference: Mapping[str, float]
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]]]:
+    """How ``values`` order the pairs of keys that ``reference`` orders: (pairs ordered the same way, pairs
+    ordered the opposite way, pairs where both have a value), over the pairs of ``values``' keys in their order.
+    A tie on either side (or a NaN value) is neither the same nor the opposite (a concordance count, as
+    Kendall's tau's, without its p-value: with three groups there are only three pairs)."""
+    pairs = list(combinations(values, 2))
+    valid = [(a, b) for a, b in pairs if not (math.isnan(values[a]) or math.isnan(values[b]))]
+    agreement = {(a, b): _sign(values[a] - values[b]) * _sign(reference[a] - reference[b]) for a, b in valid}
+    same = [pair for pair in valid if agreement[pair] > 0]
+    opposite = [pair for pair in valid if agreement[pair] < 0]
+    return same, opposite, valid

@@ -1,0 +1,65 @@
+"""``poslab analyze corpus CORPUS...``: the corpora read and measured (``poslab.analysis.corpus_statistics``), then
+drawn (``poslab.analysis.corpus_render``) into ``--output-dir`` (default: ``paths.log_dir/analysis/corpus/``):
+``corpus_statistics.md`` (printed too), ``.csv``, ``.json`` (the summary) and ``.png``. ``--from
+corpus_statistics.json`` renders the same files again from the summary alone (no corpus, no embedder), beside it
+by default. The summary now also holds ``corpora`` (their order), ``ustar_source`` and ``embeddings``, which the
+report's lines need."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from poslab.analysis.corpus_render import render_corpora
+from poslab.analysis.corpus_statistics import SUMMARY_FILE, Embedder, corpus_summary
+from poslab.analysis.output import AnalysisResult
+from poslab.errors import ConfigError, MissingRunError
+from poslab.io import read_json
+
+
+def analyze_corpora(
+    corpora: list[str],
+    documents: int = 200,
+    split: str = "validation",
+    ustar: dict[str, float] | None = None,
+    embeddings: bool = True,
+    embedder: Embedder | None = None,
+    data_dir: str | Path | None = None,
+) -> AnalysisResult:
+    """Statistics per corpus and their agreement with U*: the report, and its files for
+    ``paths.log_dir/analysis/corpus/`` (or ``--output-dir``)."""
+    summary, directory = corpus_summary(corpora, documents, split, ustar, embeddings, embedder, data_dir)
+    return render_corpora(summary, directory)
+
+
+def rerender_corpora(path: str | Path) -> AnalysisResult:
+    """``--from``: the files again from a ``corpus_statistics.json`` this analysis wrote."""
+    path = Path(path)
+    try:
+        summary = read_json(path)
+    except (OSError, ValueError) as error:
+        raise MissingRunError(
+            f"--from {path} cannot be read as JSON ({error}); give a {SUMMARY_FILE} `poslab analyze corpus` wrote."
+        ) from error
+    needed = ("rows", "corpora", "ustar_source", "embeddings")
+    if not isinstance(summary, dict) or any(key not in summary for key in needed):
+        raise MissingRunError(
+            f"--from {path} is not a corpus analysis's summary (it lacks {', '.join(needed)}); give a "
+            f"{SUMMARY_FILE} `poslab analyze corpus` wrote (one written before --from existed lacks the last three)."
+        )
+    return render_corpora(summary, path.parent)
+
+
+def parse_ustar(items: list[str] | None) -> dict[str, float] | None:
+    """``["python_code=-0.77", ...]`` (``--ustar NAME=VALUE``) as a dict; None when none were given."""
+    if not items:
+        return None
+    ustar = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            ustar[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not name.strip():
+            raise ConfigError(f"--ustar {item!r} is not NAME=VALUE with a number (e.g. --ustar python_code=-0.77).")
+    return ustar

@@ -1,0 +1,57 @@
+"""The hRoPE write-up's analyses: interventions on the paragraph index, residual attention, the well, the shuffle test.
+
+Everything runs on held-out documents (the run's validation split), one window per document (its first
+``context_length`` tokens, kept when it holds at least two paragraphs), through the explicit attention path
+(``Transformer.forward(..., return_attention=True)``), whatever the encoding.
+
+**Residual attention.** Attention is averaged over layers and heads, then its log is taken (as the write-up
+does). Before fitting we add ``log(n_keys)`` (``n_keys = i + 1`` for query ``i``): a softmax over more keys
+spreads thinner, and that has nothing to do with distance; the result is log attention relative to uniform.
+Over all query/key pairs ``j < i`` of all documents a trend in the token distance ``d = i - j`` is fitted by
+least squares, and the residual is what distance alone does not explain. The trend is ``linear`` by default
+(``a + b d``, the write-up's form: one slope, no freedom to soak up paragraph structure); ``log`` adds a
+``c log d`` term (attention often decays like a power of distance at short range) for a robustness check.
+The trend is fitted *together with one offset per paragraph displacement* (same-paragraph pairs are the
+reference, offset 0): fitted alone over all pairs, the trend would absorb part of the well, since
+displacement grows with distance (a planted well of depth -0.9 came back as -0.51); fitted jointly, the mean
+residual at each displacement is exactly its offset, the attention change at a fixed token distance.
+
+**The well.** For pairs in different paragraphs (displacement ``k`` = number of paragraph boundaries between
+key and query, ``k >= 1``), the mean residual per ``k``; ``U*`` is its most negative point among displacements
+with at least ``min_pairs`` pairs. Every statistic is a sum over pairs, so each document contributes a few
+sufficient statistics (``X'X``, ``X'y`` and per-``k`` sums): the analysis streams over documents in batches,
+its memory does not grow with their number, and the bootstrap over documents reweights those sums.
+
+**Interventions** change only the paragraph index (tokens, order, token distances, sentence indices fixed):
+``fake-merge`` gives the two real paragraphs around the boundary nearest the window's middle one index (later
+paragraphs move down by one); ``fake-split`` gives the second half of the longest paragraph a new index (later
+ones move up). "Cross-paragraph attention" has more than one reading (``INTERVENTION_READINGS``), each the
+change after minus before: ``same_pairs``, the mean log attention of the pairs across that boundary (queries
+after it, keys before it, within the two paragraphs involved); ``persistent_mass``, the attention mass the
+queries just after the boundary put on keys lying in another paragraph both before and after; and
+``real_cross_mass``, their mass on keys outside their real paragraph. A model blind to the paragraph index
+gives exactly 0 under each (attention does not move). The mass by the labels *after* the intervention is not
+offered: it moves for a blind model too (the labels move, the attention does not).
+
+**Shuffle test** (the write-up's): the whole paragraphs between the first and the last are put in a random
+order, the first (token 0, the attention sink) and the last (truncated by the window) stay in place, so a
+window needs four paragraphs; indices are renumbered in the new order and U* recomputed on those documents.
+Reported: ``ΔU* = U*(shuffled) - U*`` on the same documents, with a paired bootstrap interval over documents.
+
+**Over seeds** (``poslab.analysis.hrope.seeds``) the seed is the unit of replication: a figure's interval is
+the Student-t interval over the seed values (``poslab.analysis.stats.Interval``), and comparisons are seed-level
+differences (paired by seed on one corpus, Welch's across corpora). The intervals over documents here serve the
+per-run table, and ``nested_interval`` (seeds, then documents within each seed: a hierarchical bootstrap) a
+secondary column: with 3 seeds any bootstrap under-covers the seed scatter.
+
+**Readings of U*** (``u_readings``): the main one above, and four changes for robustness: without ``+log n``,
+key 0 left out, the trend fitted on same-paragraph pairs only, the other trend form.
+
+**The package, in three layers.** Compute (needs the model): ``documents`` (windows, interventions, shuffles),
+``attention`` (the forward pass and the pair sums), ``well`` (the fit and U*), ``compute`` (the batches, the
+run, the summary ``hrope.json``). Plain data shared by all: ``readings``, ``runs`` (``RunAnalysis`` and its JSON
+entry), ``seeds`` (figures and comparisons over seeds). Render (the summary alone): ``render`` (tables, CSV, the
+report), ``plots`` (PNGs). The command: ``report`` (``poslab analyze hrope``, ``--from hrope.json``). Every
+interval, test and bootstrap is ``poslab.analysis.stats``'s. The modules are imported by name (nothing is
+re-exported here), so the render layer never loads torch.
+"""

@@ -1,0 +1,277 @@
+"""The compute layer of the hRoPE analysis: a model's forward passes over held-out documents, the shuffles and the
+interventions, streamed in batches into sums (``Sums``, passed explicitly from batch to batch), then U* and its
+intervals; for a set of runs, the one summary (``hrope_summary``, ``hrope.json``) the render layer reads.
+
+Per batch, four forward passes in this order: the documents as they are, their shuffled versions (the shuffles
+draw from one generator, document after document: the same ``seed`` shuffles the same way), and the fake merge
+and the fake split of each. The bootstrap draws from its own generator (``seed + 1``): one set of document
+resamples for every statistic of a run, the same for runs with the same documents.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from poslab.analysis.hrope.attention import (
+    PairStatistics,
+    features,
+    intervention_readings,
+    mean_attention,
+    pair_statistics,
+)
+from poslab.analysis.hrope.documents import (
+    Document,
+    fake_merge,
+    fake_split,
+    held_out_documents,
+    merge_boundary,
+    shuffle_paragraphs,
+    split_position,
+)
+from poslab.analysis.hrope.readings import INTERVENTION_READINGS, INTERVENTIONS, Reading, u_readings
+from poslab.analysis.hrope.runs import Depth, RunAnalysis, RunFacts
+from poslab.analysis.hrope.seeds import arm_summaries, claims
+from poslab.analysis.hrope.well import Well, bootstrap_depths, well_from
+from poslab.analysis.output import training_steps
+from poslab.analysis.stats import Estimate, bootstrap_mean, resample_weights
+from poslab.builders import load_run_and_data
+from poslab.errors import ConfigError
+from poslab.io import read_json
+from poslab.run_files import RESULTS_FILE
+
+log = logging.getLogger("poslab")
+
+
+@dataclass
+class Sums:
+    """What the analysis keeps of the documents seen so far; every part is additive over documents."""
+
+    original: dict[str, PairStatistics]  # reading -> per-document pair sums of the documents as they are
+    shuffled: dict[str, PairStatistics]  # reading -> the same for the documents the shuffle test could use
+    changes: dict[str, dict[str, list[float]]]  # intervention -> reading -> per-document change
+    shuffled_rows: list[int] = field(default_factory=list)  # the shuffled documents' places among all
+    count: int = 0  # documents seen
+
+
+def empty_sums(readings: Sequence[Reading], max_displacement: int) -> Sums:
+    def empty() -> dict[str, PairStatistics]:
+        n_features = {r.name: features(torch.ones(1), r.trend).shape[-1] for r in readings}
+        return {name: PairStatistics.empty(n, max_displacement) for name, n in n_features.items()}
+
+    changes = {kind: {r: [] for r in INTERVENTION_READINGS} for kind in INTERVENTIONS}
+    return Sums(empty(), empty(), changes)
+
+
+def add_pairs(
+    target: dict[str, PairStatistics],
+    attention: torch.Tensor,
+    documents: Sequence[Document],
+    readings: Sequence[Reading],
+    max_displacement: int,
+) -> None:
+    """Each document's pair sums under every reading, appended to ``target``."""
+    lengths, paragraphs = [len(d) for d in documents], [d.paragraph for d in documents]
+    for r in readings:
+        target[r.name].extend(pair_statistics(attention, lengths, paragraphs, r, max_displacement))
+
+
+def add_shuffled(
+    sums: Sums,
+    model: torch.nn.Module,
+    batch: Sequence[Document],
+    readings: Sequence[Reading],
+    max_displacement: int,
+    rng: np.random.Generator,
+    keep_ends: bool,
+) -> None:
+    """The shuffle test's forward pass: the batch's documents with enough paragraphs, shuffled (``rng`` draws
+    once per document, in order)."""
+    mixed = [(row, m) for row, d in enumerate(batch) if (m := shuffle_paragraphs(d, rng, keep_ends)) is not None]
+    if not mixed:
+        return
+    documents = [m for _, m in mixed]
+    attention = mean_attention(model, documents, [m.paragraph for m in documents])
+    add_pairs(sums.shuffled, attention, documents, readings, max_displacement)
+    sums.shuffled_rows.extend(sums.count + row for row, _ in mixed)
+
+
+def add_interventions(
+    changes: dict[str, dict[str, list[float]]], model: torch.nn.Module, batch: Sequence[Document], base: torch.Tensor
+) -> None:
+    """The interventions' forward passes (fake merge, then fake split) and each document's readings of them
+    against ``base``, its attention as it is (nan for a split where no paragraph is long enough)."""
+    merge_at = [merge_boundary(d.paragraph) for d in batch]
+    merged_paragraphs = [fake_merge(d.paragraph, b) for d, b in zip(batch, merge_at)]
+    merged = mean_attention(model, batch, merged_paragraphs)
+    split_at = [split_position(d.paragraph) for d in batch]
+    split_paragraphs = [fake_split(d.paragraph, s) if s is not None else d.paragraph for d, s in zip(batch, split_at)]
+    split = mean_attention(model, batch, split_paragraphs)
+    for row, document in enumerate(batch):
+        record(changes["merge"], intervention_readings(
+            base[row], merged[row], document.paragraph, merged_paragraphs[row], merge_at[row]
+        ))  # fmt: skip
+        record(changes["split"], (
+            intervention_readings(base[row], split[row], document.paragraph, split_paragraphs[row], split_at[row])
+            if split_at[row] is not None
+            else dict.fromkeys(INTERVENTION_READINGS, math.nan)
+        ))  # fmt: skip
+
+
+def record(changes: dict[str, list[float]], values: dict[str, float]) -> None:
+    for name, value in values.items():
+        changes[name].append(value)
+
+
+def add_batch(
+    sums: Sums,
+    model: torch.nn.Module,
+    batch: Sequence[Document],
+    readings: Sequence[Reading],
+    max_displacement: int,
+    rng: np.random.Generator,
+    keep_ends: bool,
+) -> None:
+    """One batch through the four forward passes, into ``sums``."""
+    base = mean_attention(model, batch, [d.paragraph for d in batch])
+    add_pairs(sums.original, base, batch, readings, max_displacement)
+    add_shuffled(sums, model, batch, readings, max_displacement, rng, keep_ends)
+    add_interventions(sums.changes, model, batch, base)
+    sums.count += len(batch)
+
+
+def batches(documents: Iterable[Document], size: int) -> Iterator[list[Document]]:
+    batch: list[Document] = []
+    for document in documents:
+        batch.append(document)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def reading_depth(sums: Sums, reading: Reading, min_pairs: int, weights: np.ndarray) -> Depth:
+    """U* under ``reading`` with its interval over documents, and the shuffle test on the shuffled documents
+    against the same documents unshuffled (a paired bootstrap: one resample of documents for both)."""
+    stats, trend_on = sums.original[reading.name], reading.trend_on
+    well = well_from(stats, min_pairs, trend_on=trend_on)
+    depth = Estimate.of(well.depth, bootstrap_depths(stats, well.pairs >= min_pairs, weights, trend_on))
+    rows = np.asarray(sums.shuffled_rows, dtype=np.int64)
+    if not len(rows):
+        nothing = Well(np.full_like(well.residual, np.nan), np.zeros_like(well.pairs), math.nan, -1, well.coefficients)
+        return Depth(well, nothing, depth, Estimate.missing())
+    same_documents, shuffled = stats.subset(rows), sums.shuffled[reading.name]
+    unshuffled = well_from(same_documents, min_pairs, trend_on=trend_on)
+    shuffled_well = well_from(shuffled, min_pairs, trend_on=trend_on)
+    eligible = (unshuffled.pairs >= min_pairs) & (shuffled_well.pairs >= min_pairs)
+    w = weights[:, rows]
+    replicates = bootstrap_depths(shuffled, eligible, w, trend_on) - bootstrap_depths(
+        same_documents, eligible, w, trend_on
+    )
+    return Depth(well, shuffled_well, depth, Estimate.of(shuffled_well.depth - unshuffled.depth, replicates))
+
+
+def intervention_estimates(
+    changes: dict[str, dict[str, list[float]]], weights: np.ndarray
+) -> dict[str, dict[str, Estimate]]:
+    """Reading -> intervention -> the mean change over documents with its bootstrap interval."""
+    return {
+        name: {
+            kind: bootstrap_mean(np.asarray(changes[kind][name], dtype=np.float64), weights) for kind in INTERVENTIONS
+        }
+        for name in INTERVENTION_READINGS
+    }
+
+
+def analyze_documents(
+    model: torch.nn.Module,
+    documents: Iterable[Document],
+    batch_size: int = 8,
+    trend: str = "linear",
+    max_displacement: int = 16,
+    min_pairs: int = 200,
+    bootstrap: int = 1000,
+    seed: int = 0,
+    progress: bool = True,
+    keep_ends: bool = True,
+) -> dict[str, Any]:
+    """Stream ``documents`` through ``model`` in batches: the well under every reading of ``u_readings(trend)``,
+    the shuffle test (``shuffle_paragraphs(..., keep_ends)``) and the interventions under every reading of
+    ``INTERVENTION_READINGS``, with ``bootstrap`` resamples of the documents for their intervals (one set of
+    resamples for every statistic of the run, the same for runs with the same documents)."""
+    readings = u_readings(trend)
+    sums = empty_sums(readings, max_displacement)
+    rng = np.random.default_rng(seed)  # the shuffles
+    for batch in batches(documents, batch_size):
+        add_batch(sums, model, batch, readings, max_displacement, rng, keep_ends)
+        if progress:
+            log.info("  %d documents", sums.count)
+    if sums.count < 2:
+        raise ConfigError(
+            f"only {sums.count} held-out document(s) with two or more paragraphs in the window: the corpus has no (or "
+            f"too few) paragraph boundaries in its validation split; the hRoPE analyses need documents with paragraphs."
+        )
+    weights = resample_weights(sums.count, bootstrap, seed + 1)
+    return {
+        "documents": sums.count,
+        "shuffled_documents": len(sums.shuffled_rows),
+        "depths": {r.name: reading_depth(sums, r, min_pairs, weights) for r in readings},
+        "interventions": intervention_estimates(sums.changes, weights),
+    }
+
+
+def read_run_facts(run_dir: str | Path) -> RunFacts:
+    """What the report shows of a run besides its analysis, read from its directory now (``RunFacts``)."""
+    path = Path(run_dir) / RESULTS_FILE
+    saved = read_json(path) if path.is_file() else None
+    steps, recipe = training_steps(run_dir, saved or {})
+    bpb = ((saved or {}).get("figures") or {}).get("val_bpb")
+    results = None if saved is None else {k: saved[k] for k in ("corpus", "sources", "data_notes") if k in saved}
+    return RunFacts(math.nan if bpb is None else float(bpb), steps, recipe, results)
+
+
+def analyze_run(run_dir: str | Path, documents: int = 200, **settings: Any) -> RunAnalysis:
+    """Load a finished run and analyse ``documents`` of its held-out split."""
+    cfg, module, datamodule = load_run_and_data(run_dir)
+    if cfg.task.name != "lm":
+        raise ConfigError(f"{run_dir} is a {cfg.task.name!r} run; the hRoPE analyses need a language-model run.")
+    datamodule.setup()  # idempotent: maps the prepared corpus once
+    context = int(cfg.task.context_length)
+    streams = (held_out_documents(g.splits["validation"], context) for g in datamodule.groups)
+    chained = (d for stream in streams for d in stream)
+    limited = (d for _, d in zip(range(documents), chained))
+    result = analyze_documents(module.model, limited, **settings)
+    frequencies = cfg.encoding.get("frequencies")
+    return RunAnalysis(
+        run_dir=str(run_dir),
+        encoding=str(cfg.encoding.name),
+        corpus=str(cfg.corpus.name),
+        seed=int(cfg.seed),
+        frequencies=None if frequencies is None else str(frequencies),
+        config=cfg,
+        facts=read_run_facts(run_dir),
+        **result,
+    )
+
+
+def hrope_summary(
+    analyses: list[RunAnalysis], settings: dict[str, Any], left_out: Sequence[tuple[str, str]] = ()
+) -> dict[str, Any]:
+    """The one summary of a report (``hrope.json``): the settings, the runs left out (run, status), each run's
+    entry (``RunAnalysis.entry``), the figures over each arm's seeds with the bootstrap over seeds then documents
+    (which needs the document resamples, gone once the summary is written) and the write-up's comparisons."""
+    return {
+        "settings": settings,
+        "left_out": [{"run_dir": str(run), "status": status} for run, status in left_out],
+        "runs": [a.entry() for a in analyses],
+        "arms": arm_summaries(analyses),
+        "comparisons": [c.as_dict() for c in claims(analyses)],
+    }

@@ -1,0 +1,186 @@
+"""One run's analysis as the report holds it (``RunAnalysis``) and its JSON entry: what ``summary`` writes and
+``from_summary`` reads back, torch-free, so that the tables and figures render from the summary alone."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from poslab.analysis.hrope.readings import INTERVENTIONS
+from poslab.analysis.hrope.well import Well
+from poslab.analysis.stats import Estimate
+
+
+@dataclass
+class Depth:
+    """U* under one ``Reading``, on all documents, and the shuffle test on the documents it can shuffle."""
+
+    well: Well
+    shuffled_well: Well
+    depth: Estimate  # U* and its interval over documents
+    shuffle_change: Estimate  # U*(shuffled) - U* on the shuffled documents
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the report reads from a run's directory besides its analysis (``results.json``, Hydra's overrides),
+    read once when the run is analysed and kept in the summary: bits/byte, training steps and the recipe's, and
+    the results' data description (``corpus``, ``sources``, ``data_notes``; None: the run has no results.json).
+    The defaults: nothing known."""
+
+    val_bpb: float = math.nan
+    steps: int | None = None
+    recipe_steps: int | None = None
+    results: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "val_bpb": None if math.isnan(self.val_bpb) else self.val_bpb,
+            "steps": self.steps,
+            "recipe_steps": self.recipe_steps,
+            "results": self.results,
+        }
+
+    @classmethod
+    def from_dict(cls, saved: dict[str, Any]) -> RunFacts:
+        bpb = saved.get("val_bpb")
+        return cls(math.nan if bpb is None else float(bpb), saved.get("steps"), saved.get("recipe_steps"),
+                   saved.get("results"))  # fmt: skip
+
+
+@dataclass
+class RunAnalysis:
+    """One run's analysis: its well and shuffle test under every U* reading, its interventions, and the facts of
+    its run directory the report shows (``RunFacts``)."""
+
+    run_dir: str
+    encoding: str
+    corpus: str
+    seed: int
+    documents: int
+    shuffled_documents: int  # documents with enough paragraphs to shuffle
+    depths: dict[str, Depth]  # reading name -> U* and the shuffle test; "main" first
+    interventions: dict[str, dict[str, Estimate]]  # reading -> {"merge": ..., "split": ...}
+    frequencies: str | None = None  # the hRoPE encodings' allocation (None: not an hRoPE encoding)
+    config: Any = None  # the run's config (not in the summary)
+    facts: RunFacts = field(default_factory=RunFacts)
+
+    @property
+    def main(self) -> Depth:
+        return self.depths["main"]
+
+    @property
+    def well(self) -> Well:
+        return self.main.well
+
+    @property
+    def shuffled_well(self) -> Well:
+        return self.main.shuffled_well
+
+    @property
+    def arm(self) -> str:
+        """The encoding, with its frequency allocation for the hRoPE encodings (``hrope_axial:interleaved``)."""
+        return self.encoding if self.frequencies is None else f"{self.encoding}:{self.frequencies}"
+
+    def summary(self) -> dict[str, Any]:
+        main, same = self.main, self.interventions["same_pairs"]
+        return {
+            "run_dir": self.run_dir,
+            "encoding": self.encoding,
+            "frequencies": self.frequencies,
+            "corpus": self.corpus,
+            "seed": self.seed,
+            "documents": self.documents,
+            "shuffled_documents": self.shuffled_documents,
+            "U*": main.depth.value,
+            "U*_at": main.well.location,
+            "U*_ci": list(main.depth.interval),
+            "shuffled_U*": main.shuffled_well.depth,
+            "shuffle_change": main.shuffle_change.value,
+            "shuffle_ci": list(main.shuffle_change.interval),
+            "merge_change": same["merge"].value,
+            "merge_ci": list(same["merge"].interval),
+            "split_change": same["split"].value,
+            "split_ci": list(same["split"].interval),
+            "interventions": {
+                reading: {
+                    **{kind: estimate.value for kind, estimate in by_kind.items()},
+                    **{f"{kind}_ci": list(estimate.interval) for kind, estimate in by_kind.items()},
+                }
+                for reading, by_kind in self.interventions.items()
+            },
+            "readings": {
+                name: {
+                    "U*": d.depth.value,
+                    "U*_at": d.well.location,
+                    "U*_ci": list(d.depth.interval),
+                    "shuffle_change": d.shuffle_change.value,
+                    "shuffle_ci": list(d.shuffle_change.interval),
+                }
+                for name, d in self.depths.items()
+            },
+            "residual": curve_list(main.well.residual),
+            "shuffled_residual": curve_list(main.shuffled_well.residual),
+            "pairs": main.well.pairs.tolist(),
+            "trend_coefficients": main.well.coefficients.tolist(),
+        }
+
+    def entry(self) -> dict[str, Any]:
+        """The run's entry in the report's summary: ``summary()`` and its run directory's facts."""
+        return {**self.summary(), "run_files": self.facts.as_dict()}
+
+    @classmethod
+    def from_summary(cls, summary: dict[str, Any]) -> RunAnalysis:
+        """A RunAnalysis back from its summary entry (``entry``, or ``summary``: an ``hrope_runs.json`` entry,
+        whose facts are then unknown), without bootstrap replicates; an entry written before the readings existed
+        gives the main reading and same-pairs interventions only."""
+        readings = summary.get("readings") or {"main": summary}
+        saved = summary.get("interventions") or {
+            "same_pairs": {k: summary[f"{k}_change"] for k in INTERVENTIONS}
+            | {f"{k}_ci": summary[f"{k}_ci"] for k in INTERVENTIONS}
+        }
+        interventions = {
+            reading: {kind: saved_estimate(values[kind], values.get(f"{kind}_ci")) for kind in INTERVENTIONS}
+            for reading, values in saved.items()
+        }
+        return cls(
+            run_dir=summary["run_dir"],
+            encoding=summary["encoding"],
+            corpus=summary["corpus"],
+            seed=summary["seed"],
+            documents=summary["documents"],
+            shuffled_documents=summary.get("shuffled_documents", summary["documents"]),
+            depths={name: saved_depth(summary, name, r) for name, r in readings.items()},
+            interventions=interventions,
+            frequencies=summary.get("frequencies"),
+            facts=RunFacts.from_dict(summary.get("run_files") or {}),
+        )
+
+
+def saved_estimate(value: float | None, ci: Any) -> Estimate:
+    return Estimate(math.nan if value is None else float(value), tuple(ci) if ci else (math.nan, math.nan))
+
+
+def saved_well(summary: dict[str, Any], residual: list[float | None], depth: float, location: int,
+               coefficients: Any = (0.0,)) -> Well:  # fmt: skip
+    curve = np.array([math.nan if v is None else v for v in residual], dtype=float)
+    return Well(curve, np.asarray(summary["pairs"]), depth, location, np.asarray(coefficients))
+
+
+def saved_depth(summary: dict[str, Any], name: str, reading: dict[str, Any]) -> Depth:
+    """Reading ``name``'s Depth from a summary entry: the main reading has its curves, the others U* alone."""
+    main = name == "main"
+    coefficients = summary.get("trend_coefficients", [0.0])
+    return Depth(
+        saved_well(summary, summary["residual"] if main else [0.0], reading["U*"], reading["U*_at"], coefficients),
+        saved_well(summary, summary["shuffled_residual"] if main else [0.0], summary.get("shuffled_U*", math.nan), -1),
+        saved_estimate(reading["U*"], reading.get("U*_ci")),
+        saved_estimate(reading["shuffle_change"], reading.get("shuffle_ci")),
+    )
+
+
+def curve_list(curve: np.ndarray) -> list[float | None]:
+    return [None if math.isnan(v) else float(v) for v in curve]
