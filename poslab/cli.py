@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
-from poslab.errors import MissingRunError, OutputNotWritableError, PoslabError
+from poslab.errors import MissingRunError, OutputNotWritableError, PoslabError, UsageError
 
 # The analyses are imported inside their command's branch, not above: `poslab --help` and bad arguments
 # answer without loading torch, Lightning and matplotlib.
@@ -39,6 +40,16 @@ def _parser(commands: argparse._SubParsersAction, name: str, text: str) -> argpa
 def _add_output_dir(parser: argparse.ArgumentParser, default: str) -> None:
     parser.add_argument(
         "--output-dir", default=None, metavar="DIR", help=f"where to write the files (default: {default})"
+    )
+
+
+def _add_from(parser: argparse.ArgumentParser, report: str) -> None:
+    parser.add_argument(
+        "--from",
+        dest="from_summary",
+        default=None,
+        metavar="SUMMARY",
+        help=f"re-render the report's files from a {report}.json it wrote, without runs (default: read DIR)",
     )
 
 
@@ -86,13 +97,16 @@ def build_parser() -> argparse.ArgumentParser:
     report = _parser(commands, "report", "tables and plots from finished runs")
     reports = report.add_subparsers(dest="report", required=True, metavar="REPORT")
     grid = _parser(reports, "grid", "the extrapolation grid of a multirun, in the where_am_i write-up's format")
-    grid.add_argument("directory", metavar="DIR", help="a multirun directory of train.py (e.g. logs/multirun/...)")
+    grid.add_argument(
+        "directory", nargs="?", metavar="DIR", help="a multirun directory of train.py (e.g. logs/multirun/...)"
+    )
     grid.add_argument(
         "--reference",
         default=None,
         help="'where_am_i' or a file of report lines, shown as a reference column (default: none)",
     )
-    _add_output_dir(grid, "DIR/analysis/grid")
+    _add_from(grid, "grid")
+    _add_output_dir(grid, "DIR/analysis/grid, or beside SUMMARY")
 
     zoo = _parser(
         reports, "zoo", "the position zoo: every encoding on every synthetic task, ranked per task and overall"
@@ -104,18 +118,13 @@ def build_parser() -> argparse.ArgumentParser:
         reports, "length", "language models by evaluation length: bits per byte, loss by position, passkey, ranked"
     )
     length.add_argument("directories", nargs="*", metavar="DIR", help="run or multirun directories of task=lm runs")
-    length.add_argument(
-        "--from",
-        dest="from_summary",
-        default=None,
-        metavar="SUMMARY",
-        help="re-render the tables and PNGs from a length.json this report wrote, without runs (default: read DIR)",
-    )
+    _add_from(length, "length")
     _add_output_dir(length, "the first directory's analysis/length, or beside SUMMARY")
 
     losses = _parser(reports, "losses", "validation loss and bits per byte of language-model runs side by side")
-    losses.add_argument("directories", nargs="+", metavar="DIR", help="run or multirun directories")
-    _add_output_dir(losses, "the first directory's analysis/losses")
+    losses.add_argument("directories", nargs="*", metavar="DIR", help="run or multirun directories")
+    _add_from(losses, "losses")
+    _add_output_dir(losses, "the first directory's analysis/losses, or beside SUMMARY")
 
     analyze = _parser(commands, "analyze", "analyses of trained checkpoints and corpora")
     analyses = analyze.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
@@ -214,9 +223,14 @@ def _setting(value: object) -> str:
 def analysis_of(args: argparse.Namespace):
     """The ``AnalysisResult`` a report or analysis command asks for."""
     if args.command == "report" and args.report == "grid":
-        from poslab.analysis.extrapolation import report_grid
+        from poslab.analysis.grid_report import report_grid, rerender_grid
 
-        return report_grid(args.directory, args.reference)
+        inputs = [args.directory] if args.directory else []
+        if args.from_summary is not None and args.reference:
+            raise UsageError(
+                "poslab report grid: --reference goes with DIR; a SUMMARY holds the reference it was made with."
+            )
+        return _report_or_rerender(args, inputs, lambda: report_grid(args.directory, args.reference), rerender_grid)
     if args.command == "report" and args.report == "zoo":
         from poslab.analysis.zoo_report import report_zoo
 
@@ -224,15 +238,11 @@ def analysis_of(args: argparse.Namespace):
     if args.command == "report" and args.report == "length":
         from poslab.analysis.length_report import report_length, rerender_length
 
-        if args.from_summary is not None:
-            return rerender_length(args.from_summary)
-        if not args.directories:
-            raise MissingRunError("poslab report length needs DIR (run or multirun directories) or --from SUMMARY.")
-        return report_length(args.directories)
+        return _report_or_rerender(args, args.directories, lambda: report_length(args.directories), rerender_length)
     if args.command == "report" and args.report == "losses":
-        from poslab.analysis.losses import report_losses
+        from poslab.analysis.losses_report import report_losses, rerender_losses
 
-        return report_losses(args.directories)
+        return _report_or_rerender(args, args.directories, lambda: report_losses(args.directories), rerender_losses)
     if args.analysis == "increments":
         from poslab.analysis.increments_report import analyze_increments
 
@@ -256,6 +266,17 @@ def analysis_of(args: argparse.Namespace):
         seed=args.seed,
         keep_ends=not args.shuffle_all,
     )
+
+
+def _report_or_rerender(args: argparse.Namespace, inputs: list[str], report: Callable[[], Any], rerender: Callable):
+    """A report with ``--from``: its files again from the SUMMARY it wrote (no runs), or the report of ``inputs``."""
+    if args.from_summary is not None:
+        if inputs:
+            raise UsageError(f"poslab report {args.report}: give DIR or --from SUMMARY, not both.")
+        return rerender(args.from_summary)
+    if not inputs:
+        raise MissingRunError(f"poslab report {args.report} needs DIR (run or multirun directories) or --from SUMMARY.")
+    return report()
 
 
 def main(argv: list[str] | None = None) -> int:

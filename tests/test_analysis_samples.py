@@ -11,7 +11,7 @@ import pytest
 
 from poslab.analysis.hrope import RunAnalysis
 from poslab.analysis.hrope_report import depth_table, sample_lines
-from poslab.analysis.losses import report_losses
+from poslab.analysis.losses_report import report_losses
 from poslab.analysis.output import (
     MIN_DOCUMENTS,
     MIN_RECIPE_FRACTION,

@@ -4,8 +4,14 @@ back from the summary JSON alone (``--from``), the runs deleted first."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import shutil
 from pathlib import Path
+
+from poslab.analysis.stats import Interval
+from poslab.cli import main as poslab_main
 
 GOLDEN = Path(__file__).parent / "golden"
 LENGTHS = (32, 64, 128)
@@ -118,7 +124,7 @@ def shown(text: str, directory: Path) -> str:
 
 
 def test_the_grid_report_is_the_pinned_text(tmp_path):
-    from poslab.analysis.extrapolation import report_grid
+    from poslab.analysis.grid_report import report_grid
 
     sweep = plant_grid(tmp_path / "sweep")
     result = report_grid(sweep, reference="where_am_i")
@@ -129,9 +135,117 @@ def test_the_grid_report_is_the_pinned_text(tmp_path):
 
 
 def test_the_losses_report_is_the_pinned_text(tmp_path):
-    from poslab.analysis.losses import report_losses
+    from poslab.analysis.losses_report import report_losses
 
     sweep = plant_losses(tmp_path / "sweep")
     result = report_losses([sweep])
     assert shown(result.report, tmp_path) + "\n" == (GOLDEN / "losses.md").read_text()
     assert result.files["losses.md"] == (result.report + "\n").encode()
+
+
+def written(directory: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(directory.iterdir())}
+
+
+def rerendered(tmp_path: Path, out: Path, summary_file: str, report: str, capsys) -> dict[str, bytes]:
+    """The files of ``report --from`` a copy of ``out``'s summary (nothing else beside it), and the printed report
+    equal to the first one's."""
+    first = capsys.readouterr().out.strip().splitlines()
+    summary = tmp_path / "copy" / summary_file
+    summary.parent.mkdir()
+    summary.write_bytes((out / summary_file).read_bytes())
+    assert poslab_main(["report", report, "--from", str(summary)]) == 0
+    again = capsys.readouterr().out.strip().splitlines()
+    assert again[:-1] == first[:-1]  # the report; the last line says where the files went
+    assert again[-1] == first[-1].replace(str(out), str(summary.parent))
+    return written(summary.parent)
+
+
+def test_the_grid_renders_the_same_files_from_its_summary_alone(tmp_path, capsys):
+    sweep, out = plant_grid(tmp_path / "sweep"), tmp_path / "out"
+    assert poslab_main(["report", "grid", str(sweep), "--reference", "where_am_i", "--output-dir", str(out)]) == 0
+    assert set(written(out)) == {
+        "extrapolation_grid.md",
+        "extrapolation_grid.csv",
+        "grid.json",
+        "extrapolation_grid.png",
+    }
+    shutil.rmtree(sweep)  # no runs: the summary alone
+    assert rerendered(tmp_path, out, "grid.json", "grid", capsys) == written(out)
+    assert shown((out / "extrapolation_grid.md").read_text(), tmp_path) == (GOLDEN / "grid_where_am_i.md").read_text()
+
+
+def test_the_losses_render_the_same_files_from_their_summary_alone(tmp_path, capsys):
+    sweep, out = plant_losses(tmp_path / "sweep"), tmp_path / "out"
+    assert poslab_main(["report", "losses", str(sweep), "--output-dir", str(out)]) == 0
+    assert set(written(out)) == {"losses.md", "losses.csv", "losses.json"}
+    shutil.rmtree(sweep)
+    assert rerendered(tmp_path, out, "losses.json", "losses", capsys) == written(out)
+    assert shown((out / "losses.md").read_text(), tmp_path) == (GOLDEN / "losses.md").read_text()
+
+
+def test_the_grid_csv_has_every_runs_figures_with_all_their_digits(tmp_path):
+    from poslab.analysis.grid_report import report_grid
+
+    sweep = plant_grid(tmp_path / "sweep")
+    rows = list(csv.DictReader(io.StringIO(report_grid(sweep).files["extrapolation_grid.csv"].decode())))
+    assert len(rows) == 15  # the successful runs; the diverged one is listed under the table only
+    for row in rows:
+        run_dir = next(sweep.glob(f"*_task-{row['task']}_seed-{row['seed']}/results.json"), None)
+        assert run_dir is not None
+    lag_rope_64 = [row for row in rows if row["scheme"] == "rope" and row["model.d_model"] == "64"]
+    assert [row["steps"] for row in lag_rope_64] == ["10", "10"] and lag_rope_64[0]["recipe_steps"] == "100"
+    split = {int(row["seed"]): float(row["accuracy@128"]) for row in rows if row["task"] == "seen"
+             and row["scheme"] == "none"}  # fmt: skip
+    assert split == SPLIT
+    first = json.loads(next(sweep.glob("0_*/results.json")).read_text())["figures"]
+    assert float(rows[0]["accuracy@64"]) == first["64"]["accuracy"]
+    assert float(rows[0]["accuracy_past_train@128"]) == first["128"]["accuracy_past_train"]
+    assert float(rows[0]["accuracy_log_scaled@128"]) == first["128"]["accuracy_log_scaled"]
+    assert rows[0]["eval_size"] == "64"
+
+
+def test_the_losses_csv_has_every_runs_figures_with_all_their_digits(tmp_path):
+    from poslab.analysis.losses_report import report_losses
+
+    sweep = plant_losses(tmp_path / "sweep")
+    text = report_losses([sweep]).files["losses.csv"].decode()
+    assert "\r" not in text
+    rows = {row["run"]: row for row in csv.DictReader(io.StringIO(text))}
+    assert len(rows) == 5
+    for run_dir, row in rows.items():
+        result = json.loads((Path(run_dir) / "results.json").read_text())
+        assert float(row["val_loss"]) == result["figures"]["val_loss"]  # repr: every digit
+        assert float(row["val_bpb"]) == result["figures"]["val_bpb"]
+        assert int(row["val_documents"]) == result["groups"]["main"]["validation"]["documents"]
+        assert row["model.d_model"] == str(result["config"]["model"]["d_model"])
+
+
+def test_the_summaries_seed_means_come_from_stats(tmp_path):
+    """losses.json's config means and grid.json's cells are ``stats`` intervals over the seeds' values."""
+    from poslab.analysis.grid_report import report_grid
+    from poslab.analysis.losses_report import report_losses
+
+    losses = json.loads(report_losses([plant_losses(tmp_path / "l")]).files["losses.json"])
+    rope_32 = next(c for c in losses["configs"] if c["encoding"] == "rope" and c["settings"] == ["32"])
+    values = [r["val_loss"] for r in losses["runs"] if r["encoding"] == "rope" and r["settings"] == ["32"]]
+    assert rope_32["val_loss"] == {**Interval.of(values).as_dict(), "per_seed": {"0": values[0], "1": values[1]}}
+    grid = json.loads(report_grid(plant_grid(tmp_path / "g")).files["grid.json"])
+    seen_none = next(row for row in grid["rows"] if row["task"] == "seen" and row["label"] == "none")
+    assert seen_none["figures"]["L128"]["split"] and not seen_none["figures"]["L64"]["split"]
+    assert seen_none["figures"]["L128"]["per_seed"] == {str(seed): value for seed, value in SPLIT.items()}
+    assert seen_none["figures"]["L64"]["high"] <= 1.0  # an accuracy's interval is clipped to 0..1
+
+
+def test_from_refuses_another_reports_summary_and_dir_with_it(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert poslab_main(["report", "losses", str(plant_losses(tmp_path / "sweep")), "--output-dir", str(out)]) == 0
+    capsys.readouterr()
+    assert poslab_main(["report", "grid", "--from", str(out / "losses.json")]) == 2
+    assert "is not a grid report's summary" in capsys.readouterr().err
+    assert poslab_main(["report", "losses", str(tmp_path / "sweep"), "--from", str(out / "losses.json")]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert poslab_main(["report", "grid", "--from", str(out / "losses.json"), "--reference", "where_am_i"]) == 2
+    assert "--reference goes with DIR" in capsys.readouterr().err
+    assert poslab_main(["report", "losses"]) == 2
+    assert "needs DIR" in capsys.readouterr().err
