@@ -56,6 +56,12 @@ class GridRun:
         return (self.task, self.label, self.settings)
 
     @property
+    def name(self) -> str:
+        """The run in a note: task, scheme, seed and the settings telling it apart (two runs, two names)."""
+        shown = ", ".join(f"{k}={v}" for k, v in self.settings)
+        return f"{self.task} {self.label} seed {self.seed}" + (f" [{shown}]" if shown else "")
+
+    @property
     def longest(self) -> int:
         return max(self.accuracy)
 
@@ -256,9 +262,12 @@ def row_summary(members: list[GridRun], reference: list[GridRun] | None) -> dict
 
 
 def grid_baselines(runs: list[GridRun]) -> dict[str, dict[str, dict[str, float]]]:
-    """Per task, the baselines of its evaluation sets by length (its first run's that recorded them: the sets
-    depend on the evaluation seed only); tasks whose runs did not record them are absent."""
-    first = {run.task: run for run in reversed(runs) if run.baselines.get(run.longest)}
+    """Per task in the table's order, the baselines of its evaluation sets by length (its first run's that
+    recorded them: the sets depend on the evaluation seed only); tasks whose runs did not record them are absent."""
+    first: dict[str, GridRun] = {}
+    for run in runs:
+        if run.baselines.get(run.longest):
+            first.setdefault(run.task, run)
     return {task: {str(n): row for n, row in run.baselines.items()} for task, run in first.items()}
 
 
@@ -294,7 +303,7 @@ def compute_grid(directory: str | Path, reference: str | None = None) -> dict[st
             f"no {RESULTS_FILE} below {directory} of a successful run"
             + (f": {listed}" if listed else ": is it a multirun directory of train.py?")
         )
-    warning = short_run_warning({f"{r.task} {r.label} seed {r.seed}": r.steps for r in runs})
+    warning = short_run_warning({run.name: run.steps for run in runs})
     notes = ([warning] if warning else []) + found.notes()
     if not reference:
         return grid_summary(runs, notes)
