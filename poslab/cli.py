@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
-from poslab.errors import ConfigError, MissingRunError, OutputNotWritableError, PoslabError
+from poslab.errors import MissingRunError, OutputNotWritableError, PoslabError, UsageError
 
 # The analyses are imported inside their command's branch, not above: `poslab --help` and bad arguments
 # answer without loading torch, Lightning and matplotlib.
@@ -42,7 +43,7 @@ def _add_output_dir(parser: argparse.ArgumentParser, default: str) -> None:
     )
 
 
-def _add_from(parser: argparse.ArgumentParser, summary: str, without: str) -> None:
+def _add_from(parser: argparse.ArgumentParser, summary: str, without: str = "the runs") -> None:
     parser.add_argument(
         "--from",
         dest="from_summary",
@@ -129,13 +130,16 @@ def build_parser() -> argparse.ArgumentParser:
     report = _parser(commands, "report", "tables and plots from finished runs")
     reports = report.add_subparsers(dest="report", required=True, metavar="REPORT")
     grid = _parser(reports, "grid", "the extrapolation grid of a multirun, in the where_am_i write-up's format")
-    grid.add_argument("directory", metavar="DIR", help="a multirun directory of train.py (e.g. logs/multirun/...)")
+    grid.add_argument(
+        "directory", nargs="?", metavar="DIR", help="a multirun directory of train.py (e.g. logs/multirun/...)"
+    )
     grid.add_argument(
         "--reference",
         default=None,
         help="'where_am_i' or a file of report lines, shown as a reference column (default: none)",
     )
-    _add_output_dir(grid, "DIR/analysis/grid")
+    _add_from(grid, "grid.json")
+    _add_output_dir(grid, "DIR/analysis/grid, or beside SUMMARY")
 
     zoo = _parser(
         reports, "zoo", "the position zoo: every encoding on every synthetic task, ranked per task and overall"
@@ -147,18 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
         reports, "length", "language models by evaluation length: bits per byte, loss by position, passkey, ranked"
     )
     length.add_argument("directories", nargs="*", metavar="DIR", help="run or multirun directories of task=lm runs")
-    length.add_argument(
-        "--from",
-        dest="from_summary",
-        default=None,
-        metavar="SUMMARY",
-        help="re-render the tables and PNGs from a length.json this report wrote, without runs (default: read DIR)",
-    )
+    _add_from(length, "length.json")
     _add_output_dir(length, "the first directory's analysis/length, or beside SUMMARY")
 
     losses = _parser(reports, "losses", "validation loss and bits per byte of language-model runs side by side")
-    losses.add_argument("directories", nargs="+", metavar="DIR", help="run or multirun directories")
-    _add_output_dir(losses, "the first directory's analysis/losses")
+    losses.add_argument("directories", nargs="*", metavar="DIR", help="run or multirun directories")
+    _add_from(losses, "losses.json")
+    _add_output_dir(losses, "the first directory's analysis/losses, or beside SUMMARY")
 
     analyze = _parser(commands, "analyze", "analyses of trained checkpoints and corpora")
     analyses = analyze.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
@@ -240,10 +239,17 @@ def _setting(value: object) -> str:
 
 def analysis_of(args: argparse.Namespace):
     """The ``AnalysisResult`` a report or analysis command asks for."""
+    runs = "DIR (run or multirun directories)"
     if args.command == "report" and args.report == "grid":
-        from poslab.analysis.extrapolation import report_grid
+        from poslab.analysis.grid_report import report_grid, rerender_grid
 
-        return report_grid(args.directory, args.reference)
+        inputs = [args.directory] if args.directory else []
+        if args.from_summary is not None and args.reference:
+            raise UsageError(
+                "poslab report grid: --reference goes with DIR; a SUMMARY holds the reference it was made with."
+            )
+        return _report_or_rerender(args, inputs, lambda: report_grid(args.directory, args.reference), rerender_grid,
+                                   "DIR (a multirun directory)")  # fmt: skip
     if args.command == "report" and args.report == "zoo":
         from poslab.analysis.zoo_report import report_zoo
 
@@ -251,59 +257,80 @@ def analysis_of(args: argparse.Namespace):
     if args.command == "report" and args.report == "length":
         from poslab.analysis.length_report import report_length, rerender_length
 
-        if args.from_summary is not None:
-            return rerender_length(args.from_summary)
-        if not args.directories:
-            raise MissingRunError("poslab report length needs DIR (run or multirun directories) or --from SUMMARY.")
-        return report_length(args.directories)
+        return _report_or_rerender(args, args.directories, lambda: report_length(args.directories), rerender_length,
+                                   runs)  # fmt: skip
     if args.command == "report" and args.report == "losses":
-        from poslab.analysis.losses import report_losses
+        from poslab.analysis.losses_report import report_losses, rerender_losses
 
-        return report_losses(args.directories)
+        return _report_or_rerender(args, args.directories, lambda: report_losses(args.directories), rerender_losses,
+                                   runs)  # fmt: skip
     if args.analysis == "increments":
         return increments_analysis(args)
     if args.analysis == "corpus":
-        from poslab.analysis.corpus_report import analyze_corpora, parse_ustar, rerender_corpora
-
-        if args.from_summary is not None:
-            return rerender_corpora(args.from_summary)
-        if not args.corpora:
-            raise ConfigError("poslab analyze corpus needs CORPUS (corpus names or paths of text) or --from SUMMARY.")
-        return analyze_corpora(
-            args.corpora, args.documents, args.split, parse_ustar(args.ustar), embeddings=not args.no_embeddings
-        )
-    from poslab.analysis.hrope.report import analyze_hrope, rerender_hrope
-
-    if args.from_summary is not None:
-        return rerender_hrope(args.from_summary)
-    if not args.runs:
-        raise MissingRunError("poslab analyze hrope needs RUN_DIR (run or multirun directories) or --from SUMMARY.")
-    return analyze_hrope(
-        args.runs,
-        documents=args.documents,
-        batch_size=args.batch_size,
-        trend=args.trend,
-        max_displacement=args.max_displacement,
-        min_pairs=args.min_pairs,
-        bootstrap=args.bootstrap,
-        seed=args.seed,
-        keep_ends=not args.shuffle_all,
-    )
+        return corpus_analysis(args)
+    return hrope_analysis(args)
 
 
 def increments_analysis(args: argparse.Namespace):
     """``analyze increments``: of RUN_DIR, or re-rendered ``--from`` a summary (no torch, no model)."""
-    if args.from_summary is not None:
-        if args.run_dir is not None:
-            raise MissingRunError("poslab analyze increments takes RUN_DIR or --from SUMMARY, not both.")
+
+    def analyze():
+        from poslab.analysis.increments.report import analyze_increments
+
+        return analyze_increments(args.run_dir, args.text, args.sentence, args.zh_text, args.max_bytes)
+
+    def rerender(summary: str):
         from poslab.analysis.increments.render import rerender_increments
 
-        return rerender_increments(args.from_summary)
-    if args.run_dir is None:
-        raise MissingRunError("poslab analyze increments needs RUN_DIR (a finished run) or --from SUMMARY.")
-    from poslab.analysis.increments.report import analyze_increments
+        return rerender_increments(summary)
 
-    return analyze_increments(args.run_dir, args.text, args.sentence, args.zh_text, args.max_bytes)
+    inputs = [args.run_dir] if args.run_dir is not None else []
+    return _report_or_rerender(args, inputs, analyze, rerender, "RUN_DIR (a finished run)")
+
+
+def corpus_analysis(args: argparse.Namespace):
+    from poslab.analysis.corpus_report import analyze_corpora, parse_ustar, rerender_corpora
+
+    def analyze():
+        ustar = parse_ustar(args.ustar)
+        return analyze_corpora(args.corpora, args.documents, args.split, ustar, embeddings=not args.no_embeddings)
+
+    return _report_or_rerender(args, args.corpora, analyze, rerender_corpora,
+                               "CORPUS (corpus names or paths of text)")  # fmt: skip
+
+
+def hrope_analysis(args: argparse.Namespace):
+    from poslab.analysis.hrope.report import analyze_hrope, rerender_hrope
+
+    def analyze():
+        return analyze_hrope(
+            args.runs,
+            documents=args.documents,
+            batch_size=args.batch_size,
+            trend=args.trend,
+            max_displacement=args.max_displacement,
+            min_pairs=args.min_pairs,
+            bootstrap=args.bootstrap,
+            seed=args.seed,
+            keep_ends=not args.shuffle_all,
+        )
+
+    return _report_or_rerender(args, args.runs, analyze, rerender_hrope, "RUN_DIR (run or multirun directories)")
+
+
+def _report_or_rerender(
+    args: argparse.Namespace, inputs: list[str], report: Callable[[], Any], rerender: Callable, needs: str
+):
+    """A command with ``--from``: its files again from the SUMMARY it wrote (no runs, no model), or the report of
+    ``inputs`` (``needs`` says what they are, for the message when none is given)."""
+    command = f"poslab {args.command} {getattr(args, 'report', None) or args.analysis}"
+    if args.from_summary is not None:
+        if inputs:
+            raise UsageError(f"{command}: give {needs.split()[0]} or --from SUMMARY, not both.")
+        return rerender(args.from_summary)
+    if not inputs:
+        raise MissingRunError(f"{command} needs {needs} or --from SUMMARY.")
+    return report()
 
 
 def main(argv: list[str] | None = None) -> int:

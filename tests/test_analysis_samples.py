@@ -13,7 +13,7 @@ import pytest
 from poslab.analysis.hrope.compute import read_run_facts
 from poslab.analysis.hrope.render import depth_table, sample_lines
 from poslab.analysis.hrope.runs import RunAnalysis
-from poslab.analysis.losses import report_losses
+from poslab.analysis.losses_report import report_losses
 from poslab.analysis.output import (
     MIN_DOCUMENTS,
     MIN_RECIPE_FRACTION,

@@ -20,7 +20,8 @@ from matplotlib.transforms import Bbox
 
 from poslab.analysis.corpus_render import plot_statistics
 from poslab.analysis.corpus_statistics import QUANTITIES, compare_to_ustar
-from poslab.analysis.extrapolation import parse_lines, plot_grid
+from poslab.analysis.extrapolation import grid_summary, parse_lines
+from poslab.analysis.grid_render import plot_grid
 from poslab.analysis.hrope.plots import plot_wells
 from poslab.analysis.hrope.runs import RunAnalysis
 from poslab.analysis.increments import render as increments_render
@@ -179,6 +180,11 @@ def writeup_grid() -> list:
     return parse_lines((resources.files("poslab.resources") / "where_am_i_grid.txt").read_text())
 
 
+def grid_picture(runs: list) -> Any:
+    """The grid's PNG as its report draws it: from the summary of ``runs``."""
+    return plot_grid(grid_summary(runs, []))
+
+
 def corpus_statistics_picture() -> Any:
     # a local corpus is named after its folder, which may well be Chinese
     corpora = {"python_code": -0.77, "wikitext2": -0.48, "openwebtext": -0.31, "中文小说": -0.2}
@@ -242,9 +248,9 @@ FIGURES: dict[str, Callable[[], Any]] = {
     "hrope_shuffle.png (one corpus)": lambda: plot_wells(synthetic_wells(["wikitext2"]), shuffled=True),
     "hrope_well.png (small run: one point)": lambda: plot_wells(sparse_wells()),
     "hrope_shuffle.png (small run: no data)": lambda: plot_wells(sparse_wells(), shuffled=True),
-    "extrapolation_grid.png": lambda: plot_grid(writeup_grid()),
-    "extrapolation_grid.png (one task)": lambda: plot_grid([r for r in writeup_grid() if r.task == "seen"]),
-    "extrapolation_grid.png (one seed)": lambda: plot_grid([r for r in writeup_grid() if r.seed == 0]),
+    "extrapolation_grid.png": lambda: grid_picture(writeup_grid()),
+    "extrapolation_grid.png (one task)": lambda: grid_picture([r for r in writeup_grid() if r.task == "seen"]),
+    "extrapolation_grid.png (one seed)": lambda: grid_picture([r for r in writeup_grid() if r.seed == 0]),
     "corpus_statistics.png": corpus_statistics_picture,
     "zoo_heatmap.png (small zoo)": lambda: zoo_heatmap(*SMALL_ZOO),
     "zoo_heatmap.png (whole zoo)": lambda: zoo_heatmap(*WHOLE_ZOO),
@@ -412,7 +418,7 @@ def test_without_the_package_or_a_system_cjk_font_there_is_none(monkeypatch):
 
 def test_the_grid_plot_shows_every_seed_and_their_mean():
     runs = writeup_grid()
-    fig = plot_grid(runs)
+    fig = grid_picture(runs)
     points = set()
     for ax in fig.axes:
         for line in ax.get_lines():
@@ -483,7 +489,7 @@ def test_a_well_of_one_point_says_so_and_an_empty_shuffle_panel_says_no_data():
 
 
 def test_the_grid_legend_of_single_seed_runs_says_one_seed_not_a_mean_of_1_seeds():
-    fig = plot_grid([r for r in writeup_grid() if r.seed == 0])
+    fig = grid_picture([r for r in writeup_grid() if r.seed == 0])
     (legend,) = fig.legends
     title = legend.get_title().get_text()
     assert "1 seeds" not in title and "mean" not in title and "one seed" in title, title

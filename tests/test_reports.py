@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from poslab.analysis.extrapolation import parse_lines, reference_runs, report_grid
+from poslab.analysis.extrapolation import parse_lines, reference_runs
+from poslab.analysis.grid_report import report_grid
 from poslab.analysis.wavelengths import wavelength_table
 from poslab.cli import main as poslab_main
 
@@ -72,7 +73,10 @@ def test_report_grid_on_a_small_multirun_prints_the_writeup_format(tmp_path, cap
     assert (
         printed.strip()
         .splitlines()[-1]
-        .endswith(f"written to {sweep / 'analysis' / 'grid'}: extrapolation_grid.md, extrapolation_grid.png")
+        .endswith(
+            f"written to {sweep / 'analysis' / 'grid'}: extrapolation_grid.md, extrapolation_grid.csv, grid.json, "
+            "extrapolation_grid.png"
+        )
     )
 
 

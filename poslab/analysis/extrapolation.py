@@ -1,21 +1,27 @@
-"""The extrapolation-grid report: one line per run in the where_am_i write-up's format,
-a markdown table of seed means (optionally beside a reference), and a PNG.
+"""The extrapolation grid (``poslab report grid``): its runs read, and everything the report shows computed.
+
+The report prints one line per run in the where_am_i write-up's format, a markdown table of seed means with their
+intervals (optionally beside a reference), the baselines of the evaluation sets, a CSV and a PNG:
 
     lag  rope         seed 0: length 32 / 64 / 128: 1.000 / 1.000 / 1.000; at 128, positions past 32: 1.000; ...
         ... scores x log128/log32: 1.000   (one line in the output)
+
+Three layers, as the zoo's and the length report: this module computes (``grid_summary``: what ``grid.json``
+holds; statistics from ``poslab.analysis.stats``), ``grid_render`` draws the tables, CSV and PNG from that summary
+alone (``poslab report grid --from grid.json`` re-renders without runs), ``grid_report`` runs both.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from statistics import mean
 from typing import Any
 
-from poslab.analysis.output import REFERENCE_LABEL, AnalysisResult, short_run_warning, steps_cell, training_steps
+from poslab.analysis.output import REFERENCE_LABEL, short_run_warning, training_steps
 from poslab.analysis.results import (
     FinishedRun,
     Runs,
@@ -23,10 +29,9 @@ from poslab.analysis.results import (
     differing_settings,
     setting_values,
 )
-from poslab.analysis.stats import Interval, seeds_cell, split_seeds
+from poslab.analysis.stats import Interval, SeedCell
 from poslab.errors import MissingRunError, UsageError
-from poslab.plotting import plt
-from poslab.run_files import ANALYSIS_DIR, RESULTS_FILE, job_number
+from poslab.run_files import RESULTS_FILE, job_number
 
 
 @dataclass
@@ -47,8 +52,14 @@ class GridRun:
     baselines: dict[int, dict[str, float]] = field(default_factory=dict)
 
     @property
-    def cell(self) -> Cell:
+    def row_key(self) -> RowKey:
         return (self.task, self.label, self.settings)
+
+    @property
+    def name(self) -> str:
+        """The run in a note: task, scheme, seed and the settings telling it apart (two runs, two names)."""
+        shown = ", ".join(f"{k}={v}" for k, v in self.settings)
+        return f"{self.task} {self.label} seed {self.seed}" + (f" [{shown}]" if shown else "")
 
     @property
     def longest(self) -> int:
@@ -62,6 +73,46 @@ class GridRun:
             f"{self.train_length}: {self.past_train:.3f}; scores x log{self.longest}/log{self.train_length}: "
             f"{self.log_scaled:.3f}"
         ) + ("  [" + ", ".join(f"{k}={v}" for k, v in self.settings) + "]" if self.settings else "")
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready (lengths as text, NaN as None); ``from_dict`` reads it back."""
+        return {
+            "task": self.task,
+            "label": self.label,
+            "seed": self.seed,
+            "train_length": self.train_length,
+            "accuracy": {str(n): _clean(v) for n, v in self.accuracy.items()},
+            "past_train": _clean(self.past_train),
+            "log_scaled": _clean(self.log_scaled),
+            "order": self.order,
+            "settings": [list(pair) for pair in self.settings],
+            "steps": list(self.steps),
+            "eval_size": self.eval_size,
+            "baselines": {str(n): row for n, row in self.baselines.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, run: dict[str, Any]) -> GridRun:
+        number = lambda value: math.nan if value is None else float(value)
+        return cls(
+            task=run["task"],
+            label=run["label"],
+            seed=int(run["seed"]),
+            train_length=int(run["train_length"]),
+            accuracy={int(n): number(v) for n, v in run["accuracy"].items()},
+            past_train=number(run["past_train"]),
+            log_scaled=number(run["log_scaled"]),
+            order=int(run.get("order", 0)),
+            settings=tuple((str(k), str(v)) for k, v in run.get("settings", [])),
+            steps=tuple(run.get("steps") or (None, None)),
+            eval_size=run.get("eval_size"),
+            baselines={int(n): row for n, row in (run.get("baselines") or {}).items()},
+        )
+
+
+def _clean(value: float | None) -> float | None:
+    """A figure for JSON: NaN (a figure the run did not write) as None."""
+    return None if value is None or value != value else value
 
 
 LINE = re.compile(
@@ -154,74 +205,26 @@ def load_runs(directory: str | Path) -> tuple[list[GridRun], Runs]:
     return runs, found
 
 
-Cell = tuple[str, str, tuple[tuple[str, str], ...]]  # (task, scheme label, settings telling it apart)
+RowKey = tuple[str, str, tuple[tuple[str, str], ...]]  # (task, scheme label, settings telling it apart)
+#: accuracies: an interval over seeds is clipped to them
+ACCURACY = (0.0, 1.0)
 
 
-def seed_means(runs: list[GridRun]) -> dict[Cell, dict[str, float]]:
-    """Per task x scheme (x the settings telling runs of both apart), in first-appearance order: the mean over
-    seeds of every figure."""
-    groups: dict[Cell, list[GridRun]] = defaultdict(list)
+def by_row(runs: list[GridRun]) -> dict[RowKey, list[GridRun]]:
+    """The runs of each task x scheme (x the settings telling runs of both apart), in first-appearance order."""
+    rows: dict[RowKey, list[GridRun]] = defaultdict(list)
     for run in runs:
-        groups[run.cell].append(run)
-    means = {}
-    for cell, members in groups.items():
-        row = {f"L{n}": mean(r.accuracy[n] for r in members) for n in sorted(members[0].accuracy)}
-        row["past"] = mean(r.past_train for r in members)
-        row["log_scaled"] = mean(r.log_scaled for r in members)
-        row["seeds"] = len(members)
-        means[cell] = row
-    return means
+        rows[run.row_key].append(run)
+    return dict(rows)
 
 
-def markdown_table(
-    runs: list[GridRun], reference: list[GridRun] | None = None, reference_label: str = REFERENCE_LABEL
-) -> str:
-    """Seed means per task x scheme with their 95% t-interval over seeds, with the training steps and evaluation
-    sequences behind them; with a
-    reference, its figures follow in columns labelled ``reference_label`` and a last column gives the largest
-    absolute difference in the row."""
-    ours, theirs = seed_means(runs), seed_means(reference) if reference else {}
-    if not ours:
-        return "(no runs)"
-    sample = runs[0]
-    figures = [f"L{n}" for n in sorted(sample.accuracy)] + ["past", "log_scaled"]
-    titles = [f"length {n}" for n in sorted(sample.accuracy)] + [
-        f"at {sample.longest}, past {sample.train_length}",
-        f"x log{sample.longest}/log{sample.train_length}",
-    ]
-    columns = [key for key, _ in sample.settings]  # settings telling runs of one task and scheme apart
-    references = [f"{reference_label}: {title}" for title in titles] if theirs else []
-    header = ["task", "scheme", *columns, "seeds", *titles, "steps", "sequences", *references]
-    header += ["max abs diff"] if theirs else []
-    members: dict[Cell, list[GridRun]] = defaultdict(list)
-    for run in runs:
-        members[run.cell].append(run)
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    for (task, label, settings), row in ours.items():
-        ref = theirs.get((task, label, ()))
-        cells = [task, label, *(value for _, value in settings), str(row["seeds"])]
-        cells += [seed_cell(members[(task, label, settings)], key) for key in figures]
-        cells += [_span([steps_cell(*r.steps) for r in members[(task, label, settings)]])]
-        cells += [_span([str(r.eval_size) if r.eval_size else "n/a" for r in members[(task, label, settings)]])]
-        if theirs:
-            cells += [f"{ref[key]:.3f}" if ref and key in ref else "n/a" for key in figures]
-            diffs = [abs(row[k] - ref[k]) for k in figures if ref and k in ref]
-            cells.append(f"{max(diffs):.3f}" if diffs else "n/a")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def seed_cell(members: list[GridRun], key: str) -> str:
-    """One figure of a row's runs: its mean with the 95% t-interval over seeds (``poslab.analysis.stats``), the
-    per-seed values where the seeds split into two outcomes, the value alone for one seed."""
-    values = [run_figure(run, key) for run in members]
-    if split_seeds(values):
-        return f"{seeds_cell(values)} (split)"
-    return Interval.of(values, bounds=(0.0, 1.0)).cell()
+def figure_keys(run: GridRun) -> list[str]:
+    """The figures of a run, as the summary names them: ``L<n>`` at each length, ``past``, ``log_scaled``."""
+    return [f"L{n}" for n in sorted(run.accuracy)] + ["past", "log_scaled"]
 
 
 def run_figure(run: GridRun, key: str) -> float:
-    """A figure of ``seed_means``'s keys (``L<n>``, ``past``, ``log_scaled``) of one run."""
+    """A figure of ``figure_keys`` of one run."""
     if key == "past":
         return run.past_train
     if key == "log_scaled":
@@ -229,90 +232,70 @@ def run_figure(run: GridRun, key: str) -> float:
     return run.accuracy[int(key.removeprefix("L"))]
 
 
-def baseline_table(runs: list[GridRun]) -> str:
-    """Per task, the baselines of its evaluation sets at every length (the first run's: the sets depend on the
-    evaluation seed only), or nothing for runs that did not record them."""
-    first = {run.task: run for run in reversed(runs) if run.baselines.get(run.longest)}
-    if not first:
-        return ""
-    lengths = sorted({n for run in first.values() for n in run.baselines})
-    lines = ["| task | baseline (same evaluation sets) | " + " | ".join(f"length {n}" for n in lengths) + " |"]
-    lines.append("|" + "---|" * (2 + len(lengths)))
-    for task, run in first.items():
-        for name in sorted({k for row in run.baselines.values() for k in row}):
-            cells = [f"{run.baselines[n][name]:.3f}" if name in run.baselines.get(n, {}) else "n/a" for n in lengths]
-            lines.append(f"| {task} | {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+def reference_means(members: list[GridRun]) -> dict[str, float | None]:
+    """A reference row's figures: the mean over its seeds of each."""
+    return {key: _clean(Interval.of(run_figure(r, key) for r in members).mean) for key in figure_keys(members[0])}
 
 
-def _span(values: list[str]) -> str:
-    """One cell for the runs of a row: their value, or each distinct one."""
-    return "/".join(dict.fromkeys(values))
+def row_summary(members: list[GridRun], reference: list[GridRun] | None) -> dict[str, Any]:
+    """One row of the table: each figure over the row's seeds (``SeedCell``: per seed, the 95% t-interval, whether
+    they split), the runs' steps and evaluation sizes, and the reference's means with the largest difference."""
+    figures = {
+        key: SeedCell({r.seed: run_figure(r, key) for r in members}, ACCURACY).as_dict()
+        for key in figure_keys(members[0])
+    }
+    theirs = reference_means(reference) if reference else None
+    mine = {key: cell["mean"] for key, cell in figures.items()}
+    diffs = [abs(mine[k] - v) for k, v in (theirs or {}).items() if v is not None and mine.get(k) is not None]
+    first = members[0]
+    return {
+        "task": first.task,
+        "label": first.label,
+        "settings": [list(pair) for pair in first.settings],
+        "seeds": [r.seed for r in members],
+        "figures": figures,
+        "steps": [list(r.steps) for r in members],
+        "eval_sizes": [r.eval_size for r in members],
+        "reference": theirs,
+        "max_abs_diff": max(diffs) if diffs else None,
+    }
 
 
-def plot_grid(runs: list[GridRun]) -> Any:
-    """Accuracy against test length, one panel per task: per scheme a line through the seed means and a faint dot
-    for each seed, so the spread over seeds shows; one legend for both panels, beside them."""
-    members: dict[Cell, list[GridRun]] = defaultdict(list)
+def grid_baselines(runs: list[GridRun]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per task in the table's order, the baselines of its evaluation sets by length (its first run's that
+    recorded them: the sets depend on the evaluation seed only); tasks whose runs did not record them are absent."""
+    first: dict[str, GridRun] = {}
     for run in runs:
-        members[run.cell].append(run)
-    means = seed_means(runs)
-    tasks = list(dict.fromkeys(task for task, _, _ in means))
-    schemes = list(dict.fromkeys((label, settings) for _, label, settings in means))
-    colours = {scheme: f"C{i % 10}" for i, scheme in enumerate(schemes)}  # a scheme's colour in every panel
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.6 * len(tasks) + 2.2, 4.2), squeeze=False, layout="constrained")
-    handles: dict[str, Any] = {}
-    for ax, task in zip(axes[0], tasks):
-        for (t, label, settings), row in means.items():
-            if t != task:
-                continue
-            name = label + (" " + ", ".join(f"{k}={v}" for k, v in settings) if settings else "")
-            colour = colours[(label, settings)]
-            lengths = [int(k[1:]) for k in row if k.startswith("L")]
-            for run in members[(t, label, settings)]:
-                ax.plot(lengths, [run.accuracy[n] for n in lengths], "o", color=colour, alpha=0.35, markersize=4)
-            (handles[name],) = ax.plot(lengths, [row[f"L{n}"] for n in lengths], "-o", color=colour, markersize=3)
-        if (line := draw_baseline(ax, [run for run in runs if run.task == task])) is not None:
-            handles["best baseline"] = line
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(lengths, [str(n) for n in lengths])
-        ax.set_xlabel("test length (tokens)")
-        ax.set_ylabel("accuracy")
-        ax.set_title(f"{task} (trained at {runs[0].train_length})")
-        ax.grid(alpha=0.3)
-    fig.legend(
-        handles.values(),
-        handles.keys(),
-        loc="outside right upper",
-        fontsize=8,
-        title=seeds_legend_title(sorted({len(m) for m in members.values()})),
-        title_fontsize=8,
-    )
-    return fig
+        if run.baselines.get(run.longest):
+            first.setdefault(run.task, run)
+    return {task: {str(n): row for n, row in run.baselines.items()} for task, run in first.items()}
 
 
-def seeds_legend_title(seeds: list[int]) -> str:
-    """What the grid's lines and dots are, given the numbers of seeds the schemes have: the mean of 2 seeds (or of
-    1-3, where they differ) and a dot per seed; with one seed each the line is that seed (no mean to speak of)."""
-    if seeds == [1]:
-        return "line: one seed per scheme"
-    if len(seeds) == 1:
-        return f"line: mean of {seeds[0]} seeds\ndots: each seed"
-    return f"line: seed mean ({seeds[0]}-{seeds[-1]} seeds\na scheme); dots: each seed"
+def grid_summary(
+    runs: list[GridRun], notes: list[str], reference: list[GridRun] | None = None, reference_label: str = ""
+) -> dict[str, Any]:
+    """Everything the report shows, per seed where a figure has seeds: ``grid.json``, what rendering reads. The
+    table's columns are the first run's lengths; a reference row is its task and scheme's in ``reference``."""
+    theirs = by_row(reference) if reference else {}
+    first = runs[0]
+    return {
+        "report": "grid",
+        "lengths": sorted(first.accuracy),
+        "train_length": first.train_length,
+        "setting_keys": [key for key, _ in first.settings],
+        "reference": reference_label if theirs else None,
+        "rows": [
+            row_summary(members, theirs.get((task, label, ())) if theirs else None)
+            for (task, label, _), members in by_row(runs).items()
+        ],
+        "baselines": grid_baselines(runs),
+        "runs": [run.as_dict() for run in runs],
+        "notes": notes,
+    }
 
 
-def draw_baseline(ax: Any, runs: list[GridRun]) -> Any:
-    """The best baseline of the task's evaluation sets at each length, dashed (the first run's, when recorded)."""
-    run = next((r for r in runs if r.baselines.get(r.longest)), None)
-    if run is None:
-        return None
-    lengths = sorted(run.baselines)
-    best = [max(run.baselines[n].values()) for n in lengths]
-    return ax.plot(lengths, best, "--", color="black", lw=1)[0]
-
-
-def report_grid(directory: str | Path, reference: str | None = None) -> AnalysisResult:
-    """The grid's report lines and table; files ``extrapolation_grid.{md,png}`` for ``DIR/analysis/grid/``."""
+def compute_grid(directory: str | Path, reference: str | None = None) -> dict[str, Any]:
+    """The grid's summary from the runs below ``directory`` (and the reference's lines, when given)."""
     runs, found = load_runs(directory)
     if not runs:
         listed = " ".join(found.notes())
@@ -320,16 +303,9 @@ def report_grid(directory: str | Path, reference: str | None = None) -> Analysis
             f"no {RESULTS_FILE} below {directory} of a successful run"
             + (f": {listed}" if listed else ": is it a multirun directory of train.py?")
         )
-    label = REFERENCE_LABEL if reference and not Path(reference).is_file() else f"{reference} (reference)"
-    table = markdown_table(runs, reference_runs(reference) if reference else None, label)
-    out = [run.line() for run in runs]
-    out += ["", table]
-    out += ["", floors] if (floors := baseline_table(runs)) else []
-    warning = short_run_warning({f"{r.task} {r.label} seed {r.seed}": r.steps for r in runs})
+    warning = short_run_warning({run.name: run.steps for run in runs})
     notes = ([warning] if warning else []) + found.notes()
-    if notes:
-        out += ["", *notes]
-    result = AnalysisResult("grid", "\n".join(out), Path(directory) / ANALYSIS_DIR / "grid")
-    result.add_text("extrapolation_grid.md", result.report)
-    result.add_figure("extrapolation_grid.png", plot_grid(runs))
-    return result
+    if not reference:
+        return grid_summary(runs, notes)
+    label = REFERENCE_LABEL if not Path(reference).is_file() else f"{reference} (reference)"
+    return grid_summary(runs, notes, reference_runs(reference), label)

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from poslab.analysis.results import FinishedRun, collect_runs, differing_settings, setting_values
-from poslab.analysis.stats import Interval, bootstrap_ranks, not_separated
+from poslab.analysis.stats import bootstrap_ranks, not_separated, over_seeds
 from poslab.errors import MissingRunError
 from poslab.run_files import RESULTS_FILE
 
@@ -134,12 +134,6 @@ def load_length_runs(directories: list[str | Path]) -> tuple[list[LengthRun], li
 
 
 # ---- the bits-per-byte table ---------------------------------------------------------------------------------------
-def cell(by_seed: dict[int, float]) -> dict[str, Any]:
-    """One figure over seeds: its mean, 95% t-interval and seed count (``Interval.as_dict``), and the seeds' values."""
-    finite = {s: v for s, v in sorted(by_seed.items()) if v == v}
-    return {**Interval.of(finite.values()).as_dict(), "per_seed": finite}
-
-
 def row_summary(encoding: str, way: str, runs: list[LengthRun]) -> dict[str, Any]:
     """One row: an encoding in one way, bits per byte and its ratio to the plain model's 1x by multiple, the score."""
     multiples = sorted({m for r in runs for m in r.bpb.get(way, {})})
@@ -153,9 +147,9 @@ def row_summary(encoding: str, way: str, runs: list[LengthRun]) -> dict[str, Any
         "encoding": encoding,
         "way": way,
         "seeds": len(runs),
-        "bpb": {f"{m}x": cell(bpb[m]) for m in multiples},
-        "ratio_to_1x": {f"{m}x": cell(ratio[m]) for m in multiples},
-        "score": cell(score),
+        "bpb": {f"{m}x": over_seeds(bpb[m]) for m in multiples},
+        "ratio_to_1x": {f"{m}x": over_seeds(ratio[m]) for m in multiples},
+        "score": over_seeds(score),
         "score_multiples": ranked,
     }
 
@@ -283,6 +277,7 @@ def length_summary(runs: list[LengthRun], notes: list[str]) -> dict[str, Any]:
     for run in runs:
         by_corpus[run.corpus].append(run)
     return {
+        "report": "length",
         "ranked_multiples": list(RANKED),
         "corpora": {corpus: corpus_summary(members) for corpus, members in sorted(by_corpus.items())},
         "runs": [

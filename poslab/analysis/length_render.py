@@ -3,60 +3,45 @@ summary (``length.json``) alone: no runs, no model, so ``poslab report length --
 
 from __future__ import annotations
 
-import csv
-import io
-import math
 from typing import Any
 
 from poslab.analysis.stats import Interval
+from poslab.analysis.tables import csv_text, markdown_table
 from poslab.plotting import plt
-
-
-def interval(cell: dict[str, Any]) -> Interval:
-    """An ``Interval`` back from its JSON (``as_dict``: NaN written as null)."""
-    value = lambda key: math.nan if cell.get(key) is None else float(cell[key])
-    return Interval(value("mean"), value("low"), value("high"), int(cell.get("n", 0)))
-
-
-def _row(cells: list[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
-
-
-def _head(header: list[str]) -> list[str]:
-    return [_row(header), "|" + "---|" * len(header)]
 
 
 def multiples_of(rows: list[dict[str, Any]]) -> list[str]:
     return sorted({m for row in rows for m in row["bpb"]}, key=lambda m: float(m.removesuffix("x")))
 
 
+def interval_cells(figures: dict[str, Any], multiples: list[str]) -> list[str]:
+    """A row's cells at ``multiples``: seed mean [95% t-interval], empty where the row was not evaluated."""
+    return [Interval.from_dict(figures[m]).cell() if m in figures else "" for m in multiples]
+
+
 def bpb_table(corpus: str, summary: dict[str, Any], ranked: list[int]) -> str:
     """Bits per byte by multiple (seed mean [95% t-interval]), the score over 2x-16x and the rank with its
     bootstrap interval, best first."""
     rows, multiples = summary["rows"], multiples_of(summary["rows"])
-    span = f"{ranked[0]}x-{ranked[-1]}x"
-    header = ["rank [95% bootstrap]", "encoding", *multiples, f"score: mean {span}", "seeds"]
-    lines = [f"### {corpus}: bits per byte (trained at {summary['train_length']} tokens; lower is better)", ""]
-    lines += _head(header)
+    header = ["rank [95% bootstrap]", "encoding", *multiples, f"score: mean {ranked[0]}x-{ranked[-1]}x", "seeds"]
+    table = []
     for row in rows:
         place = f"{row['rank']}" + (f" [{row['rank_interval'][0]}-{row['rank_interval'][1]}]"
                                     if row.get("rank_interval") else "")  # fmt: skip
-        cells = [interval(row["bpb"][m]).cell() if m in row["bpb"] else "" for m in multiples]
-        lines.append(_row([place, row["name"], *cells, interval(row["score"]).cell(), str(row["seeds"])]))
+        score = Interval.from_dict(row["score"]).cell()
+        table.append([place, row["name"], *interval_cells(row["bpb"], multiples), score, row["seeds"]])
     groups = summary["not_separated"]
     shown = "; ".join(", ".join(group) for group in groups) if groups else "none (every place separated)"
-    lines += ["", f"Not separated by the rank intervals: {shown}."]
-    return "\n".join(lines)
+    title = f"### {corpus}: bits per byte (trained at {summary['train_length']} tokens; lower is better)"
+    return "\n".join([title, "", markdown_table(header, table), "", f"Not separated by the rank intervals: {shown}."])
 
 
 def ratio_table(corpus: str, summary: dict[str, Any]) -> str:
     """Each row's bits per byte over its encoding's plain model at 1x, per seed then over seeds."""
     rows, multiples = summary["rows"], multiples_of(summary["rows"])
-    lines = [f"### {corpus}: ratio to the plain model's 1x bits per byte", "", *_head(["encoding", *multiples])]
-    for row in rows:
-        cells = [interval(row["ratio_to_1x"][m]).cell() if m in row["ratio_to_1x"] else "" for m in multiples]
-        lines.append(_row([row["name"], *cells]))
-    return "\n".join(lines)
+    table = [[row["name"], *interval_cells(row["ratio_to_1x"], multiples)] for row in rows]
+    title = f"### {corpus}: ratio to the plain model's 1x bits per byte"
+    return "\n".join([title, "", markdown_table(["encoding", *multiples], table)])
 
 
 def passkey_table(corpus: str, summary: dict[str, Any]) -> str:
@@ -66,12 +51,12 @@ def passkey_table(corpus: str, summary: dict[str, Any]) -> str:
         return ""
     first = next(iter(grids.values()))
     header = ["encoding", *(f"{m:g}x" for m in first["distance_multiples"]), "seeds"]
-    lines = [f"### {corpus}: passkey exact match by distance (mean over depths; chance {first['chance_exact']:g})", ""]
-    lines += _head(header)
-    for encoding, grid in grids.items():
-        cells = [f"{sum(row) / len(row):.2f}" for row in grid["exact"]]
-        lines.append(_row([encoding, *cells, str(grid["seeds"])]))
-    return "\n".join(lines)
+    table = [
+        [encoding, *(f"{sum(row) / len(row):.2f}" for row in grid["exact"]), grid["seeds"]]
+        for encoding, grid in grids.items()
+    ]
+    title = f"### {corpus}: passkey exact match by distance (mean over depths; chance {first['chance_exact']:g})"
+    return "\n".join([title, "", markdown_table(header, table)])
 
 
 def extension_table(corpus: str, summary: dict[str, Any]) -> str:
@@ -80,12 +65,13 @@ def extension_table(corpus: str, summary: dict[str, Any]) -> str:
     if not comparisons:
         return ""
     multiples = multiples_of([{"bpb": {**c["bpb_extension"], **c["bpb_test_time"]}} for c in comparisons])
-    lines = [f"### {corpus}: context extension (fine-tuned) against the same rule at test time only", ""]
-    lines += _head(["rule", "run", *multiples])
-    for c in comparisons:
-        for name, bpb in ((c["extension"], c["bpb_extension"]), (c["test_time"], c["bpb_test_time"])):
-            lines.append(_row([c["rule"], name, *(interval(bpb[m]).cell() if m in bpb else "" for m in multiples)]))
-    return "\n".join(lines)
+    table = [
+        [c["rule"], name, *interval_cells(bpb, multiples)]
+        for c in comparisons
+        for name, bpb in ((c["extension"], c["bpb_extension"]), (c["test_time"], c["bpb_test_time"]))
+    ]
+    title = f"### {corpus}: context extension (fine-tuned) against the same rule at test time only"
+    return "\n".join([title, "", markdown_table(["rule", "run", *multiples], table)])
 
 
 def cost_table(corpus: str, summary: dict[str, Any]) -> str:
@@ -93,13 +79,13 @@ def cost_table(corpus: str, summary: dict[str, Any]) -> str:
     costs = summary.get("cost") or {}
     if not costs:
         return ""
-    lines = [f"### {corpus}: cost (seconds, mean over seeds)", ""]
-    lines += _head(["encoding", "training", "evaluation after training", "of it: passkey", "evaluation share", "seeds"])
+    header = ["encoding", "training", "evaluation after training", "of it: passkey", "evaluation share", "seeds"]
+    table = []
     for encoding, c in costs.items():
         passkey = "" if c.get("passkey_seconds") is None else f"{c['passkey_seconds']:.1f}"
         cells = [f"{c['train_seconds']:.1f}", f"{c['test_seconds']:.1f}", passkey, f"{c['evaluation_share']:.1%}"]
-        lines.append(_row([encoding, *cells, str(c["seeds"])]))
-    return "\n".join(lines)
+        table.append([encoding, *cells, c["seeds"]])
+    return "\n".join([f"### {corpus}: cost (seconds, mean over seeds)", "", markdown_table(header, table)])
 
 
 def length_markdown(summary: dict[str, Any]) -> str:
@@ -115,23 +101,17 @@ def length_markdown(summary: dict[str, Any]) -> str:
 
 def length_csv(summary: dict[str, Any]) -> str:
     """One line per corpus, row and multiple: bits per byte and the ratio to 1x with their intervals, the score."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
     stats = ("mean", "low", "high")
-    writer.writerow(["corpus", "row", "encoding", "way", "multiple", "seeds", *(f"bpb_{s}" for s in stats),
-                     *(f"ratio_{s}" for s in stats), "score_mean", "rank"])  # fmt: skip
-    for corpus, part in summary["corpora"].items():
-        for row in part["rows"]:
-            for multiple, bpb in row["bpb"].items():
-                ratio = row["ratio_to_1x"][multiple]
-                writer.writerow([corpus, row["name"], row["encoding"], row["way"], multiple, bpb["n"],
-                                 *(_number(bpb[s]) for s in stats), *(_number(ratio[s]) for s in stats),
-                                 _number(row["score"]["mean"]), row["rank"]])  # fmt: skip
-    return buffer.getvalue()
-
-
-def _number(value: float | None) -> str:
-    return "" if value is None or value != value else f"{value:.5f}"
+    header = ["corpus", "row", "encoding", "way", "multiple", "seeds", *(f"bpb_{s}" for s in stats),
+              *(f"ratio_{s}" for s in stats), "score_mean", "rank"]  # fmt: skip
+    rows = [
+        [corpus, row["name"], row["encoding"], row["way"], multiple, bpb["n"], *(bpb[s] for s in stats),
+         *(row["ratio_to_1x"][multiple][s] for s in stats), row["score"]["mean"], row["rank"]]
+        for corpus, part in summary["corpora"].items()
+        for row in part["rows"]
+        for multiple, bpb in row["bpb"].items()
+    ]  # fmt: skip
+    return csv_text(header, rows)
 
 
 def _panels(count: int, lines: int, width: float = 4.2) -> tuple[Any, list[Any]]:
@@ -163,7 +143,7 @@ def plot_bpb(summary: dict[str, Any]) -> Any:
         for i, row in enumerate(plain):
             multiples = sorted(row["bpb"], key=lambda m: float(m.removesuffix("x")))
             lengths = [float(m.removesuffix("x")) * train for m in multiples]
-            cells = [interval(row["bpb"][m]) for m in multiples]
+            cells = [Interval.from_dict(row["bpb"][m]) for m in multiples]
             ax.plot(lengths, [c.mean for c in cells], "-o", ms=3, lw=1.2, color=colours(i % 20), label=row["name"])
             if all(c.has_interval for c in cells):
                 ax.fill_between(lengths, [c.low for c in cells], [c.high for c in cells], color=colours(i % 20),

@@ -10,10 +10,8 @@ from typing import Any
 
 from poslab.analysis.length import length_summary, load_length_runs
 from poslab.analysis.length_render import length_csv, length_markdown, plot_bpb, plot_positions, safe_name
-from poslab.analysis.output import AnalysisResult
+from poslab.analysis.output import AnalysisResult, read_summary
 from poslab.analysis.passkey_render import plot_passkey
-from poslab.errors import MissingRunError
-from poslab.io import read_json
 from poslab.run_files import default_analysis_dir
 
 SUMMARY_FILE = "length.json"
@@ -41,16 +39,5 @@ def report_length(directories: list[str | Path]) -> AnalysisResult:
 
 
 def rerender_length(path: str | Path) -> AnalysisResult:
-    """``--from``: the files again from a ``length.json`` this report wrote."""
-    path = Path(path)
-    try:
-        summary = read_json(path)
-    except (OSError, ValueError) as error:
-        raise MissingRunError(
-            f"--from {path} cannot be read as JSON ({error}); give a {SUMMARY_FILE} this report wrote."
-        ) from error
-    if not isinstance(summary, dict) or not isinstance(summary.get("corpora"), dict):
-        raise MissingRunError(
-            f"--from {path} is not a length report's summary (no corpora); give a {SUMMARY_FILE} this report wrote."
-        )
-    return render_length(summary, path.parent)
+    """``--from``: the files again from a ``length.json`` this report wrote, beside it by default."""
+    return render_length(read_summary(path, "length", "corpora"), Path(path).parent)

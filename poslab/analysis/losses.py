@@ -1,33 +1,32 @@
-"""``poslab report losses DIR...``: validation loss and bits per byte of language-model runs side by side.
+"""``poslab report losses DIR...``: validation loss and bits per byte of language-model runs side by side; this
+module reads the runs and computes everything the report shows (``losses_summary``: what ``losses.json`` holds).
 
 One row per successful run; runs of one corpus and encoding that differ in another setting (``model.d_model``,
 ``trainer.max_steps`` ...) show it in a column of its own, and when a config has several seeds a second table
-gives their means (``poslab.analysis.results``: grouped by the whole config minus the seed). Runs whose
-status is not ``success``, failed jobs and jobs without results are listed under the table.
+gives their means (``poslab.analysis.results``: grouped by the whole config minus the seed; statistics from
+``poslab.analysis.stats``). Runs whose status is not ``success``, failed jobs and jobs without results are listed
+under the table. Three layers, as the zoo's and the length report: ``losses_render`` draws the tables and the CSV
+from the summary alone (``poslab report losses --from losses.json``), ``losses_report`` runs both.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from statistics import mean
 from typing import Any
 
-from poslab.analysis.output import (
-    AnalysisResult,
-    sample_notes,
-    steps_cell,
-    training_steps,
-)
+from poslab.analysis.output import sample_notes, training_steps
 from poslab.analysis.results import (
     FinishedRun,
+    Runs,
     collect_runs,
     differing_settings,
     setting_values,
     validation_documents,
 )
+from poslab.analysis.stats import over_seeds
 from poslab.errors import MissingRunError
-from poslab.run_files import RESULTS_FILE, default_analysis_dir
+from poslab.run_files import RESULTS_FILE
 
 
 def is_language_model_result(result: dict[str, Any]) -> bool:
@@ -42,8 +41,14 @@ def data_cell(result: dict[str, Any]) -> str:
     return "validated on a test split" if "validates on" in notes else ""
 
 
-def report_losses(directories: list[str | Path]) -> AnalysisResult:
-    """The runs' validation figures side by side; ``losses.md`` for the first directory's ``analysis/losses/``."""
+def labels(run: FinishedRun) -> tuple[str, str]:
+    """The columns every row has: corpus and encoding."""
+    return (str(run.result.get("corpus", "?")), str(run.result["label"]))
+
+
+def load_losses(directories: list[str | Path]) -> tuple[list[FinishedRun], list[str], Runs]:
+    """The successful language-model runs below ``directories`` in table order, the settings that tell runs of one
+    corpus and encoding apart, and everything found (the jobs listed apart)."""
     found = collect_runs(list(directories), keep=is_language_model_result)
     if not found.counted:
         listed = " ".join(found.notes())
@@ -51,46 +56,52 @@ def report_losses(directories: list[str | Path]) -> AnalysisResult:
             f"no language-model {RESULTS_FILE} of a successful run below {', '.join(map(str, directories))}"
             + (f": {listed}" if listed else ".")
         )
-
-    def labels(run: FinishedRun) -> tuple[str, str]:
-        return (str(run.result.get("corpus", "?")), str(run.result["label"]))
-
     keys = differing_settings(found.counted, labels)
     runs = sorted(found.counted, key=lambda r: (*labels(r), setting_values(r, keys), r.result["seed"]))
-    header = [
-        "corpus",
-        "encoding",
-        *keys,
-        "seed",
-        "steps",
-        "val documents",
-        "parameters",
-        "val loss (nats)",
-        "val bits/byte",
-        "data",
-        "run",
-    ]
-    steps = {str(run.path): training_steps(run.path, run.result) for run in runs}
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    groups: dict[tuple[str, ...], list[FinishedRun]] = defaultdict(list)
+    return runs, keys, found
+
+
+def run_summary(run: FinishedRun, keys: list[str], steps: tuple[int | None, int | None]) -> dict[str, Any]:
+    result, figures = run.result, run.result["figures"]
+    corpus, encoding = labels(run)
+    return {
+        "corpus": corpus,
+        "encoding": encoding,
+        "settings": list(setting_values(run, keys)),
+        "seed": result["seed"],
+        "steps": list(steps),
+        "val_documents": validation_documents(result),
+        "parameters": result.get("parameters", 0),
+        "val_loss": figures["val_loss"],
+        "val_bpb": figures["val_bpb"],
+        "data": data_cell(result),
+        "run": str(run.path),
+    }
+
+
+def config_summaries(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per config (corpus, encoding, settings), in table order: its seeds and each figure over them (mean,
+    95% t-interval, per seed: ``stats.over_seeds``)."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
     for run in runs:
-        result, figures = run.result, run.result["figures"]
-        values = setting_values(run, keys)
-        groups[(*labels(run), *values)].append(run)
-        cells = [*labels(run), *values, str(result["seed"]), steps_cell(*steps[str(run.path)])]
-        cells += [f"{validation_documents(result):,}", f"{result.get('parameters', 0):,}"]
-        cells += [f"{figures['val_loss']:.4f}", f"{figures['val_bpb']:.4f}", data_cell(result), str(run.path)]
-        lines.append("| " + " | ".join(cells) + " |")
-    if any(len(members) > 1 for members in groups.values()):  # several seeds of one config: their means
-        header = ["corpus", "encoding", *keys, "seeds", "mean val loss (nats)", "mean val bits/byte"]
-        lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        for group, members in groups.items():
-            loss = mean(m.result["figures"]["val_loss"] for m in members)
-            bpb = mean(m.result["figures"]["val_bpb"] for m in members)
-            lines.append("| " + " | ".join([*group, str(len(members)), f"{loss:.4f}", f"{bpb:.4f}"]) + " |")
+        groups[(run["corpus"], run["encoding"], *run["settings"])].append(run)
+    return [
+        {
+            "corpus": corpus,
+            "encoding": encoding,
+            "settings": list(settings),
+            "seeds": len(members),
+            **{key: over_seeds({m["seed"]: m[key] for m in members}) for key in ("val_loss", "val_bpb")},
+        }
+        for (corpus, encoding, *settings), members in groups.items()
+    ]
+
+
+def compute_losses(directories: list[str | Path]) -> dict[str, Any]:
+    """Everything the report shows, per seed where a figure has seeds: ``losses.json``, what rendering reads."""
+    runs, keys, found = load_losses(directories)
+    steps = {str(run.path): training_steps(run.path, run.result) for run in runs}
     documents = {str(run.path): validation_documents(run.result) for run in runs}
     notes = sample_notes(steps, [run.result for run in runs], documents) + found.notes()
-    report = "\n".join(lines + (["", *notes] if notes else []))
-    result = AnalysisResult("losses", report, default_analysis_dir("losses", list(directories), [r.path for r in runs]))
-    result.add_text("losses.md", report)
-    return result
+    rows = [run_summary(run, keys, steps[str(run.path)]) for run in runs]
+    return {"report": "losses", "setting_keys": keys, "runs": rows, "configs": config_summaries(rows), "notes": notes}

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from poslab.datamodules.corpora import describe_sources
-from poslab.errors import OutputNotWritableError
+from poslab.errors import MissingRunError, OutputNotWritableError
 from poslab.io import read_json, write_atomic
 from poslab.run_files import RESULTS_FILE, run_overrides
 
@@ -81,6 +81,24 @@ class AnalysisResult:
     def written_line(self, directory: Path) -> str:
         names = ", ".join(self.files)
         return f"{self.name}: {len(self.files)} files written to {directory}: {names}"
+
+
+def read_summary(path: str | Path, report: str, key: str) -> dict[str, Any]:
+    """``poslab report REPORT --from SUMMARY``: the summary JSON a report wrote (``<report>.json``), which its render
+    layer reads alone. Refused unless it is a dict with ``key`` and, where it says, of ``report`` (summaries
+    written before they said which report they are only need ``key``)."""
+    path, expected = Path(path), f"{report}.json"
+    try:
+        summary = read_json(path)
+    except (OSError, ValueError) as error:
+        raise MissingRunError(
+            f"--from {path} cannot be read as JSON ({error}); give a {expected} this report wrote."
+        ) from error
+    if not isinstance(summary, dict) or key not in summary or summary.get("report", report) != report:
+        raise MissingRunError(
+            f"--from {path} is not a {report} report's summary (no {key}); give a {expected} this report wrote."
+        )
+    return summary
 
 
 #: an interval (a bootstrap over documents) resting on fewer documents than this is flagged in the report

@@ -31,6 +31,9 @@ evaluation windows inside one run are not independent replicates of it. Hence:
   discrete key (the increments' word boundaries: what any function of the lead byte could reach).
 * :func:`split_seeds` / :func:`seeds_cell` -- where seeds split into two outcomes (one seed learns a task, two
   do not) a mean and an interval describe no run that happened; reports print the per-seed values instead.
+* :class:`SeedCell` / :func:`over_seeds` / :func:`seed_cell_text` -- one figure of a table over its seeds: the
+  values by seed with their interval (and whether they split), JSON-ready for a report's summary, and its cell
+  read back from that summary alone (a report's render layer).
 
 scipy is not a dependency: Student-t quantiles come from a table (1-10 degrees of freedom) and a
 Cornish-Fisher expansion beyond (accurate to 3 decimals).
@@ -132,6 +135,12 @@ class Interval:
         """JSON-ready: NaN becomes None (JSON has no NaN)."""
         clean = lambda x: None if x != x else x
         return {"mean": clean(self.mean), "low": clean(self.low), "high": clean(self.high), "n": self.n}
+
+    @classmethod
+    def from_dict(cls, cell: Mapping[str, Any]) -> Interval:
+        """An ``Interval`` back from its JSON (``as_dict``: NaN written as null)."""
+        value = lambda key: math.nan if cell.get(key) is None else float(cell[key])
+        return cls(value("mean"), value("low"), value("high"), int(cell.get("n", 0)))
 
 
 def paired_difference(a: Mapping[int, float], b: Mapping[int, float]) -> Interval:
@@ -307,6 +316,47 @@ def split_seeds(values: Sequence[float], gap: float = 0.25) -> bool:
 def seeds_cell(values: Sequence[float], digits: int = 2) -> str:
     """Per-seed values in seed order, ``0.02 / 0.98 / 1.00`` (a missing one: ``n/a``)."""
     return " / ".join("n/a" if v != v else f"{v:.{digits}f}" for v in values)
+
+
+def over_seeds(by_seed: Mapping[int, float], bounds: tuple[float, float] | None = None) -> dict[str, Any]:
+    """One figure over seeds, JSON-ready: its mean, 95% t-interval and seed count (``Interval.as_dict``) and the
+    finite values by seed, in seed order."""
+    finite = {s: v for s, v in sorted(by_seed.items()) if v == v}
+    return {**Interval.of(finite.values(), bounds).as_dict(), "per_seed": finite}
+
+
+@dataclass
+class SeedCell:
+    """One figure over seeds: its values by seed, their interval (clipped to ``bounds``: accuracies stay within
+    0..1), and whether the seeds split."""
+
+    by_seed: dict[int, float]
+    bounds: tuple[float, float] | None = None
+
+    @property
+    def interval(self) -> Interval:
+        return Interval.of(list(self.by_seed.values()), bounds=self.bounds)
+
+    @property
+    def split(self) -> bool:
+        return split_seeds(list(self.by_seed.values()))
+
+    def text(self) -> str:
+        return seed_cell_text(self.as_dict())
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: the interval, every seed's value (NaN as None) and the split; ``seed_cell_text`` reads it."""
+        per_seed = {seed: None if value != value else value for seed, value in self.by_seed.items()}
+        return {**self.interval.as_dict(), "per_seed": per_seed, "split": self.split}
+
+
+def seed_cell_text(cell: Mapping[str, Any], digits: int = 3) -> str:
+    """A table's cell of a ``SeedCell.as_dict`` (read back from a summary): the per-seed values in seed order where
+    the seeds split, else the mean with its interval (``Interval.cell``)."""
+    if cell.get("split"):
+        per_seed = sorted((int(seed), value) for seed, value in cell["per_seed"].items())
+        return f"{seeds_cell([math.nan if v is None else v for _, v in per_seed])} (split)"
+    return Interval.from_dict(cell).cell(digits)
 
 
 def hierarchical_bootstrap(

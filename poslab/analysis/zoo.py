@@ -45,13 +45,11 @@ from poslab.analysis.extrapolation import is_grid_result
 from poslab.analysis.output import training_steps
 from poslab.analysis.results import FinishedRun, collect_runs, differing_settings, setting_values
 from poslab.analysis.stats import (
-    Interval,
+    SeedCell,
     bootstrap_mean_rank,
     bootstrap_ranks,
     mean_ranks,
     not_separated,
-    seeds_cell,
-    split_seeds,
 )
 from poslab.errors import MissingRunError
 from poslab.run_files import RESULTS_FILE
@@ -120,30 +118,8 @@ def zoo_run(run: FinishedRun, keys: list[str]) -> ZooRun:
     )
 
 
-@dataclass
-class Cell:
-    """One figure over seeds: its values by seed, their interval, and whether the seeds split."""
-
-    by_seed: dict[int, float]
-
-    @property
-    def interval(self) -> Interval:
-        return Interval.of(list(self.by_seed.values()), bounds=ACCURACY)
-
-    @property
-    def split(self) -> bool:
-        return split_seeds(list(self.by_seed.values()))
-
-    def text(self) -> str:
-        values = [self.by_seed[s] for s in sorted(self.by_seed)]
-        return f"{seeds_cell(values)} (split)" if self.split else self.interval.cell()
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**self.interval.as_dict(), "per_seed": self.by_seed, "split": self.split}
-
-
-def cell_of(runs: list[ZooRun], value: Any) -> Cell:
-    return Cell({r.seed: value(r) for r in runs})
+def cell_of(runs: list[ZooRun], value: Any) -> SeedCell:
+    return SeedCell({r.seed: value(r) for r in runs}, ACCURACY)
 
 
 @dataclass
@@ -151,7 +127,7 @@ class Rule:
     """The test-time rule chosen at one multiple: its name, its test figure, and what it was chosen on."""
 
     variant: str
-    test: Cell
+    test: SeedCell
     chosen_on: str  # "selection set", or "test set" for runs without one (optimistic)
 
 
@@ -161,10 +137,10 @@ class Row:
 
     encoding: str
     runs: list[ZooRun]
-    one_x: Cell
-    past: dict[int, Cell]
-    score: Cell
-    scaled: dict[int, Cell]
+    one_x: SeedCell
+    past: dict[int, SeedCell]
+    score: SeedCell
+    scaled: dict[int, SeedCell]
     rules: dict[int, Rule]
     draw_sd: dict[int, float] = field(default_factory=dict)  # randomized positions: mean sd over draws
     rank: float = math.nan

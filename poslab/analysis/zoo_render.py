@@ -3,12 +3,11 @@ the rows and the ranking alone (no model)."""
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from statistics import mean
 from typing import Any
 
+from poslab.analysis.tables import csv_text, markdown_table
 from poslab.analysis.zoo import Ranking, Row, ZooRun
 from poslab.plotting import plt
 
@@ -36,15 +35,6 @@ def family_of(encoding: str) -> str:
     return next((family for family, names in FAMILIES.items() if name in names), "other")
 
 
-def _row(cells: list[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
-
-
-def _head(header: list[str]) -> list[str]:
-    """A markdown table's header row and its separator."""
-    return [_row(header), "|" + "---|" * len(header)]
-
-
 def best_baseline(floor: dict[str, float]) -> tuple[str, float]:
     name = max(floor, key=lambda k: floor[k])
     return name, floor[name]
@@ -52,12 +42,13 @@ def best_baseline(floor: dict[str, float]) -> tuple[str, float]:
 
 def overall_table(ranking: Ranking, n_tasks: int) -> str:
     header = ["place", "encoding", "mean rank [95% bootstrap]", "places, one task left out", "mean score", "tasks"]
-    lines = ["### Overall", "", *_head(header)]
+    rows = []
     for place, encoding in enumerate(ranking.order, 1):
         rank, low, high = ranking.mean_rank[encoding]
         out = ranking.leave_one_out.get(encoding)
-        cells = [str(place), encoding, f"{rank:.2f} [{low:.2f}, {high:.2f}]", f"{out[0]}-{out[1]}" if out else "n/a"]
-        lines.append(_row([*cells, f"{ranking.mean_score[encoding]:.3f}", f"{ranking.tasks[encoding]}/{n_tasks}"]))
+        cells = [place, encoding, f"{rank:.2f} [{low:.2f}, {high:.2f}]", f"{out[0]}-{out[1]}" if out else "n/a"]
+        rows.append([*cells, f"{ranking.mean_score[encoding]:.3f}", f"{ranking.tasks[encoding]}/{n_tasks}"])
+    lines = ["### Overall", "", markdown_table(header, rows)]
     groups = [group for group in ranking.groups if len(group) > 1]
     lines += ["", "Places not separated (consecutive places whose mean-rank intervals overlap):"]
     lines += [f"- {', '.join(group)}" for group in groups] or ["- none: every place is separated from its neighbours"]
@@ -71,13 +62,14 @@ def task_table(task: str, rows: list[Row], train_length: int, floor: dict[int, d
     multiples = sorted({m for row in rows for m in row.past})
     header = ["rank [95%]", "encoding", "seeds", f"1x ({train_length})"]
     header += [f"{m}x ({m * train_length}) past {train_length}" for m in multiples] + ["score (2-8x, past)"]
-    lines = [f"### {task} (trained at {train_length})", "", *_head(header)]
+    table = []
     for row in rows:
         low, high = row.rank_interval
-        cells = [f"{row.rank:g} [{low}, {high}]", row.encoding, str(row.seeds)]
+        cells = [f"{row.rank:g} [{low}, {high}]", row.encoding, row.seeds]
         cells.append(row.one_x.text() + (" !" if row.flagged else ""))
         cells += [row.past[m].text() if m in row.past else "n/a" for m in multiples]
-        lines.append(_row([*cells, row.score.text()]))
+        table.append([*cells, row.score.text()])
+    lines = [f"### {task} (trained at {train_length})", "", markdown_table(header, table)]
     if any(row.flagged for row in rows):
         lines += ["", "! : 1x accuracy under 0.9 of the task's best: the task was not learned at the training length."]
     lines += ["", baseline_table(floor, train_length), "", scaled_table(rows, train_length)]
@@ -89,10 +81,8 @@ def baseline_table(floor: dict[int, dict[str, float]], train_length: int) -> str
         return "Baselines: not recorded by these runs."
     names = sorted({name for row in floor.values() for name in row})
     header = ["baseline (same evaluation sets)", *(f"{m}x" + (" past" if m > 1 else "") for m in floor)]
-    lines = [*_head(header)]
-    for name in names:
-        lines.append(_row([name, *(f"{floor[m][name]:.3f}" if name in floor[m] else "n/a" for m in floor)]))
-    return "\n".join(lines)
+    rows = [[name, *(f"{floor[m][name]:.3f}" if name in floor[m] else "n/a" for m in floor)] for name in names]
+    return markdown_table(header, rows)
 
 
 def scaled_table(rows: list[Row], train_length: int) -> str:
@@ -102,14 +92,15 @@ def scaled_table(rows: list[Row], train_length: int) -> str:
     with_rules = any(row.rules for row in rows)
     header = ["encoding", *(f"{m}x: x log L" for m in multiples)]
     header += [f"{m}x: chosen rule" for m in multiples] if with_rules else []
-    lines = [f"With test-time scaling (trained at {train_length}; accuracy past {train_length}):", "", *_head(header)]
-    chosen_on = set()
+    table, chosen_on = [], set()
     for row in rows:
         cells = [row.encoding, *(row.scaled[m].text() if m in row.scaled else "n/a" for m in multiples)]
         if with_rules:
             cells += [f"{r.test.text()} ({r.variant})" if (r := row.rules.get(m)) else "n/a" for m in multiples]
             chosen_on |= {rule.chosen_on for rule in row.rules.values()}
-        lines.append(_row(cells))
+        table.append(cells)
+    title = f"With test-time scaling (trained at {train_length}; accuracy past {train_length}):"
+    lines = [title, "", markdown_table(header, table)]
     if chosen_on:
         optimistic = " (on the test set itself: optimistic)" if "test set" in chosen_on else ""
         lines += ["", f"Rules chosen on: {', '.join(sorted(chosen_on))}{optimistic}."]
@@ -121,15 +112,16 @@ def time_table(seconds: dict[str, list[float]], order: list[str], baseline: str 
     if not seconds:
         return ""
     base = mean(seconds[baseline]) if seconds.get(baseline) else math.nan
-    lines = ["### Training time", "", *_head(["encoding", "runs", "s / run", f"x {baseline}"])]
+    rows = []
     for encoding in [e for e in order if e in seconds]:
         per_run = mean(seconds[encoding])
         ratio = f"{per_run / base:.2f}" if base == base else "n/a"
-        lines.append(_row([encoding, str(len(seconds[encoding])), f"{per_run:.1f}", ratio]))
+        rows.append([encoding, len(seconds[encoding]), f"{per_run:.1f}", ratio])
     total = sum(sum(values) for values in seconds.values())
     count = sum(len(values) for values in seconds.values())
-    lines += ["", f"{count} runs, {total / 3600:.2f} h of training summed over them (a resumed run: its last part)."]
-    return "\n".join(lines)
+    table = markdown_table(["encoding", "runs", "s / run", f"x {baseline}"], rows)
+    summed = f"{count} runs, {total / 3600:.2f} h of training summed over them (a resumed run: its last part)."
+    return "\n".join(["### Training time", "", table, "", summed])
 
 
 def zoo_markdown(
@@ -148,19 +140,19 @@ def zoo_markdown(
 def runs_csv(runs: list[ZooRun]) -> str:
     """One row per run: every figure at every multiple (``<figure>@<m>x``), its steps, time and directory."""
     columns = sorted({(m, key) for r in runs for m, row in r.figures.items() for key in row})
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
     header = ["task", "encoding", "seed", "train_length", "score", *(f"{key}@{m}x" for m, key in columns)]
-    writer.writerow([*header, "steps", "train_seconds", "run"])
-    for r in runs:
-        cells: list[Any] = [r.task, r.encoding, r.seed, r.train_length, _number(r.score)]
-        cells += [_number(r.figures.get(m, {}).get(key)) for m, key in columns]
-        writer.writerow([*cells, r.steps[0], _number(r.train_seconds), str(r.path)])
-    return buffer.getvalue()
+    rows = [
+        [r.task, r.encoding, r.seed, r.train_length, _number(r.score),
+         *(_number(r.figures.get(m, {}).get(key)) for m, key in columns), r.steps[0], _number(r.train_seconds),
+         str(r.path)]
+        for r in runs
+    ]  # fmt: skip
+    return csv_text([*header, "steps", "train_seconds", "run"], rows)
 
 
-def _number(value: float | None) -> str:
-    return "" if value is None or value != value else f"{value:.4f}"
+def _number(value: float | None) -> float | None:
+    """A figure as the CSV writes it: all its digits, empty where the run has none (None, NaN)."""
+    return None if value is None or value != value else float(value)
 
 
 def plot_accuracy(
