@@ -245,6 +245,7 @@ def train(overrides: list[str], run_dir: Path, data: dict[str, Path] | None) -> 
     return cfg
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("experiment", "kind", "corpus"), cases())
 def test_recipe_trains_on_the_cpu_and_its_analysis_runs(experiment, kind, corpus, data, tmp_path):
     base = [f"experiment={experiment}", *(corpus_overrides(corpus, data["data"]) if corpus else [])]
