@@ -38,12 +38,13 @@ grid: install ## 28 runs in parallel (POSLAB_JOBS at a time), then `poslab repor
 	echo "$(VENV)/bin/poslab report grid $$sweep --reference where_am_i"; \
 	$(VENV)/bin/poslab report grid "$$sweep" --reference where_am_i
 
-# PLACEHOLDER (issue 26 item 5): "a few minutes" below becomes the measured time of the whole suite on 2 cores
+# PLACEHOLDER (issue 26 item 5): "a few minutes" below, and TEST_FAST_TIME in test-fast's, become the measured
+# times on 2 cores
 test: install ## the tests (CPU, offline, a few minutes)
 	$(PY) -m pytest
 
 # pytest's own options (workers, random order, time limit, durations) are in pyproject.toml's [tool.pytest.ini_options]
-test-fast: install ## the tests not marked slow (CPU, offline, TEST_FAST_TIME on 2 cores): the check to run while working
+test-fast: install ## the tests not marked slow (CPU, offline, TEST_FAST_TIME on 2 cores): the check while working
 	$(PY) -m pytest -m "not slow"
 
 lint: install ## ruff
