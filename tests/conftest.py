@@ -39,12 +39,23 @@ def seed_all(seed: int = SEED) -> None:
 @pytest.fixture(autouse=True)
 def seeded_rngs():
     """Every test starts from the same RNG state, whatever ran before it on the same worker: a model's initial
-    parameters and any unseeded ``torch.randn`` / ``random`` / ``np.random`` draw are the same alone, after other
-    tests, and in any order (a worker of ``-n 2 --dist loadscope`` runs a module's tests after others'). Autouse
-    fixtures of a scope come first, so function-scoped fixtures that build models see this state too.
-    Module-scoped fixtures are set up before it: one that draws must seed itself (``seed_all``); those here train
-    through ``poslab.training.run`` or ``train.py``, which seed with ``seed_everything(cfg.seed)`` first."""
+    parameters and any unseeded ``torch.randn`` draw are the same alone, after other tests, and in any order (the
+    order is random: pytest-randomly). Autouse fixtures of a scope come first, so function-scoped fixtures that
+    build models see this state too. Module-scoped fixtures are set up before it: one that draws must seed itself
+    (``seed_all``); those here train through ``poslab.training.run`` or ``train.py``, which seed with
+    ``seed_everything(cfg.seed)`` first.
+
+    pytest-randomly, when installed, reseeds ``random`` and numpy's global generator again after this, as the test
+    body starts, from its session seed and the test's id (torch it leaves alone): a test that draws from those
+    seeds them itself or draws from its own ``random.Random(seed)`` / ``np.random.default_rng(seed)``."""
     seed_all()
+
+
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    """The random order's seed, last (``-q`` hides pytest-randomly's header line, which says it first)."""
+    seed = config.getoption("randomly_seed", None)
+    if config.pluginmanager.hasplugin("randomly") and isinstance(seed, int):
+        terminalreporter.write_line(f"random order: --randomly-seed={seed} replays it (-p no:randomly: file order)")
 
 
 def tiny_model(

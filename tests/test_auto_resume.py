@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from poslab.job_folders import job_folder_name
@@ -47,6 +48,7 @@ def test_an_unfinished_run_resumes_from_its_last_checkpoint_and_ends_as_an_unint
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.slow
 def test_a_multirun_given_again_skips_finished_jobs_and_reruns_the_failed_one(tmp_path):
     import shutil
 

@@ -59,6 +59,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "fragments"), CASES, ids=[" ".join(a) for a, _ in CASES])
 def test_bad_input_gives_one_clear_message_and_leaves_the_run_directory_intact(args, fragments, tmp_path):
     files = bad_files(tmp_path)
@@ -79,6 +80,7 @@ def test_bad_input_gives_one_clear_message_and_leaves_the_run_directory_intact(a
     assert not (tmp_path / "logs").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without GPUs")
 def test_gpu_trainer_on_a_machine_without_gpus_says_so(tmp_path):
     result = run_train(["trainer=ddp", *FAST, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)

@@ -251,6 +251,7 @@ def test_the_alibi_bias_reaches_sdpa_in_fp32_under_cpu_autocast(monkeypatch):
     assert seen == [(torch.bfloat16, torch.float32, False)] * 2  # both layers: bf16 q, fp32 bias + causal mask
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["lag", "seen"])
 @pytest.mark.parametrize("encoding", sorted(ENCODINGS))
 def test_every_encoding_trains_under_bf16_mixed_and_loads_back_in_fp32(tmp_path, encoding, task):
@@ -263,6 +264,7 @@ def test_every_encoding_trains_under_bf16_mixed_and_loads_back_in_fp32(tmp_path,
     assert all(p.dtype == torch.float32 for p in module.parameters())
 
 
+@pytest.mark.slow
 def test_a_compiled_model_trains_under_bf16_mixed(tmp_path):
     """model.compile with autocast: the rotation (complex fp32), the fp32 DeltaMLP block and the clipping."""
     overrides = [*tiny(tmp_path, "increments_layer"), "trainer.precision=bf16-mixed", "optimizer.grad_clip=1.0"]
@@ -272,6 +274,7 @@ def test_a_compiled_model_trains_under_bf16_mixed(tmp_path):
     assert all(p.dtype == torch.float32 for p in module.parameters())
 
 
+@pytest.mark.slow
 def test_an_interrupted_bf16_run_resumes_exactly(tmp_path):
     """tests/test_resume.py's check under bf16-mixed with clipping and the learned increments."""
     full, part = tmp_path / "full", tmp_path / "resumed"

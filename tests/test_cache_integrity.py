@@ -256,6 +256,7 @@ def test_a_malformed_jsonl_line_names_the_file_and_line(tmp_path):
         prepare_corpus(corpus, data, tmp_path / "cache")
 
 
+@pytest.mark.slow
 def test_train_py_with_a_malformed_jsonl_line_exits_2_with_one_message_and_leaves_no_cache(tmp_path):
     path = write_jsonl(tmp_path / "docs" / "a.jsonl", [f"Document {i}. " * 20 for i in range(30)])
     with open(path, "a") as f:

@@ -98,6 +98,7 @@ def test_extrapolation_grid_sweeps_28_runs(tmp_path):
 STEPS = {"kerple_power": 120}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_each_encoding_trains_and_its_loss_falls(encoding, tmp_path):
     cfg = compose_config([f"encoding={encoding}", "task.batch_size=32"], tmp_path)
@@ -169,6 +170,7 @@ def test_bad_config_values_raise_one_clear_sentence(overrides, fragment, tmp_pat
     assert not (tmp_path / "results.json").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
@@ -208,6 +210,7 @@ def test_slurm_and_local_parallel_launchers_compose(tmp_path):
         assert cfg.hydra.launcher._target_.endswith(target)
 
 
+@pytest.mark.slow
 def test_wandb_logger_runs_offline_without_a_key_and_writes_config_and_metrics(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)

@@ -100,6 +100,7 @@ def saved_weights(run_dir: Path) -> dict[str, torch.Tensor]:
 
 
 # ---- end to end -----------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_an_extension_with_yarn_trains_at_four_times_the_context_and_records_its_parent(parents, tmp_path):
     from poslab.analysis.results import read_results
     from poslab.config import check_config
@@ -138,6 +139,7 @@ def test_an_extension_with_yarn_trains_at_four_times_the_context_and_records_its
     check_config(compose_config([*command, "ckpt_path=last"], run_dir))
 
 
+@pytest.mark.slow
 def test_an_extension_without_a_rule_continues_nope_from_its_parents_weights(parents, tmp_path):
     """Rule none suits every encoding (a baseline: 4x the context, no rule); at learning rate 0 the extension's
     trained weights are its parent's exactly, so they came from the parent's model.pt."""
@@ -159,6 +161,7 @@ def extension(parent: Path, tmp_path: Path, *extra: str):
     return compose_config(extension_command(parent, *extra), tmp_path / "run")
 
 
+@pytest.mark.slow
 def test_the_loaded_weights_are_the_parents_before_any_step(parents, tmp_path):
     from poslab.builders import build_datamodule, build_module
     from poslab.extension import initialise_from_parent
@@ -173,6 +176,7 @@ def test_the_loaded_weights_are_the_parents_before_any_step(parents, tmp_path):
     assert record["extension"]["rule"] == "ntk" and module.model.encoding.label() == "rope:ntk4"
 
 
+@pytest.mark.slow
 def test_a_learned_position_table_grows_with_the_parents_rows_first(parents, tmp_path):
     from poslab.builders import build_datamodule, build_module
     from poslab.extension import load_parent_weights
@@ -192,6 +196,7 @@ def test_a_learned_position_table_grows_with_the_parents_rows_first(parents, tmp
     assert all(torch.equal(loaded[k], theirs[k]) for k in theirs if k != table)
 
 
+@pytest.mark.slow
 def test_the_parent_supplies_the_model_and_the_command_what_may_change(parents, tmp_path):
     cfg = extension(parents["rope"], tmp_path, "extension.rule=linear")
     parent = json.loads((parents["rope"] / "results.json").read_text())["config"]
@@ -251,6 +256,7 @@ REFUSED = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("parent", "extra", "words"), [r[1:] for r in REFUSED], ids=[r[0] for r in REFUSED])
 def test_an_unfit_parent_or_setting_is_refused_with_one_sentence_and_nothing_written(
     parents, tmp_path, parent, extra, words

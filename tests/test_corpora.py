@@ -133,6 +133,7 @@ def _prepare_in_process(args: tuple[dict, str, str]) -> str:
     return str(prepare_corpus(corpus, data_dir, cache_dir)[0].directory)
 
 
+@pytest.mark.slow
 def test_two_processes_preparing_the_same_cache_leave_one_valid_cache(tmp_path):
     corpus = make_corpus(tmp_path / "data", n_docs=400)
     args = (corpus, str(tmp_path / "data"), str(tmp_path / "cache"))
@@ -155,6 +156,7 @@ def test_missing_corpus_says_what_was_looked_for_where_and_how_to_provide_it(tmp
     assert "POSLAB_DATA_DIR" in message and "wikimedia/wikipedia" in message and "HF_HUB_OFFLINE" in message
 
 
+@pytest.mark.slow
 def test_train_py_with_a_missing_corpus_exits_with_the_message(tmp_path):
     result = run_train(["corpus=openwebtext", f"paths.data_dir={tmp_path}", "trainer.max_steps=2"], tmp_path)
     assert result.returncode != 0

@@ -230,6 +230,7 @@ def test_the_multirun_summary_counts_a_damaged_job_as_not_a_success(tmp_path):
     assert damaged.strip().startswith("damaged") and "does not parse as JSON" in damaged
 
 
+@pytest.mark.slow
 def test_ckpt_path_auto_runs_a_job_with_a_damaged_results_file_again(tmp_path):
     sweep = tmp_path / "sweep"
     args = ["-m", "seed=0,1", "debug=fast", "threads=1", "~logger", "callbacks.progress_bar.refresh_rate=0"]

@@ -49,6 +49,7 @@ def python_code(src: Path, cache: Path, *extra: str) -> list[str]:
             f"paths.cache_dir={cache}", *TINY_LM, *extra]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_include_tests_with_a_latin1_test_module_stops_under_strict_naming_the_file(tmp_path):
     """strict (the default): the Latin-1 test module stops the command with one sentence naming it, exit status 2,
     and no run directory left (a test module follows decode_errors like any other file)."""
@@ -62,6 +63,7 @@ def test_include_tests_with_a_latin1_test_module_stops_under_strict_naming_the_f
     assert not (tmp_path / "logs").exists()
 
 
+@pytest.mark.slow
 def test_include_tests_with_a_latin1_test_module_under_replace_is_counted_once_and_no_test_split(tmp_path):
     """replace: the invalid byte is read as U+FFFD and counted, said once in the job's console; the test modules are
     code (tests of a program), so the run has no "trains on a test split" note."""
@@ -137,6 +139,7 @@ def test_each_data_warning_prints_once_per_job_in_one_line(tmp_path, caplog):
     assert "accents.txt" in said["replaced"][0] and "blank.txt" in said["empty"][0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("split", ["train", "validation"])
 def test_a_context_longer_than_a_split_is_refused_in_one_sentence_and_leaves_no_directory(tmp_path, split):
     """A context that outruns the corpus (the training split, or only the validation split, shorter than one window)

@@ -26,6 +26,7 @@ def one_and_two_processes(args: list[str], tmp_path) -> tuple:
     return single, ddp, two
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CORES < 2, reason="trainer=ddp_cpu runs 2 processes: needs 2 CPU cores")
 def test_two_process_ddp_cpu_run_matches_one_process_run_and_writes_one_results_file(tmp_path):
     # lag, rope: every row of a batch has the same number of scored positions, so the mean of the two
@@ -55,6 +56,7 @@ def test_two_process_ddp_cpu_run_matches_one_process_run_and_writes_one_results_
     assert not list(tmp_path.glob("logs/**/results.json"))  # the other rank did not write a run directory
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CORES < 2, reason="trainer=ddp_cpu runs 2 processes: needs 2 CPU cores")
 def test_language_model_validation_under_ddp_counts_every_window_once(tmp_path):
     """3 validation windows on 2 ranks: a DistributedSampler would pad rank 1 with a repeated window and the
@@ -89,6 +91,7 @@ def test_language_model_validation_under_ddp_counts_every_window_once(tmp_path):
     assert abs(a["val_loss"] - b["val_loss"]) <= 1e-6 and abs(a["val_bpb"] - b["val_bpb"]) <= 1e-6, (a, b)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CORES < 2, reason="trainer=ddp_cpu runs 2 processes: needs 2 CPU cores")
 def test_rand_axial_draws_the_same_boundaries_under_ddp_as_in_one_process(tmp_path):
     """rand_axial's random paragraph boundaries are a function of (seed, step, global row): the 2-process

@@ -23,6 +23,7 @@ def one_message(stderr: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("value", "fragments"),
     [

@@ -215,6 +215,7 @@ def test_a_corpus_without_paragraphs_gives_a_clear_message():
         analyze_documents(model, held_out_documents(split, context=16), progress=False)
 
 
+@pytest.mark.slow
 def test_analyze_hrope_cli_on_trained_runs(tmp_path, capsys):
     """Two tiny runs (hrope_axial and rand_axial) on a corpus with paragraphs, then the whole report."""
     from poslab.cli import main

@@ -66,6 +66,7 @@ def trained_runs(tmp_path_factory):
     return runs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("encoding", ["increments_shared", "increments_layer"])
 def test_analyze_increments_writes_the_table_picture_and_aucs(trained_runs, tmp_path, capsys, encoding):
     zh_file = tmp_path / "zh.txt"
@@ -103,6 +104,7 @@ def test_analyze_increments_writes_the_table_picture_and_aucs(trained_runs, tmp_
         assert "train/lr" in training_log.splitlines()[0]  # the learning rate is logged beside the loss
 
 
+@pytest.mark.slow
 def test_held_out_boundaries_are_split_by_source(trained_runs, tmp_path, capsys):
     run_dir = trained_runs["increments_layer"]
     assert poslab_main(["analyze", "increments", str(run_dir), "--output-dir", str(tmp_path)]) == 0
@@ -126,6 +128,7 @@ def test_held_out_boundaries_are_split_by_source(trained_runs, tmp_path, capsys)
     assert all(set(subset["auc"]) == {"lead", "char"} for subset in subsets.values())
 
 
+@pytest.mark.slow
 def test_report_losses_puts_the_runs_side_by_side(trained_runs, tmp_path, capsys):
     assert poslab_main(["report", "losses", *map(str, trained_runs.values()), "--output-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
@@ -134,6 +137,7 @@ def test_report_losses_puts_the_runs_side_by_side(trained_runs, tmp_path, capsys
     assert (tmp_path / "losses.md").read_text().count("| wiki_en_zh |") == 3
 
 
+@pytest.mark.slow
 def test_an_analysis_of_a_read_only_run_prints_its_table_then_one_message(trained_runs, tmp_path, capsys):
     run_dir = trained_runs["increments_shared"]
     make_unwritable(run_dir)

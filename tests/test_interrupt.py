@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from .conftest import ROOT, compose_config, run_train
@@ -57,6 +58,7 @@ def left_behind(run_dir: Path) -> list[str]:
     return found + [p.name for p in (run_dir / "checkpoints").glob("*.tmp")]
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_the_step_says_how_to_resume_and_the_resume_matches_an_uninterrupted_run(tmp_path):
     run_dir = tmp_path / "run"
     process, console = start_training(tmp_path, run_dir)
@@ -90,6 +92,7 @@ def test_ctrl_c_saves_the_step_says_how_to_resume_and_the_resume_matches_an_unin
     )  # last.ckpt rewritten, no last-v1.ckpt beside it
 
 
+@pytest.mark.slow
 def test_ctrl_c_again_and_again_never_leaves_a_broken_checkpoint(tmp_path):
     """SIGINT every few milliseconds for up to three seconds: the first is held to the step's end, a second stops
     at once without saving (the last periodic checkpoint stays), later ones land on the save and the exit, which

@@ -39,6 +39,7 @@ def test_job_k_gets_gpu_k_mod_n_and_ddp_jobs_consecutive_gpus(monkeypatch):
     assert launching.visible_gpus() == [] and launching.gpus_for_job(3) == [] and launching.parallel_jobs() == 2
 
 
+@pytest.mark.slow
 def test_a_local_multirun_on_faked_gpus_runs_each_job_on_its_own_gpu(tmp_path, monkeypatch):
     monkeypatch.setenv("POSLAB_GPUS", "2")
     monkeypatch.delenv("POSLAB_JOBS", raising=False)
@@ -51,6 +52,7 @@ def test_a_local_multirun_on_faked_gpus_runs_each_job_on_its_own_gpu(tmp_path, m
         assert saved["seed"] == job and saved["environment"]["cuda_visible_devices"] == str(job % 2)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CORES < 2, reason="trainer=ddp_cpu runs 2 processes: needs 2 CPU cores")
 def test_ddp_inside_a_multirun_runs_its_ranks_in_the_jobs_directory(tmp_path):
     sweep, result = multirun(tmp_path, "trainer=ddp_cpu", "seed=3", timeout=600)
@@ -60,6 +62,7 @@ def test_ddp_inside_a_multirun_runs_its_ranks_in_the_jobs_directory(tmp_path):
     assert [p.parent for p in tmp_path.rglob("results.json")] == [job_dir(sweep, 0)]  # no rank wrote elsewhere
 
 
+@pytest.mark.slow
 def test_a_multirun_with_a_failed_job_says_so_and_exits_nonzero(tmp_path):
     # jobs 1 and 3 resume from a checkpoint that does not exist: they fail inside the job; jobs 0 and 2 train
     missing = tmp_path / "nowhere.ckpt"
@@ -76,6 +79,7 @@ def test_a_multirun_with_a_failed_job_says_so_and_exits_nonzero(tmp_path):
     assert not (job_dir(sweep, 3) / "results.json").is_file()
 
 
+@pytest.mark.slow
 def test_a_multirun_whose_jobs_all_succeed_exits_zero_with_its_summary(tmp_path):
     sweep, result = multirun(tmp_path, "seed=0,1")
     assert result.returncode == 0, result.stderr[-3000:]

@@ -54,6 +54,7 @@ def report(multirun):
     return report_length([multirun])
 
 
+@pytest.mark.slow
 def test_the_report_writes_tables_csv_json_and_pngs(multirun, report, tmp_path):
     directory, _ = report.write(tmp_path / "out")
     assert {"length.md", "length.csv", "length.json", *PNGS} == set(report.files)
@@ -66,6 +67,7 @@ def test_the_report_writes_tables_csv_json_and_pngs(multirun, report, tmp_path):
     assert {row["multiple"] for row in rows if row["row"] == "rope"} == {"1x", "2x", "4x"}
 
 
+@pytest.mark.slow
 def test_a_run_without_figures_by_length_is_noted_not_a_traceback(report):
     assert "1 run(s) left out, no figures past the training context" in report.report
     assert "my_notes rope seed 7" in report.report
@@ -73,6 +75,7 @@ def test_a_run_without_figures_by_length_is_noted_not_a_traceback(report):
     assert len(summary["runs"]) == 4
 
 
+@pytest.mark.slow
 def test_intervals_come_from_the_seeds(multirun, report):
     """rope's 2x bits per byte: the mean of its two seeds' with the t-interval (t at 1 df x sd / sqrt 2)."""
     values = []
@@ -115,6 +118,7 @@ def test_re_rendering_from_the_summary_alone_gives_the_same_files(report, tmp_pa
     assert set(again.files) == set(report.files) and again.default_dir == summary.parent
 
 
+@pytest.mark.slow
 def test_the_command_runs_from_directories_and_from_a_summary(multirun, tmp_path, capsys):
     assert main(["report", "length", str(multirun), "--output-dir", str(tmp_path / "a")]) == 0
     assert main(["report", "length", "--from", str(tmp_path / "a" / "length.json")]) == 0

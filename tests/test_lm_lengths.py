@@ -64,6 +64,7 @@ def rope_run(corpus, tmp_path_factory) -> tuple[Path, dict]:
 
 
 # ---- every encoding ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("encoding", config_groups()["encoding"])
 def test_every_encoding_trains_a_language_model_and_reports_finite_figures_at_4x(corpus, tmp_path, encoding):
     cfg = lm_config(corpus, tmp_path, f"encoding={encoding}", "task.eval_lengths=[96]", "save_model=false")
@@ -82,6 +83,7 @@ def test_sliding_windows_with_a_stride_equal_to_the_length_are_the_non_overlappi
     assert np.array_equal(plain.starts, slid.starts) and np.array_equal(plain.scored_from, slid.scored_from)
 
 
+@pytest.mark.slow
 def test_a_stride_equal_to_the_length_gives_exactly_the_non_overlapping_figure(rope_run):
     _, results = rope_run
     figures = results["figures"]
@@ -138,6 +140,7 @@ def test_a_batch_holds_about_as_many_tokens_at_every_length(corpus, tmp_path):
 
 
 # ---- loss by position -------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_the_loss_by_position_curve_averages_back_to_the_overall_loss(rope_run):
     _, results = rope_run
     curves = results["loss_by_position"]
@@ -173,6 +176,7 @@ def direct_loss(module, datamodule, length: int, variant: str | None = None, sca
     return total / count
 
 
+@pytest.mark.slow
 def test_each_test_time_variant_past_the_context_equals_a_direct_computation_on_the_same_weights(rope_run):
     run_dir, results = rope_run
     _, module, datamodule = load_run_and_data(run_dir)
@@ -222,6 +226,7 @@ def test_two_groups_are_reported_each_and_token_weighted_together(tmp_path):
     assert evaluation["document_boundaries"].startswith("crossed")
 
 
+@pytest.mark.slow
 def test_the_results_schema_reads_lengths_and_refuses_a_damaged_row(rope_run):
     run_dir, _ = rope_run
     results = json.loads((run_dir / "results.json").read_text())
@@ -269,6 +274,7 @@ def everything_under(directory: Path) -> set[str]:
     return {str(p.relative_to(directory)) for p in directory.rglob("*")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("settings", "fragments", "reads_data"),
     [

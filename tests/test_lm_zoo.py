@@ -72,6 +72,7 @@ def write_corpus(directory, n_documents: int = 40, seed: int = 0) -> None:
         (directory / f"doc{i:02d}.txt").write_text(text)
 
 
+@pytest.mark.slow
 def test_one_zoo_job_runs_tiny_on_a_local_corpus(tmp_path):
     """The experiment's settings end to end (bf16, checkpoints, ckpt_path=auto, 16x evaluation), two steps."""
     write_corpus(tmp_path / "corpus")

@@ -126,6 +126,7 @@ def test_the_makefile_reads_no_glob_of_the_log_directory():
     assert "ls -d logs/multirun" not in text and "*_extrapolation_grid" not in text
 
 
+@pytest.mark.slow
 def test_train_py_prints_the_directory_of_its_multirun_first(tmp_path):
     """The line the Makefile reads: ``multirun into DIR``, on stdout, before any job, naming the sweep directory
     the jobs write into (here under POSLAB_LOG_DIR, no hydra.sweep.dir given)."""

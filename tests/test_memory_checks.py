@@ -31,6 +31,7 @@ def free_memory(monkeypatch, size: int) -> None:
     monkeypatch.setattr(memory, "host_memory", lambda: memory.Limit(size, "this machine (a test's figure)"))
 
 
+@pytest.mark.slow
 def test_train_py_refuses_a_size_no_machine_has_in_one_sentence_and_writes_nothing(tmp_path):
     """A training batch of ten million sequences (terabytes of activations): refused before Hydra makes anything,
     with the estimate, the memory free and what to lower; before, it started allocating."""

@@ -49,12 +49,14 @@ def lag_run(tmp_path_factory) -> Path:
 # ---- 3. runs tied to configs -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_checkpoint_records_the_config_that_made_it(lag_run):
     saved = torch.load(lag_run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert saved["poslab_config"]["encoding"]["name"] == "rope"
     assert saved["poslab_config"]["model"]["d_model"] == 64
 
 
+@pytest.mark.slow
 def test_resuming_with_another_encoding_stops_with_the_differences_and_touches_nothing(lag_run, tmp_path):
     before = snapshot(lag_run)
     result = run_train(
@@ -69,6 +71,7 @@ def test_resuming_with_another_encoding_stops_with_the_differences_and_touches_n
     assert snapshot(lag_run) == before  # .hydra/config.yaml, metrics.csv, last.ckpt, results.json: as they were
 
 
+@pytest.mark.slow
 def test_a_change_allowed_on_purpose_resumes(lag_run, tmp_path):
     """task.batch_size is model-defining (task); resume_allow_changes lets a resume change it."""
     new = tmp_path / "new"
@@ -81,6 +84,7 @@ def test_a_change_allowed_on_purpose_resumes(lag_run, tmp_path):
     assert json.loads((new / "results.json").read_text())["steps"] == 6
 
 
+@pytest.mark.slow
 def test_training_again_into_a_finished_run_stops_and_overwrites_nothing(lag_run, tmp_path):
     before = snapshot(lag_run)
     result = run_train([*FAST, *CHECKPOINTS, "encoding=rope", f"hydra.run.dir={lag_run}"], tmp_path)
@@ -119,6 +123,7 @@ def grid_sweep(tmp_path_factory) -> Path:
     return sweep
 
 
+@pytest.mark.slow
 def test_report_grid_keeps_different_configs_apart_and_lists_every_job_left_out(grid_sweep, capsys):
     assert poslab_main(["report", "grid", str(grid_sweep), "--output-dir", str(grid_sweep.parent / "out")]) == 0
     out = capsys.readouterr().out
@@ -133,6 +138,7 @@ def test_report_grid_keeps_different_configs_apart_and_lists_every_job_left_out(
     assert f"1 job(s) wrote no results.json nor failed.json (still running, or killed): {grid_sweep / '8'}" in out
 
 
+@pytest.mark.slow
 def test_a_multirun_into_a_directory_of_finished_runs_stops_before_any_job(grid_sweep, tmp_path):
     before = snapshot(grid_sweep)
     args = ["-m", "encoding=rope", "seed=0,1", *FAST, "~logger", f"hydra.sweep.dir={grid_sweep}"]
@@ -181,6 +187,7 @@ def test_report_losses_keeps_different_configs_apart_and_lists_runs_left_out(tmp
 # ---- 6. analyses refuse runs of the wrong kind ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("analysis", "fragment"),
     [
@@ -195,6 +202,7 @@ def test_analyses_refuse_a_lag_run_with_one_sentence(lag_run, capsys, analysis, 
     assert not (lag_run / "analysis").exists()
 
 
+@pytest.mark.slow
 def test_analyses_refuse_a_run_that_did_not_succeed(tmp_path, lag_run, capsys):
     import shutil
 
@@ -304,6 +312,7 @@ def test_a_crafted_model_pt_builds_nothing_and_is_refused_by_name(tmp_path, caps
 # ---- 8. names -------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["../../../x", "a/b", "..", "x\\..\\y"])
 def test_a_name_with_a_path_separator_is_refused_before_anything_is_written(tmp_path, name):
     work = tmp_path / "work"
@@ -314,6 +323,7 @@ def test_a_name_with_a_path_separator_is_refused_before_anything_is_written(tmp_
     assert everything(tmp_path) == {work}  # no logs/, nothing above or beside it
 
 
+@pytest.mark.slow
 def test_a_multirun_with_such_a_name_is_refused_before_any_job(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
@@ -335,6 +345,7 @@ def strict_json(path: Path):
     return json.loads(path.read_text(), parse_constant=refuse)
 
 
+@pytest.mark.slow
 def test_a_run_whose_loss_turns_nan_stops_as_diverged_and_says_so(tmp_path):
     run_dir = tmp_path / "run"
     result = run_train(

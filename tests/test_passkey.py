@@ -439,6 +439,7 @@ def test_a_language_model_run_writes_its_passkey_grid_with_chance(tmp_path):
     assert {"log_scaled", "test_linear", "test_yarn"} <= set(passkey["ways"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("setting", "fragment"),
     [

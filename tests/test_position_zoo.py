@@ -38,6 +38,7 @@ def test_the_zoo_covers_every_encoding_and_synthetic_task_and_the_wandb_sweep_is
         assert [str(v) for v in sweep[key]["values"]] == params[key]
 
 
+@pytest.mark.slow
 def test_a_tiny_zoo_runs_resumes_and_is_reported(tmp_path, capsys):
     sweep = tmp_path / "zoo"
     args = [

@@ -18,13 +18,15 @@ compile settings. Only these change:
 
 Which analysis a recipe gets follows from its config, not its name: a recipe that is a sweep (``hydra.sweeper
 .params``) trains its first and last jobs and gets ``poslab report grid``; a language model with a BPE
-tokenizer (the hRoPE arms) gets ``poslab analyze hrope`` and runs on every corpus in conf/corpus/ but
-``synthetic``; a byte-level language model (the increments recipes) gets ``poslab analyze increments`` on its own
-corpus.
+tokenizer (the hRoPE arms) gets ``poslab analyze hrope``, each arm on one corpus of conf/corpus/ (but
+``synthetic``), paired in turn so that every arm runs once and every corpus at least once (``hrope_pairs``: not
+every arm on every corpus, which is 48 runs of one code path); a byte-level language model (the increments
+recipes) gets ``poslab analyze increments`` on its own corpus.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
@@ -62,6 +64,7 @@ def sweep_jobs(experiment: str) -> list[list[str]]:
     return [list(jobs[0]), list(jobs[-1])] if len(jobs) > 1 else [list(jobs[0])]
 
 
+@functools.cache  # composing a recipe takes a while: the cases and the test of them ask once
 def recipe_kind(experiment: str) -> str:
     if sweep_jobs(experiment):
         return "sweep"
@@ -71,14 +74,17 @@ def recipe_kind(experiment: str) -> str:
     return "hrope" if cfg.corpus.get("tokenizer", "bytes") == "bpe" else "increments"
 
 
+def hrope_pairs(arms: list[str], corpora: list[str]) -> list[tuple[str, str]]:
+    """Each arm with a corpus, both taken in turn: every arm once and every corpus at least once (as many pairs as
+    the longer list; an arm runs again only when there are more corpora than arms)."""
+    return [(arms[i % len(arms)], corpora[i % len(corpora)]) for i in range(max(len(arms), len(corpora)))]
+
+
 def cases() -> list[Any]:
-    out = []
-    for experiment in EXPERIMENTS:
-        kind = recipe_kind(experiment)
-        if kind == "hrope":
-            out += [pytest.param(experiment, kind, c, id=f"{experiment}-{c}") for c in CORPORA]
-        else:
-            out.append(pytest.param(experiment, kind, None, id=experiment))
+    kinds = {experiment: recipe_kind(experiment) for experiment in EXPERIMENTS}
+    arms = [experiment for experiment, kind in kinds.items() if kind == "hrope"]
+    out = [pytest.param(e, kind, None, id=e) for e, kind in kinds.items() if kind != "hrope"]
+    out += [pytest.param(arm, "hrope", corpus, id=f"{arm}-{corpus}") for arm, corpus in hrope_pairs(arms, CORPORA)]
     return out
 
 
@@ -162,7 +168,7 @@ def fixture_pattern(pattern: str) -> str:
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> dict[str, Path]:
     """One data directory with fixture files for every corpus config, and one cache shared by the recipes (the
-    four hRoPE arms on a corpus prepare it and train its BPE once)."""
+    hRoPE arms on one corpus prepare it and train its BPE once)."""
     root = tmp_path_factory.mktemp("recipes")
     for corpus in CORPORA:
         cfg = compose_config(corpus_overrides(corpus, root / "data"))
@@ -239,6 +245,7 @@ def train(overrides: list[str], run_dir: Path, data: dict[str, Path] | None) -> 
     return cfg
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("experiment", "kind", "corpus"), cases())
 def test_recipe_trains_on_the_cpu_and_its_analysis_runs(experiment, kind, corpus, data, tmp_path):
     base = [f"experiment={experiment}", *(corpus_overrides(corpus, data["data"]) if corpus else [])]
@@ -263,3 +270,12 @@ def test_recipe_trains_on_the_cpu_and_its_analysis_runs(experiment, kind, corpus
         argv = ["analyze", "increments", str(tmp_path / "run"), "--output-dir", str(out), "--max-bytes", "2000"]
         assert main(argv) == 0
     assert kind == "synthetic" or any(out.iterdir())  # the analysis wrote its files
+
+
+def test_every_hrope_arm_and_every_corpus_is_a_case():
+    ids = [case.id for case in cases()]
+    arms = [e for e in EXPERIMENTS if recipe_kind(e) == "hrope"]
+    assert arms and all(sum(i.startswith(f"{arm}-") for i in ids) == 1 for arm in arms)
+    assert all(any(i.endswith(f"-{corpus}") for i in ids) for corpus in CORPORA)
+    assert set(ids) >= {e for e in EXPERIMENTS if recipe_kind(e) != "hrope"}
+    assert hrope_pairs(["a"], ["x", "y", "z"]) == [("a", "x"), ("a", "y"), ("a", "z")]  # more corpora than arms

@@ -72,6 +72,7 @@ def workplace(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "env", "words"), [c[1:] for c in BAD_COMMANDS], ids=[c[0] for c in BAD_COMMANDS])
 def test_a_refused_command_says_one_sentence_and_leaves_nothing(workplace, args, env, words):
     tmp = str(workplace)
@@ -92,6 +93,7 @@ def test_twenty_bad_commands():
     assert len(BAD_COMMANDS) == 20
 
 
+@pytest.mark.slow
 def test_a_refusal_inside_a_job_removes_its_directory(workplace):
     """Found only from the data (a context longer than the corpus's training split): the job had made its
     directory, its lock and train.log; the refusal removes them, and the log directory Hydra made."""

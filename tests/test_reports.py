@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from poslab.analysis.extrapolation import parse_lines, reference_runs
 from poslab.analysis.grid_report import report_grid
 from poslab.analysis.wavelengths import wavelength_table
@@ -26,6 +28,7 @@ def test_the_writeup_lines_parse_and_render_back_identically():
     assert [r.line() for r in runs] == text.strip().splitlines()
 
 
+@pytest.mark.slow
 def test_report_grid_on_a_small_multirun_prints_the_writeup_format(tmp_path, capsys):
     sweep = tmp_path / "grid"
     result = run_train(
@@ -109,6 +112,7 @@ def test_wavelengths_command(capsys):
     assert poslab_main(["wavelengths", "--head-dim", "7"]) == 2
 
 
+@pytest.mark.slow
 def test_report_grid_shows_the_baselines_of_the_evaluation_sets(tmp_path):
     sweep = tmp_path / "grid"
     args = ["-m", "task=seen", "+scheme=none,rope", "seed=0,1", "debug=fast", "trainer.max_steps=3", "~logger"]

@@ -49,6 +49,7 @@ def weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return torch.load(run_dir / "model.pt", map_location="cpu", weights_only=True)["state_dict"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("encoding", ["rope", "rand_axial"])  # rand_axial draws from the global RNG every step
 def test_interrupted_and_resumed_run_ends_exactly_as_an_uninterrupted_one(encoding, tmp_path):
     full, part = tmp_path / "full", tmp_path / "resumed"
@@ -89,6 +90,7 @@ def test_interrupted_and_resumed_run_ends_exactly_as_an_uninterrupted_one(encodi
     assert min(steps) == 0 and max(steps) >= N - 1
 
 
+@pytest.mark.slow
 def test_resume_from_a_checkpoint_file_of_another_run_directory(tmp_path):
     """ckpt_path may name a .ckpt file (or a run directory): the run resumes from it and writes to its own
     directory, leaving the old one as it was."""
@@ -151,6 +153,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_sigkill_during_checkpoint_writes_never_leaves_a_corrupt_checkpoint(tmp_path):
     path = tmp_path / "last.ckpt"
     for delay in (0.05, 0.13, 0.29):

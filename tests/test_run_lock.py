@@ -76,6 +76,7 @@ def dead_pid() -> int:
     return finished.pid
 
 
+@pytest.mark.slow
 def test_a_second_run_into_a_running_runs_directory_stops_naming_it_and_writes_nothing(tmp_path):
     run_dir = tmp_path / "D"
     common = ["task=lag", "encoding=rope", *SMALL, f"hydra.run.dir={run_dir}"]
@@ -139,6 +140,7 @@ def test_the_lock_is_held_during_the_run_and_gone_after_it_or_after_an_exception
     assert not (again / LOCK_FILE).exists()
 
 
+@pytest.mark.slow
 def test_a_run_into_a_directory_another_process_holds_stops_before_anything_is_written(tmp_path):
     run_dir = tmp_path / "held"
     holder = hold_lock_in_another_process(run_dir)
@@ -153,6 +155,7 @@ def test_a_run_into_a_directory_another_process_holds_stops_before_anything_is_w
     assert not (tmp_path / "logs").exists()
 
 
+@pytest.mark.slow
 def test_a_stale_lock_of_a_killed_process_does_not_block_a_resume(tmp_path):
     base = ["encoding=rope", *SMALL, "callbacks.checkpoint.every_n_train_steps=3", "ckpt_path=auto"]
     from poslab.training import run
@@ -167,6 +170,7 @@ def test_a_stale_lock_of_a_killed_process_does_not_block_a_resume(tmp_path):
     assert not (tmp_path / LOCK_FILE).exists()
 
 
+@pytest.mark.slow
 def test_a_ddp_rank_other_than_the_first_takes_no_lock(tmp_path, monkeypatch):
     from poslab.run_guard import take_run_directory
 
@@ -179,6 +183,7 @@ def test_a_ddp_rank_other_than_the_first_takes_no_lock(tmp_path, monkeypatch):
         holder.wait()
 
 
+@pytest.mark.slow
 def test_a_multirun_into_a_sweep_directory_another_multirun_holds_stops(tmp_path):
     sweep = tmp_path / "sweep"
     holder = hold_lock_in_another_process(sweep)

@@ -7,6 +7,8 @@ import json
 import threading
 import time
 
+import pytest
+
 from poslab import launching
 
 from .conftest import run_train
@@ -28,6 +30,7 @@ def tiny_multirun(tmp_path, name: str, *args: str):
     return sweep, run_train(["-m", *args, *small], tmp_path, timeout=600)
 
 
+@pytest.mark.slow
 def test_submitit_local_runs_jobs_in_their_own_processes_as_joblib_does(tmp_path):
     missing = tmp_path / "nowhere.ckpt"  # this job fails inside its process: the other goes on
     sweep, result = tiny_multirun(tmp_path, "submitit", "hydra/launcher=submitit_local", f"ckpt_path=null,{missing}")

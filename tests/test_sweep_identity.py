@@ -45,6 +45,7 @@ def written(sweep: Path) -> dict[str, int]:
 # ---- (a) one name with or without ckpt_path=auto ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_job_folder_has_the_same_name_with_and_without_ckpt_path_auto(tmp_path):
     sweep = tmp_path / "sweep"
     args = ["encoding=none,rope", "trainer.max_steps=2"]
@@ -82,6 +83,7 @@ def test_the_resolver_names_a_job_by_its_overrides_alone(tmp_path):
     assert resolved(["seed=0", "ckpt_path=null"]) == resolved(["seed=0", "ckpt_path=last"], "last") == "seed-0"
 
 
+@pytest.mark.slow
 def test_the_same_job_twice_in_one_multirun_is_refused_before_anything_runs(tmp_path):
     sweep = tmp_path / "sweep"
     result = run_train(["-m", "encoding=none,rope", "seed=0,0", *SMALL, f"hydra.sweep.dir={sweep}"], tmp_path)
@@ -105,6 +107,7 @@ def test_a_sweeper_setting_swept_on_the_command_line_is_refused_with_the_overrid
 # ---- (b) ckpt_path=auto finds the earlier folder, whatever its name ---------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_sweep_stopped_without_ckpt_path_auto_resumes_in_its_old_numbered_folders(tmp_path):
     """An older sweep's folders (``<number>_<overrides>``), one job finished and one killed after a checkpoint:
     the same command with ``ckpt_path=auto`` skips the first and resumes the second, in those folders."""
@@ -301,6 +304,7 @@ def test_a_damaged_results_file_under_auto_without_a_checkpoint_trains_again_fro
     assert again["steps"] == 4 and json.loads((run_dir / "results.json").read_text())["status"] == "success"
 
 
+@pytest.mark.slow
 def test_train_py_refuses_a_changed_model_over_a_damaged_results_file_in_one_sentence(tmp_path):
     run_dir = tmp_path / "run"
     run(compose_config([*BASE, "ckpt_path=auto"], run_dir))

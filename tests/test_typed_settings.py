@@ -88,6 +88,7 @@ def test_the_table_covers_every_item_the_issue_names():
     assert len(BAD_COMMANDS) >= 30
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv",
     [
@@ -106,6 +107,7 @@ def test_train_py_refuses_a_bad_command_and_leaves_no_directory(argv, tmp_path):
     assert left == [], left
 
 
+@pytest.mark.slow
 def test_every_recipe_and_encoding_passes_train_pys_check():
     """Every experiment, and every encoding under a synthetic task and a text corpus, passes what train.py checks
     before running (types, combinations, the encoding's validate, a synthetic task's own checks): a setting the
@@ -190,6 +192,7 @@ def test_train_py_help_lists_every_group_option_with_a_description_and_examples(
         assert key in text
 
 
+@pytest.mark.slow
 def test_train_py_help_is_poslabs_own(tmp_path):
     result = run_train(["--help"], tmp_path)
     assert result.returncode == 0
@@ -197,6 +200,7 @@ def test_train_py_help_is_poslabs_own(tmp_path):
     assert "config groups (group=option):" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_run_prints_each_line_once_and_ends_with_where_its_results_are(tmp_path):
     args = ["task=lag", "trainer.max_steps=3", "task.eval_size=32", "trainer.precision=bf16-mixed"]
     result = run_train(args, tmp_path)
