@@ -16,6 +16,7 @@ import pytest
 
 from poslab.datamodules import corpora
 from poslab.datamodules.corpora import BadCacheError, load_prepared, prepare_corpus
+from poslab.datamodules.corpora import cache as prepared_cache  # its verified set and checksum, patched here
 from poslab.datamodules.language import LanguageModelDataModule
 from poslab.errors import ConfigError, DataError, PoslabError
 
@@ -49,7 +50,7 @@ def cache_entries(cache: Path) -> list[str]:
 @pytest.fixture(autouse=True)
 def new_process(monkeypatch):
     """Each test starts as a fresh process would: no cache directory verified yet."""
-    monkeypatch.setattr(corpora, "_verified", set())
+    monkeypatch.setattr(prepared_cache, "_verified", set())
 
 
 @pytest.fixture
@@ -60,7 +61,7 @@ def prepared(tmp_path):
 
 
 def prepare_again(corpus: dict, tmp_path: Path) -> corpora.PreparedGroup:
-    corpora._verified.clear()  # a new process: the first use of the directory checks the checksums
+    prepared_cache._verified.clear()  # a new process: the first use of the directory checks the checksums
     (group,) = prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")
     return group
 
@@ -170,19 +171,19 @@ def test_checksums_are_computed_on_first_use_per_process_always_or_never_as_corp
 ):
     corpus, group = prepared
     digests: list[str] = []
-    digest = corpora._digest
-    monkeypatch.setattr(corpora, "_digest", lambda path: digests.append(path.name) or digest(path))
+    digest = prepared_cache._digest
+    monkeypatch.setattr(prepared_cache, "_digest", lambda path: digests.append(path.name) or digest(path))
     n_files = len(group.meta["files"])
     prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")  # this process wrote it: already verified
     assert digests == []
-    corpora._verified.clear()  # another process: its first use checks every file, its later uses none
+    prepared_cache._verified.clear()  # another process: its first use checks every file, its later uses none
     for _ in range(3):
         prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")
     assert len(digests) == n_files
     for _ in range(2):
         prepare_corpus({**corpus, "verify_cache": "always"}, tmp_path / "data", tmp_path / "cache")
     assert len(digests) == 3 * n_files
-    corpora._verified.clear()
+    prepared_cache._verified.clear()
     prepare_corpus({**corpus, "verify_cache": "never"}, tmp_path / "data", tmp_path / "cache")
     assert len(digests) == 3 * n_files
     os.truncate(group.directory / "train.tokens.u16", 10)  # sizes are checked under never too

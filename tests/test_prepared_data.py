@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import poslab.datamodules.corpora as corpora
+import poslab.datamodules.corpora.writer as corpus_writer
 import poslab.datamodules.language as language
 from poslab.datamodules.corpora import (
     CACHE_VERSION,
@@ -247,7 +248,7 @@ def test_a_cache_of_the_old_layout_is_prepared_again_and_loading_it_directly_say
 
 
 def test_a_long_preparation_logs_documents_and_bytes_as_it_goes(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(corpora, "PROGRESS_SECONDS", 0.0)
+    monkeypatch.setattr(corpus_writer, "PROGRESS_SECONDS", 0.0)
     corpus = make_corpus(tmp_path / "data", n_docs=10)
     with caplog.at_level(logging.INFO, logger="poslab"):
         prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")

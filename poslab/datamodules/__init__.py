@@ -1,6 +1,6 @@
-"""Data: synthetic tasks, and language modelling on real corpora (``corpora.py`` prepares them).
+"""Data: synthetic tasks, and language modelling on real corpora (the ``corpora`` package prepares them).
 
-The datamodules load lazily (they import torch and Lightning); the corpora module loads here at once, light
+The datamodules load lazily (they import torch and Lightning); the corpora package loads here at once, light
 as it is, because importing it registers the resolvers ``conf/corpus/local.yaml`` uses.
 """
 

@@ -1,0 +1,192 @@
+"""The documents of a local file or a hub stream, and which of a group's documents are held out for validation.
+
+Validation documents are chosen per document, so no document is in both splits (``plan_split``: in a fixed
+pseudo-random order, a hash of the group name and the document's ordinal, as many as bring the held-out bytes
+nearest ``validation_fraction`` of the group's; at least one and never all of two or more; a group of one document
+is split by bytes, its tail held out, as nanoGPT does; the hub's streamed documents: each by its hash); sources may
+also be pinned to one split (``split: train`` / ``split: validation``). That rule and the group's byte cap are
+applied in one place, ``resolution.ResolvedGroup.documents``: the cache, the BPE tokenizer and the corpus
+statistics all read documents through it.
+
+Invalid UTF-8 in a data file follows ``corpus.decode_errors`` (strict: stop naming the file and byte offset;
+replace: U+FFFD, counted).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from poslab.datamodules.codec import InvalidUtf8Error, byte_length, read_lines
+from poslab.datamodules.corpora.sources import HubSource, LocalSource
+from poslab.errors import DataError
+
+
+def _jsonl_documents(
+    path: Path, text_field: str, decode_errors: str = "strict", replaced: dict[str, int] | None = None
+) -> Iterator[str]:
+    for number, line in enumerate(_lines(path, decode_errors, replaced), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            reason = error.msg.removesuffix(" at")  # 'Unterminated string starting at', ...
+            raise DataError(
+                f"{path}, line {number}: not valid JSON ({reason} at column {error.colno}); each non-blank line of a "
+                f"JSONL file must be one JSON object."
+            ) from None
+        if not isinstance(row, dict):
+            raise DataError(
+                f"{path}, line {number}: a JSON {type(row).__name__}, not an object; each non-blank line of a JSONL "
+                f"file must be one JSON object with a {text_field!r} field."
+            )
+        text = row.get(text_field) or ""
+        if not isinstance(text, str):
+            raise DataError(
+                f"{path}, line {number}: the {text_field!r} field is a JSON {type(text).__name__}, not a string; "
+                f"point the source's field (corpus.field for corpus=local) at the column holding the text."
+            )
+        if text.strip():
+            yield text
+
+
+def _lines(path: Path, decode_errors: str, replaced: dict[str, int] | None) -> Iterator[str]:
+    """``codec.read_lines``, its invalid-UTF-8 error as poslab's (one message naming the file and byte offset)."""
+    try:
+        yield from read_lines(path, decode_errors, replaced)
+    except InvalidUtf8Error as error:
+        raise DataError(str(error)) from None
+
+
+def _text_documents(
+    path: Path, document_start: str | None, decode_errors: str = "strict", replaced: dict[str, int] | None = None
+) -> Iterator[str]:
+    """A plain-text file: one document, or several when ``document_start`` marks where each begins."""
+    start = re.compile(document_start) if document_start else None
+    lines: list[str] = []
+    for line in _lines(path, decode_errors, replaced):
+        if start is not None and start.match(line) and any(s.strip() for s in lines):
+            yield "".join(lines)
+            lines = []
+        lines.append(line)
+    if any(s.strip() for s in lines):
+        yield "".join(lines)
+
+
+WIKITEXT_TITLE = r"^ = [^=].* = \s*$"  # ' = Title = ' starts an article; ' = = Section = = ' does not
+
+
+def _parquet_documents(path: Path, text_field: str) -> Iterator[str]:
+    import pyarrow.parquet as pq
+
+    for batch in pq.ParquetFile(path).iter_batches(columns=[text_field], batch_size=256):
+        yield from (t for t in batch.column(0).to_pylist() if t and t.strip())
+
+
+def local_documents(
+    source: LocalSource, path: Path, decode_errors: str = "strict", replaced: dict[str, int] | None = None
+) -> Iterator[str]:
+    """The documents of one local file. ``decode_errors`` (``corpus.decode_errors``) says what invalid UTF-8 does in
+    every text format (jsonl, text, wikitext, python); ``replaced`` counts the replacements per file. Parquet
+    strings are UTF-8 by Arrow's own rule, so the policy has nothing to do there."""
+    kind = source.file_format(path)
+    if kind == "jsonl":
+        yield from _jsonl_documents(path, source.field, decode_errors, replaced)
+    elif kind == "parquet":
+        yield from _parquet_documents(path, source.field)
+    elif kind == "wikitext":
+        yield from _text_documents(path, source.document_start or WIKITEXT_TITLE, decode_errors, replaced)
+    else:  # text, python: the file (or its marked parts)
+        yield from _text_documents(path, source.document_start, decode_errors, replaced)
+
+
+def hub_documents(hub: HubSource) -> Iterator[str]:
+    from datasets import load_dataset
+
+    stream = load_dataset(hub.path, hub.name, split=hub.split, streaming=True)
+    total = 0
+    for row in stream:
+        text = row.get(hub.field) or ""
+        if text.strip():
+            yield text
+            total += len(text.encode("utf-8"))
+            if total >= hub.max_bytes:
+                return
+
+
+def document_draw(group: str, ordinal: int) -> float:
+    """A fixed pseudo-random number in [0, 1) per document (a hash of the group's name and its ordinal)."""
+    digest = hashlib.sha1(f"{group}:{ordinal}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") / 2**32
+
+
+def is_validation(group: str, ordinal: int, fraction: float) -> bool:
+    """A fixed pseudo-random choice per document: the same document always lands in the same split (the hub's
+    streamed documents, whose sizes are not known in advance; local files follow ``plan_split``)."""
+    return document_draw(group, ordinal) < fraction
+
+
+#: how local documents are split (part of the cache key and the tokenizer's: a change of rule prepares anew)
+SPLIT_RULE = "tokens-v1"
+
+
+@dataclass
+class SplitPlan:
+    """Which documents of a group are held out: ``held`` (ordinals), or, for a group of one document, its tail
+    (``tail_at``: the character where validation starts)."""
+
+    rule: str  # documents: whole documents; tail: one document split by bytes; hash: per-document draw (hub)
+    held: frozenset[int] = frozenset()
+    tail_of: int | None = None  # the ordinal of the one document split by bytes
+    tail_at: int = 0  # its first validation character
+    documents: int = 0  # documents the plan chose among (not pinned to a split)
+
+
+def plan_split(group: str, sizes: dict[int, int], fraction: float) -> SplitPlan:
+    """Validation documents whose bytes come as near ``fraction`` of the group's as whole documents allow.
+
+    Documents are taken in a fixed pseudo-random order (``document_draw``) whenever taking one brings the held-out
+    bytes nearer the target, and at least one and at most all but one are held out when there are two or more.
+    One document is split by bytes instead (``SplitPlan.tail_of``; the caller cuts it, as nanoGPT does)."""
+    if len(sizes) == 1:
+        return SplitPlan("tail", tail_of=next(iter(sizes)), documents=1)
+    if not sizes:
+        return SplitPlan("documents")
+    target, held, chosen = fraction * sum(sizes.values()), 0, []
+    for ordinal in sorted(sizes, key=lambda o: (document_draw(group, o), o)):
+        if len(chosen) == len(sizes) - 1:
+            break
+        if abs(held + sizes[ordinal] - target) < abs(held - target):
+            chosen.append(ordinal)
+            held += sizes[ordinal]
+    if not chosen:  # every document alone overshoots the target: the one nearest it
+        chosen = [min(sizes, key=lambda o: (abs(sizes[o] - target), document_draw(group, o)))]
+    return SplitPlan("documents", held=frozenset(chosen), documents=len(sizes))
+
+
+def tail_cut(text: str, fraction: float) -> int:
+    """The character where the last ``fraction`` of ``text``'s bytes starts (never the first or past the last)."""
+    total, low, high = byte_length(text), 1, max(1, len(text) - 1)
+    goal = total - fraction * total
+    while low < high:  # the first character whose preceding bytes reach the goal
+        middle = (low + high) // 2
+        if byte_length(text[:middle]) >= goal:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+@dataclass(frozen=True)
+class CorpusDocument:
+    """One document of a source group, as every reader of a corpus sees it."""
+
+    split: str  # train or validation
+    ordinal: int  # its place in the group's fixed order: the document index stored in the cache
+    style: str  # its segmentation style (segmentation.STYLES)
+    text: str
