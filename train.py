@@ -11,7 +11,7 @@ import hydra
 from omegaconf import DictConfig
 
 from poslab.datamodules.corpora import register_resolvers as register_corpus_resolvers
-from poslab.launching import register_resolvers as register_launcher_resolvers
+from poslab.runs.launching import register_resolvers as register_launcher_resolvers
 
 # resolvers the configs use, registered before Hydra composes them (light imports: no torch):
 register_launcher_resolvers()  # ${poslab_jobs:...}: local multirun jobs at once (conf/hydra/launcher/local_parallel)
@@ -30,7 +30,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    from poslab.command_line import check_command_line, help_text
+    from poslab.precheck import check_command_line, help_text
 
     if {"--help", "-h"} & set(sys.argv[1:]):  # poslab's own help (Hydra's: --hydra-help)
         print(help_text())

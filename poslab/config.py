@@ -12,10 +12,10 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from poslab.analysis.results import finished_results
 from poslab.errors import ConfigError
-from poslab.launching import register_resolvers
-from poslab.run_files import AUTO, CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE, directories_holding
+from poslab.runs.files import AUTO, CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE, directories_holding
+from poslab.runs.launching import register_resolvers
+from poslab.runs.results import finished_results
 from poslab.settings import CONF_DIR, SYNTHETIC_TASKS, check_settings, encoding_defaults, task_defaults
 
 
@@ -62,8 +62,8 @@ def check_config(cfg: DictConfig) -> None:
     if auto and finished_results(output_dir) is not None:
         return  # a finished run that ckpt_path=auto skips: nothing will be written
     if cfg.get("ckpt_path") is not None:
-        # imported here: poslab.checkpoint loads torch, which a config refused above never needs
-        from poslab.checkpoint import resolve_checkpoint
+        # imported here: poslab.runs.checkpoints loads torch, which a config refused above never needs
+        from poslab.runs.checkpoints import resolve_checkpoint
 
         checkpoint = resolve_checkpoint(cfg.get("ckpt_path"), cfg.paths.output_dir)
     # under auto, a damaged results.json is an unfinished run's: resumed from its last.ckpt, else run again
@@ -142,7 +142,7 @@ def check_run_directory(output_dir: Path, checkpoint: Path | None, rerun_damaged
 def check_sweep_directory(sweep_dir: Path, ckpt_path: Any) -> None:
     """A multirun into a directory that already holds runs (``hydra.sweep.dir`` given again) would write its
     jobs over them (each into the folder its overrides name): it stops before any job starts, unless the jobs
-    resume (``ckpt_path=auto`` continues each job in its earlier folder: ``poslab.job_folders``)."""
+    resume (``ckpt_path=auto`` continues each job in its earlier folder: ``poslab.runs.folders``)."""
     if ckpt_path is not None or not sweep_dir.is_dir():
         return
     jobs = {job for name in (RESULTS_FILE, MODEL_FILE) for job in directories_holding(sweep_dir, name)}
@@ -157,7 +157,7 @@ def check_sweep_directory(sweep_dir: Path, ckpt_path: Any) -> None:
 
 def check_resume(cfg: DictConfig, checkpoint: Path) -> None:
     """A resume continues the model the checkpoint holds: a model-defining setting (``MODEL_DEFINING`` in
-    poslab.checkpoint: encoding, model, task, corpus) that differs from the checkpoint's config stops here,
+    poslab.runs.checkpoints: encoding, model, task, corpus) that differs from the checkpoint's config stops here,
     listing every difference, unless ``resume_allow_changes`` names it (or its section) on purpose."""
     allowed = cfg.get("resume_allow_changes") or []
     if isinstance(allowed, str) or not all(isinstance(k, str) for k in allowed):
@@ -165,7 +165,7 @@ def check_resume(cfg: DictConfig, checkpoint: Path) -> None:
             f"resume_allow_changes={allowed!r} must be a list of setting names or sections, e.g. "
             f"[optimizer, task.batch_size] or [encoding]."
         )
-    from poslab.checkpoint import checkpoint_config, config_changes  # torch: only for a resume
+    from poslab.runs.checkpoints import checkpoint_config, config_changes  # torch: only for a resume
 
     saved = checkpoint_config(checkpoint)
     if saved is None:

@@ -53,7 +53,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from poslab.errors import ConfigError
-from poslab.run_files import CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE
+from poslab.runs.files import CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE
 from poslab.settings import Fraction, ModelSettings, PositiveFloat, check_section, encoding_defaults, schema_types
 from poslab.targets import flatten
 
@@ -151,7 +151,7 @@ def read_parent(value: Any) -> ParentRun:
 
 def read_finished_results(path: Path, value: Any) -> dict[str, Any]:
     """The parent's results, read as the reports read them; a damaged file, a diverged or failed run refused."""
-    from poslab.analysis.results import SUCCESS, ResultsFileError, read_results
+    from poslab.runs.results import SUCCESS, ResultsFileError, read_results
 
     try:
         results = read_results(path)
@@ -484,7 +484,7 @@ def load_parent_weights(model: Any, parent: Path) -> dict[str, Any]:
 
     import torch
 
-    from poslab.checkpoint import uncompiled_state_dict
+    from poslab.runs.checkpoints import uncompiled_state_dict
 
     data = (parent / MODEL_FILE).read_bytes()
     state = uncompiled_state_dict(torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)["state_dict"])

@@ -8,7 +8,7 @@ import json
 
 import torch
 
-from poslab.job_folders import job_folder_name
+from poslab.runs.folders import job_folder_name
 from poslab.training import run
 
 from .conftest import compose_config, run_train

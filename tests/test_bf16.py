@@ -19,7 +19,7 @@ from poslab.encodings.rotary import Rotation, apply_rotary, rotation_angles
 from poslab.errors import ConfigError
 from poslab.lightning_modules.base import check_precision, clip_gradient_norm
 from poslab.model import ModelConfig, Transformer, sdpa
-from poslab.run_files import MODEL_FILE
+from poslab.runs.files import MODEL_FILE
 from poslab.training import run
 
 from .conftest import compose_config, fit_quietly, run_train

@@ -7,7 +7,7 @@ import json
 import threading
 import time
 
-from poslab import launching
+from poslab.runs import launching
 
 from .conftest import run_train
 

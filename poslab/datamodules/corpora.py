@@ -76,7 +76,7 @@ from poslab.datamodules.codec import (
 from poslab.datamodules.segmentation import STYLES, segment
 from poslab.datamodules.tokenization import BpeTokenizer, Tokenizer, load_tokenizer
 from poslab.errors import ConfigError, DataError
-from poslab.launching import quoted
+from poslab.runs.launching import quoted
 from poslab.settings import FORMATS, VERIFY_CACHE
 
 __all__ = ["SEPARATOR", "decode_bytes", "encode_bytes"]  # the byte codec (codec.py), re-exported for its users here

@@ -11,9 +11,9 @@ import torch
 from lightning.pytorch.core.optimizer import LightningOptimizer
 from torch import Tensor
 
-from poslab.checkpoint import rng_states, set_rng_states
 from poslab.errors import ConfigError, DivergedError
 from poslab.model import ModelConfig, Transformer
+from poslab.runs.checkpoints import rng_states, set_rng_states
 from poslab.settings import PRECISION_ALIASES, PRECISIONS
 
 

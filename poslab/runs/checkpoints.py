@@ -28,7 +28,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from poslab.errors import ConfigError
 from poslab.io import write_atomic
-from poslab.run_files import AUTO, CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE
+from poslab.runs.files import AUTO, CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE
 from poslab.targets import flatten
 
 # what a Lightning training checkpoint has and model.pt (or any other file) has not

@@ -37,7 +37,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from poslab.errors import ConfigError, PoslabError
-from poslab.run_files import LOCK_FILE
+from poslab.runs.files import LOCK_FILE
 
 
 def stop(error: PoslabError) -> None:

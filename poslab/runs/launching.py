@@ -126,7 +126,7 @@ def register_resolvers() -> None:
     if not OmegaConf.has_resolver("poslab_jobs"):
         OmegaConf.register_new_resolver("poslab_jobs", lambda devices=1: parallel_jobs(devices))
     if not OmegaConf.has_resolver("poslab_job_folder"):
-        from poslab.job_folders import job_folder
+        from poslab.runs.folders import job_folder
 
         OmegaConf.register_new_resolver("poslab_job_folder", job_folder)
 
@@ -134,9 +134,9 @@ def register_resolvers() -> None:
 def summary_lines(sweep_dir: Path) -> tuple[list[str], bool]:
     """One summary line for a multirun, then one per job (status, overrides, directory); and whether all
     succeeded (a second run of one config and seed is no failure: it is named, and does not count). The jobs are
-    read as the reports read them (``poslab.analysis.results.collect_runs``)."""
-    from poslab.analysis.results import DAMAGED, SUCCESS, collect_runs
-    from poslab.run_files import RESULTS_FILE, natural_order, run_overrides
+    read as the reports read them (``poslab.runs.results.collect_runs``)."""
+    from poslab.runs.files import RESULTS_FILE, natural_order, run_overrides
+    from poslab.runs.results import DAMAGED, SUCCESS, collect_runs
 
     runs = collect_runs([sweep_dir])
     jobs = [(SUCCESS, run.path, "") for run in runs.counted]
