@@ -14,20 +14,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from poslab.errors import ConfigError
 from poslab.runs.files import AUTO, CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE, directories_holding
-from poslab.runs.launching import register_resolvers
 from poslab.runs.results import finished_results
-from poslab.settings import CONF_DIR, SYNTHETIC_TASKS, check_settings, encoding_defaults, task_defaults
-
-
-def register_config_resolvers() -> None:
-    """The resolvers the configs use, as train.py registers them at import: the launcher's
-    ``${poslab_jobs:...}`` and job folders, corpus=local's name and path, an extension's parent's name."""
-    from poslab.datamodules.corpora import register_resolvers as register_corpus_resolvers
-    from poslab.extension import register_resolvers as register_extension_resolvers
-
-    register_resolvers()
-    register_corpus_resolvers()
-    register_extension_resolvers()  # experiment=context_extension's run name, from its parent's
+from poslab.settings import CONF_DIR, SYNTHETIC_TASKS, check_precision, check_settings, encoding_defaults, task_defaults
 
 
 def compose_config(overrides: list[str], output_dir: str | Path | None = None, hydra_node: bool = False) -> DictConfig:
@@ -38,7 +26,9 @@ def compose_config(overrides: list[str], output_dir: str | Path | None = None, h
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    register_config_resolvers()
+    from poslab.resolvers import register_resolvers
+
+    register_resolvers()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides, return_hydra_config=hydra_node)
@@ -95,6 +85,7 @@ def check_combinations(cfg: DictConfig) -> None:
             f"{', '.join(SYNTHETIC_TASKS)}; name a corpus (e.g. corpus=wikitext2)."
         )
     check_devices(cfg.trainer)
+    check_precision(cfg.trainer.get("precision", "32-true"))  # one the training step cannot honour
     check_global_batches(cfg)
 
 

@@ -49,7 +49,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from poslab.errors import ConfigError
@@ -181,20 +180,6 @@ def parent_name(path: Any) -> str:
     except Exception:  # noqa: BLE001  (no parent, or not a run: the checks say so)
         return "extension"
     return re.sub(r"[^\w.=,+-]+", "_", str(name)).strip("._") or "extension"
-
-
-def register_resolvers() -> None:
-    """``${poslab.parent_name:${parent}}`` (conf/experiment/context_extension.yaml's run name); idempotent."""
-    if not OmegaConf.has_resolver("poslab.parent_name"):
-        OmegaConf.register_new_resolver("poslab.parent_name", parent_name)
-
-
-class ExtensionResolvers(Callback):
-    """A Hydra callback whose construction registers the resolver before Hydra names the run directory (in a
-    launcher's own process too), as ``poslab.datamodules.corpora.CorpusResolvers`` does for corpus=local."""
-
-    def __init__(self) -> None:
-        register_resolvers()
 
 
 # ---- the command line ---------------------------------------------------------------------------------------

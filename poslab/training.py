@@ -28,7 +28,6 @@ from poslab.config import check_config, requested_devices
 from poslab.errors import DivergedError, PoslabError, RunInterrupted
 from poslab.extension import extended_config, initialise_from_parent
 from poslab.io import write_json_atomic
-from poslab.lightning_modules.base import check_precision
 from poslab.runs import launching
 from poslab.runs.checkpoints import AtomicCheckpointIO, resolve_checkpoint, save_model
 from poslab.runs.files import AUTO, CHECKPOINT_DIR, FAILURE_FILE, LAST_CHECKPOINT, LOCK_FILE, MODEL_FILE, RESULTS_FILE
@@ -118,7 +117,6 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
     callbacks.append(RecordConfig(resolved))  # every checkpoint records it: a resume checks it is the same model
     interrupt = SaveOnInterrupt()  # Ctrl-C: the step ends, last.ckpt is saved at it, the run stops (exit status 130)
     callbacks.append(interrupt)
-    check_precision(cfg.trainer.get("precision", "32-true"))  # a precision the training step cannot honour stops here
     trainer: L.Trainer = hydra.utils.instantiate(
         cfg.trainer,
         logger=instantiate_all(cfg.get("logger")) or False,

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from poslab.runs.checkpoints import AtomicCheckpointIO, rng_states, set_rng_states
+from poslab.rng import rng_states, set_rng_states
+from poslab.runs.checkpoints import AtomicCheckpointIO
 
 from .conftest import ROOT, run_train
 

@@ -61,9 +61,9 @@ def test_a_job_folder_has_the_same_name_with_and_without_ckpt_path_auto(tmp_path
 
 def test_the_resolver_names_a_job_by_its_overrides_alone(tmp_path):
     """``hydra.sweep.subdir`` as Hydra resolves it for a job (conf/hydra/default.yaml), from the job's overrides."""
-    from poslab.config import register_config_resolvers
+    from poslab.resolvers import register_resolvers
 
-    register_config_resolvers()
+    register_resolvers()
     subdir = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "hydra" / "default.yaml"))["sweep"]["subdir"]
 
     def resolved(overrides: list[str], ckpt_path: str | None = None) -> str:

@@ -61,8 +61,6 @@ from typing import Any
 
 import numpy as np
 from filelock import FileLock
-from hydra.experimental.callback import Callback
-from omegaconf import OmegaConf
 
 from poslab.datamodules.codec import (
     DECODE_ERRORS,
@@ -76,7 +74,7 @@ from poslab.datamodules.codec import (
 from poslab.datamodules.segmentation import STYLES, segment
 from poslab.datamodules.tokenization import BpeTokenizer, Tokenizer, load_tokenizer
 from poslab.errors import ConfigError, DataError
-from poslab.runs.launching import quoted
+from poslab.overrides import quoted
 from poslab.settings import FORMATS, VERIFY_CACHE
 
 __all__ = ["SEPARATOR", "decode_bytes", "encode_bytes"]  # the byte codec (codec.py), re-exported for its users here
@@ -704,25 +702,6 @@ def check_cache_settings(corpus: dict[str, Any]) -> None:
             f"corpus.verify_cache={verify!r} is not a checksum policy; allowed: first_use (once per cache directory "
             f"and process), always (every time it is opened) or never (sizes only)."
         )
-
-
-def register_resolvers() -> None:
-    """The resolvers conf/corpus/local.yaml uses (idempotent)."""
-    for name, function in (("poslab.corpus_name", local_corpus_name), ("poslab.local_pattern", local_pattern)):
-        if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, function)
-
-
-class CorpusResolvers(Callback):
-    """A Hydra callback (``hydra.callbacks`` in conf/corpus/local.yaml) whose import registers the resolvers
-    before Hydra resolves the run directory's name, which holds the corpus name (train.py imports poslab only
-    once the job starts, to keep bad-name errors fast)."""
-
-    def __init__(self) -> None:
-        register_resolvers()
-
-
-register_resolvers()  # whoever imports the corpora can compose and resolve corpus=local
 
 
 # ---- the prepared cache ----------------------------------------------------------------------------------------
