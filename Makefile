@@ -22,7 +22,7 @@ $(VENV)/.installed: pyproject.toml
 
 run: grid ## the main job: the where_am_i extrapolation grid (28 runs, no download) and its report
 
-# The report reads the directory the multirun printed first ("multirun into DIR", poslab/launching.py), never a
+# The report reads the directory the multirun printed first ("multirun into DIR", poslab/runs/launching.py), never a
 # glob of logs/: with POSLAB_LOG_DIR set, or another grid under ./logs, a glob would report on another grid. A
 # multirun that fails stops here with its exit status, and nothing is reported.
 grid: install ## 28 runs in parallel (POSLAB_JOBS at a time), then `poslab report grid` on them against the write-up

@@ -10,12 +10,9 @@ import warnings
 import hydra
 from omegaconf import DictConfig
 
-from poslab.datamodules.corpora import register_resolvers as register_corpus_resolvers
-from poslab.launching import register_resolvers as register_launcher_resolvers
+from poslab.resolvers import register_resolvers
 
-# resolvers the configs use, registered before Hydra composes them (light imports: no torch):
-register_launcher_resolvers()  # ${poslab_jobs:...}: local multirun jobs at once (conf/hydra/launcher/local_parallel)
-register_corpus_resolvers()  # corpus=local's name and path, also when a multirun sweeps corpus=
+register_resolvers()  # the resolvers the configs name, before Hydra composes them (light imports: no torch)
 # conf/hydra/launcher/submitit_local.yaml keeps the plugin's name on purpose; Hydra 1.3 warns that it is
 # validated against the plugin's schema of the same name (the launcher's module silences it in the jobs)
 warnings.filterwarnings("ignore", message=r"(?s).*submitit_local' is validated against ConfigStore schema")
@@ -30,7 +27,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    from poslab.command_line import check_command_line, help_text
+    from poslab.precheck import check_command_line, help_text
 
     if {"--help", "-h"} & set(sys.argv[1:]):  # poslab's own help (Hydra's: --hydra-help)
         print(help_text())

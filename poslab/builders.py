@@ -16,11 +16,11 @@ import torch
 from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 
-from poslab.checkpoint import uncompiled_state_dict
 from poslab.encodings import encoding_class, fill_length_settings
 from poslab.errors import ConfigError, MissingRunError, PoslabError
 from poslab.model import ModelConfig
-from poslab.run_files import MODEL_FILE
+from poslab.runs.checkpoints import uncompiled_state_dict
+from poslab.runs.files import MODEL_FILE
 from poslab.targets import check_loaded_config
 
 

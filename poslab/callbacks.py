@@ -17,8 +17,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 from lightning.pytorch.trainer.states import TrainerFn
 
-from poslab.checkpoint import CONFIG_KEY
 from poslab.errors import RunInterrupted
+from poslab.runs.checkpoints import CONFIG_KEY
 
 # Dense bf16 peak FLOP/s of devices we know (no sparsity). MFU needs one; set ``peak_flops`` otherwise.
 PEAK_FLOPS = {
@@ -105,7 +105,7 @@ class Throughput(L.Callback):
 
 
 class RecordConfig(L.Callback):
-    """Writes the run's resolved config into every training checkpoint (``poslab.checkpoint.CONFIG_KEY``), so
+    """Writes the run's resolved config into every training checkpoint (``poslab.runs.checkpoints.CONFIG_KEY``), so
     that a resume can check it continues the same model (``poslab.config.check_resume``). Plain values only:
     the checkpoint still loads with ``weights_only=True``."""
 

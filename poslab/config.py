@@ -12,22 +12,10 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from poslab.analysis.results import finished_results
 from poslab.errors import ConfigError
-from poslab.launching import register_resolvers
-from poslab.run_files import AUTO, CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE, directories_holding
-from poslab.settings import CONF_DIR, SYNTHETIC_TASKS, check_settings, encoding_defaults, task_defaults
-
-
-def register_config_resolvers() -> None:
-    """The resolvers the configs use, as train.py registers them at import: the launcher's
-    ``${poslab_jobs:...}`` and job folders, corpus=local's name and path, an extension's parent's name."""
-    from poslab.datamodules.corpora import register_resolvers as register_corpus_resolvers
-    from poslab.extension import register_resolvers as register_extension_resolvers
-
-    register_resolvers()
-    register_corpus_resolvers()
-    register_extension_resolvers()  # experiment=context_extension's run name, from its parent's
+from poslab.runs.files import AUTO, CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE, directories_holding
+from poslab.runs.results import finished_results
+from poslab.settings import CONF_DIR, SYNTHETIC_TASKS, check_precision, check_settings, encoding_defaults, task_defaults
 
 
 def compose_config(overrides: list[str], output_dir: str | Path | None = None, hydra_node: bool = False) -> DictConfig:
@@ -38,7 +26,9 @@ def compose_config(overrides: list[str], output_dir: str | Path | None = None, h
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    register_config_resolvers()
+    from poslab.resolvers import register_resolvers
+
+    register_resolvers()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides, return_hydra_config=hydra_node)
@@ -62,8 +52,8 @@ def check_config(cfg: DictConfig) -> None:
     if auto and finished_results(output_dir) is not None:
         return  # a finished run that ckpt_path=auto skips: nothing will be written
     if cfg.get("ckpt_path") is not None:
-        # imported here: poslab.checkpoint loads torch, which a config refused above never needs
-        from poslab.checkpoint import resolve_checkpoint
+        # imported here: poslab.runs.checkpoints loads torch, which a config refused above never needs
+        from poslab.runs.checkpoints import resolve_checkpoint
 
         checkpoint = resolve_checkpoint(cfg.get("ckpt_path"), cfg.paths.output_dir)
     # under auto, a damaged results.json is an unfinished run's: resumed from its last.ckpt, else run again
@@ -95,6 +85,7 @@ def check_combinations(cfg: DictConfig) -> None:
             f"{', '.join(SYNTHETIC_TASKS)}; name a corpus (e.g. corpus=wikitext2)."
         )
     check_devices(cfg.trainer)
+    check_precision(cfg.trainer.get("precision", "32-true"))  # one the training step cannot honour
     check_global_batches(cfg)
 
 
@@ -142,7 +133,7 @@ def check_run_directory(output_dir: Path, checkpoint: Path | None, rerun_damaged
 def check_sweep_directory(sweep_dir: Path, ckpt_path: Any) -> None:
     """A multirun into a directory that already holds runs (``hydra.sweep.dir`` given again) would write its
     jobs over them (each into the folder its overrides name): it stops before any job starts, unless the jobs
-    resume (``ckpt_path=auto`` continues each job in its earlier folder: ``poslab.job_folders``)."""
+    resume (``ckpt_path=auto`` continues each job in its earlier folder: ``poslab.runs.folders``)."""
     if ckpt_path is not None or not sweep_dir.is_dir():
         return
     jobs = {job for name in (RESULTS_FILE, MODEL_FILE) for job in directories_holding(sweep_dir, name)}
@@ -157,7 +148,7 @@ def check_sweep_directory(sweep_dir: Path, ckpt_path: Any) -> None:
 
 def check_resume(cfg: DictConfig, checkpoint: Path) -> None:
     """A resume continues the model the checkpoint holds: a model-defining setting (``MODEL_DEFINING`` in
-    poslab.checkpoint: encoding, model, task, corpus) that differs from the checkpoint's config stops here,
+    poslab.runs.checkpoints: encoding, model, task, corpus) that differs from the checkpoint's config stops here,
     listing every difference, unless ``resume_allow_changes`` names it (or its section) on purpose."""
     allowed = cfg.get("resume_allow_changes") or []
     if isinstance(allowed, str) or not all(isinstance(k, str) for k in allowed):
@@ -165,7 +156,7 @@ def check_resume(cfg: DictConfig, checkpoint: Path) -> None:
             f"resume_allow_changes={allowed!r} must be a list of setting names or sections, e.g. "
             f"[optimizer, task.batch_size] or [encoding]."
         )
-    from poslab.checkpoint import checkpoint_config, config_changes  # torch: only for a resume
+    from poslab.runs.checkpoints import checkpoint_config, config_changes  # torch: only for a resume
 
     saved = checkpoint_config(checkpoint)
     if saved is None:

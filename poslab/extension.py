@@ -49,11 +49,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from poslab.errors import ConfigError
-from poslab.run_files import CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE
+from poslab.runs.files import CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE
 from poslab.settings import Fraction, ModelSettings, PositiveFloat, check_section, encoding_defaults, schema_types
 from poslab.targets import flatten
 
@@ -151,7 +150,7 @@ def read_parent(value: Any) -> ParentRun:
 
 def read_finished_results(path: Path, value: Any) -> dict[str, Any]:
     """The parent's results, read as the reports read them; a damaged file, a diverged or failed run refused."""
-    from poslab.analysis.results import SUCCESS, ResultsFileError, read_results
+    from poslab.runs.results import SUCCESS, ResultsFileError, read_results
 
     try:
         results = read_results(path)
@@ -181,20 +180,6 @@ def parent_name(path: Any) -> str:
     except Exception:  # noqa: BLE001  (no parent, or not a run: the checks say so)
         return "extension"
     return re.sub(r"[^\w.=,+-]+", "_", str(name)).strip("._") or "extension"
-
-
-def register_resolvers() -> None:
-    """``${poslab.parent_name:${parent}}`` (conf/experiment/context_extension.yaml's run name); idempotent."""
-    if not OmegaConf.has_resolver("poslab.parent_name"):
-        OmegaConf.register_new_resolver("poslab.parent_name", parent_name)
-
-
-class ExtensionResolvers(Callback):
-    """A Hydra callback whose construction registers the resolver before Hydra names the run directory (in a
-    launcher's own process too), as ``poslab.datamodules.corpora.CorpusResolvers`` does for corpus=local."""
-
-    def __init__(self) -> None:
-        register_resolvers()
 
 
 # ---- the command line ---------------------------------------------------------------------------------------
@@ -484,7 +469,7 @@ def load_parent_weights(model: Any, parent: Path) -> dict[str, Any]:
 
     import torch
 
-    from poslab.checkpoint import uncompiled_state_dict
+    from poslab.runs.checkpoints import uncompiled_state_dict
 
     data = (parent / MODEL_FILE).read_bytes()
     state = uncompiled_state_dict(torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)["state_dict"])

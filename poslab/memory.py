@@ -1,5 +1,5 @@
 """Will a run fit in memory? An estimate made before anything is allocated (one of ``train.py``'s up-front checks,
-``poslab.command_line``), against the memory this machine has free: a size that cannot run is refused with the
+``poslab.precheck``), against the memory this machine has free: a size that cannot run is refused with the
 estimate in the message, instead of sitting at step 0 for minutes and then failing (or swapping).
 
 What the estimate counts, per process (4 bytes a value; the saved activations 2 under mixed precision):
@@ -323,7 +323,7 @@ def uses_gpu(cfg: DictConfig) -> bool | None:
     if accelerator == "cpu":
         return False
     if accelerator == "auto":
-        from poslab.launching import visible_gpus
+        from poslab.runs.launching import visible_gpus
 
         return bool(visible_gpus())
     return None

@@ -51,6 +51,17 @@ VERIFY_CACHE = ("first_use", "always", "never")  # corpus.verify_cache: when arr
 LM_EVAL_MULTIPLES = (1, 2, 4, 8, 16)
 
 
+def check_precision(precision: Any) -> str:
+    """The canonical name of a ``trainer.precision`` poslab can train with, or a ``ConfigError`` naming it."""
+    name = PRECISION_ALIASES.get(str(precision), str(precision))
+    if name not in PRECISIONS:
+        raise ConfigError(
+            f"trainer.precision={precision!r} is not supported; allowed: {', '.join(PRECISIONS)} "
+            f"(mixed precision keeps fp32 weights; bf16-mixed is the fast path on GPUs and AMX/AVX512-BF16 CPUs)."
+        )
+    return name
+
+
 #: a bound's comparison: its words in a message, and its test
 COMPARISONS: dict[str, tuple[str, Callable[[float, float], bool]]] = {
     ">=": ("at least", operator.ge),

@@ -22,18 +22,17 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from poslab import launching
 from poslab.builders import build_datamodule, build_module, instantiate_all
 from poslab.callbacks import RecordConfig, SaveOnInterrupt, Throughput
-from poslab.checkpoint import AtomicCheckpointIO, resolve_checkpoint, save_model
 from poslab.config import check_config, requested_devices
 from poslab.errors import DivergedError, PoslabError, RunInterrupted
 from poslab.extension import extended_config, initialise_from_parent
 from poslab.io import write_json_atomic
-from poslab.job_folders import earlier_folder_note
-from poslab.lightning_modules.base import check_precision
-from poslab.run_files import AUTO, CHECKPOINT_DIR, FAILURE_FILE, LAST_CHECKPOINT, LOCK_FILE, MODEL_FILE, RESULTS_FILE
-from poslab.run_guard import RunDirectoryInUse, holding_run_directory, stop
+from poslab.runs import launching
+from poslab.runs.checkpoints import AtomicCheckpointIO, resolve_checkpoint, save_model
+from poslab.runs.files import AUTO, CHECKPOINT_DIR, FAILURE_FILE, LAST_CHECKPOINT, LOCK_FILE, MODEL_FILE, RESULTS_FILE
+from poslab.runs.folders import earlier_folder_note
+from poslab.runs.guard import RunDirectoryInUse, holding_run_directory, stop
 from poslab.runtime import keep_freed_memory, wandb_offline_unless_key
 
 log = logging.getLogger("poslab")
@@ -82,7 +81,7 @@ def quiet_third_party_noise() -> None:
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Train and evaluate one configuration; return (and write) its results. The run directory's lock is held
-    throughout (``poslab.run_guard``; train.py's took it before Hydra wrote there): another run into the directory
+    throughout (``poslab.runs.guard``; train.py's took it before Hydra wrote there): another run into the directory
     stops with ``RunDirectoryInUse``."""
     with holding_run_directory(Path(cfg.paths.output_dir)):
         return run_holding_the_directory(cfg)
@@ -118,7 +117,6 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
     callbacks.append(RecordConfig(resolved))  # every checkpoint records it: a resume checks it is the same model
     interrupt = SaveOnInterrupt()  # Ctrl-C: the step ends, last.ckpt is saved at it, the run stops (exit status 130)
     callbacks.append(interrupt)
-    check_precision(cfg.trainer.get("precision", "32-true"))  # a precision the training step cannot honour stops here
     trainer: L.Trainer = hydra.utils.instantiate(
         cfg.trainer,
         logger=instantiate_all(cfg.get("logger")) or False,
@@ -345,8 +343,8 @@ def finished_earlier(cfg: DictConfig) -> dict[str, Any] | None:
     """Under ``ckpt_path=auto``, the results of a run directory that already holds them (the job is skipped,
     so a multirun given again trains only what is missing); None otherwise. A job that failed earlier (its
     ``failed.json``, no results) runs again, and its stale ``failed.json`` goes; so does a job whose results.json
-    the reports cannot read (``poslab.analysis.results.read_results``): it is unfinished, and the log says why."""
-    from poslab.analysis.results import ResultsFileError, read_results
+    the reports cannot read (``poslab.runs.results.read_results``): it is unfinished, and the log says why."""
+    from poslab.runs.results import ResultsFileError, read_results
 
     if cfg.get("ckpt_path") != AUTO:
         return None
@@ -430,7 +428,7 @@ def close_log_files_in(directory: Path) -> None:
 
 def job_needs_own_process(cfg: DictConfig) -> bool:
     """A local multirun job on one of several GPUs, or with DDP, runs as a single run in a fresh process
-    (``poslab.launching``: CUDA_VISIBLE_DEVICES per job; DDP ranks started from that job's command line)."""
+    (``poslab.runs.launching``: CUDA_VISIBLE_DEVICES per job; DDP ranks started from that job's command line)."""
     from hydra.core.hydra_config import HydraConfig
 
     trainer = cfg.trainer

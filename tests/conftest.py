@@ -142,7 +142,7 @@ def compose_cfg(tmp_path):
 
 def job_dir(sweep: Path, job: int) -> Path:
     """Job ``job``'s folder of a multirun (named by its overrides: the number is the one its ``.hydra`` records)."""
-    from poslab.run_files import job_number
+    from poslab.runs.files import job_number
 
     matches = [p for p in sweep.iterdir() if p.is_dir() and job_number(p) == job]
     assert len(matches) == 1, f"job {job} of {sweep}: {sorted(p.name for p in sweep.iterdir())}"

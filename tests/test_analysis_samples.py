@@ -23,7 +23,7 @@ from poslab.analysis.output import (
     training_steps,
 )
 from poslab.cli import main
-from poslab.run_files import OVERRIDES_FILE
+from poslab.runs.files import OVERRIDES_FILE
 
 from .test_corpus_statistics import cli_corpora
 

@@ -1,5 +1,6 @@
-"""The package's shape: no import circle (imports inside functions included), errors in a leaf module,
-training on top, ``python -m poslab`` the same as the ``poslab`` command."""
+"""The package's shape: no import circle (imports inside functions included), every import going down the layers of
+``LAYERS`` as ``MAY_IMPORT`` allows, errors in a leaf module, training on top, ``python -m poslab`` the same as the
+``poslab`` command."""
 
 from __future__ import annotations
 
@@ -79,6 +80,97 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         if node not in state and (cycle := visit(node)):
             return cycle
     return None
+
+
+#: the layers, bottom up; an entry names a module, or a package and everything under it
+LAYERS: dict[str, tuple[str, ...]] = {
+    # leaf helpers: no poslab import but each other's (settings reads passkey_settings, plotting fonts and io)
+    "leaf": (
+        "poslab",  # the package's own __init__ only
+        "poslab.errors",
+        "poslab.io",
+        "poslab.rng",
+        "poslab.settings",
+        "poslab.passkey_settings",
+        "poslab.targets",
+        "poslab.overrides",
+        "poslab.fonts",
+        "poslab.plotting",
+        "poslab.runtime",
+        "poslab.loggers",
+        "poslab.resources",
+    ),
+    "encodings": ("poslab.encodings",),
+    "model": ("poslab.model",),
+    "datamodules": ("poslab.datamodules",),
+    "lightning_modules": ("poslab.lightning_modules",),
+    # a run on disk: its files, lock, checkpoints, results read back, job folders, local multiruns
+    "runs": ("poslab.runs",),
+    # what checks or builds a config before and around training; what Hydra calls
+    "checks": (
+        "poslab.config",
+        "poslab.precheck",
+        "poslab.extension",
+        "poslab.resolvers",
+        "poslab.hydra_callbacks",
+        "poslab.builders",
+        "poslab.callbacks",
+        "poslab.memory",
+    ),
+    "training": ("poslab.training",),
+    "analysis": ("poslab.analysis",),  # reads finished runs; never trains
+    "cli": ("poslab.cli", "poslab.__main__"),
+}
+LEAF = {"leaf"}
+#: which layers each layer's modules may import (its own included). No exceptions: an edge that crosses is moved.
+MAY_IMPORT: dict[str, set[str]] = {
+    "leaf": LEAF,
+    "encodings": LEAF | {"encodings"},
+    "model": LEAF | {"encodings", "model"},
+    "datamodules": LEAF | {"datamodules"},  # preparing data loads no model
+    "lightning_modules": LEAF | {"model", "datamodules", "lightning_modules"},  # never runs, launching, analysis
+    "runs": LEAF | {"runs"},
+    "checks": LEAF | {"encodings", "model", "datamodules", "runs", "checks"},
+    "training": LEAF | {"encodings", "model", "datamodules", "lightning_modules", "runs", "checks", "training"},
+    "analysis": LEAF | {"encodings", "model", "datamodules", "runs", "checks", "analysis"},
+    "cli": LEAF | {"encodings", "checks", "analysis", "cli"},
+}
+
+
+def layer_of(name: str) -> str | None:
+    for layer, entries in LAYERS.items():
+        if any(name == entry or (entry != "poslab" and name.startswith(entry + ".")) for entry in entries):
+            return layer
+    return None
+
+
+def crossing_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import ``MAY_IMPORT`` does not allow, as ``importer -> imported (file): layer may not import layer``."""
+    crossings = []
+    for name in sorted(graph):
+        for target in sorted(graph[name]):
+            source_layer, target_layer = layer_of(name), layer_of(target)
+            if target_layer not in MAY_IMPORT[source_layer]:
+                path = MODULES[name].relative_to(ROOT)
+                crossings.append(f"{name} -> {target} ({path}): {source_layer} may not import {target_layer}")
+    return crossings
+
+
+def test_every_module_has_a_layer():
+    unplaced = sorted(name for name in MODULES if layer_of(name) is None)
+    assert unplaced == [], f"modules in no layer of LAYERS: {unplaced}"
+
+
+def test_every_import_goes_down_the_layers():
+    crossings = crossing_imports(GRAPH)
+    assert crossings == [], "imports crossing the layers:\n" + "\n".join(crossings)
+
+
+def test_the_layer_check_names_a_planted_crossing():
+    planted = {**GRAPH, "poslab.model": GRAPH["poslab.model"] | {"poslab.runs.launching"}}
+    assert crossing_imports(planted) == [
+        "poslab.model -> poslab.runs.launching (poslab/model.py): model may not import runs"
+    ]
 
 
 def test_the_package_has_no_import_circle():

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from poslab.job_folders import job_folder_name
+from poslab.runs.folders import job_folder_name
 from poslab.training import run
 
 from .conftest import compose_config, run_train

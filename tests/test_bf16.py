@@ -17,9 +17,10 @@ from poslab.builders import build_datamodule, build_module, load_run
 from poslab.encodings import ENCODINGS
 from poslab.encodings.rotary import Rotation, apply_rotary, rotation_angles
 from poslab.errors import ConfigError
-from poslab.lightning_modules.base import check_precision, clip_gradient_norm
+from poslab.lightning_modules.base import clip_gradient_norm
 from poslab.model import ModelConfig, Transformer, sdpa
-from poslab.run_files import MODEL_FILE
+from poslab.runs.files import MODEL_FILE
+from poslab.settings import check_precision
 from poslab.training import run
 
 from .conftest import compose_config, fit_quietly, run_train

@@ -1,5 +1,5 @@
 """Issue 24, item 4: one damaged ``results.json`` neither breaks nor skews a report. A file that does not parse, or
-does not fit the schema the reports read (``poslab.analysis.results.results_problem``), is listed by path with its
+does not fit the schema the reports read (``poslab.runs.results.results_problem``), is listed by path with its
 error, left out of every table and counted under it; no report prints a traceback for it; the multirun summary
 counts it; ``ckpt_path=auto`` runs its job again."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from poslab.analysis.results import collect_runs, results_problem, run_status
 from poslab.cli import main as poslab_main
-from poslab.launching import summary_lines
+from poslab.runs.launching import summary_lines
+from poslab.runs.results import collect_runs, results_problem, run_status
 
 from .conftest import run_train
 

@@ -16,13 +16,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from poslab.command_line import check_command_line
 from poslab.encodings import ENCODINGS, PositionEncoding, PositionInputs, register
 from poslab.encodings.base import LayerContext, QueryKeyTransform, Scaled, per_layer, validate_encoding
 from poslab.encodings.rope import RopeEncoding
 from poslab.encodings.rotary import RotaryEncoding, Rotation, inverse_frequencies, rotation_angles
 from poslab.errors import ConfigError
 from poslab.model import Transformer
+from poslab.precheck import check_command_line
 
 from .conftest import tiny_model
 

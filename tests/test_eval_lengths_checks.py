@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from poslab.command_line import check_command_line, check_eval_lengths
 from poslab.config import compose_config
+from poslab.precheck import check_command_line, check_eval_lengths
 
 from .conftest import run_train
 

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from poslab import launching
+from poslab.runs import launching
 
 from .conftest import job_dir, run_train
 

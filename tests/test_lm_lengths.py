@@ -13,13 +13,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from poslab.analysis.results import read_results, results_problem
 from poslab.builders import build_datamodule, build_module, load_run_and_data, load_saved_config
-from poslab.command_line import check_command_line, config_groups
 from poslab.config import compose_config
 from poslab.datamodules.held_out import non_overlapping, position_bins, sliding
 from poslab.datamodules.language import EvaluationBatches, windows
 from poslab.errors import ConfigError
+from poslab.precheck import check_command_line, config_groups
+from poslab.runs.results import read_results, results_problem
 from poslab.settings import LM_EVAL_MULTIPLES, lm_eval_lengths, max_length
 from poslab.training import run
 

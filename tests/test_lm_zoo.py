@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from poslab.command_line import check_command_line, job_overrides
+from poslab.precheck import check_command_line, job_overrides
 from poslab.settings import lm_eval_lengths
 
 from .conftest import CONF, ROOT, GlobalHydra, compose, initialize_config_dir, run_train

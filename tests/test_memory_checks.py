@@ -109,8 +109,8 @@ def test_a_language_model_context_is_checked_before_the_corpus_is_read(monkeypat
 
 def test_processes_that_run_at_once_share_the_memory(monkeypatch):
     """A local multirun's parallel jobs (POSLAB_JOBS) and DDP's CPU processes each need their own share."""
-    from poslab.command_line import concurrent_jobs
     from poslab.memory import check_memory, estimates
+    from poslab.precheck import concurrent_jobs
 
     cfg = compose_config(SYNTHETIC)
     need = max(e.total for e in estimates(cfg))

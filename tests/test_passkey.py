@@ -421,8 +421,8 @@ def tiny_lm_args(corpus: Path, cache: Path) -> list[str]:
 def test_a_language_model_run_writes_its_passkey_grid_with_chance(tmp_path):
     """The default distances a 16-token context holds (1.5 x 16 = 24, the phrase: from 2x), three depths, every
     test-time way; results.json's ``passkey`` the grid the heatmap reads, passing the results-file check."""
-    from poslab.analysis.results import read_results
     from poslab.config import compose_config
+    from poslab.runs.results import read_results
     from poslab.training import run
 
     from .test_local_corpus import text_folder
@@ -476,8 +476,8 @@ def test_passkey_at_every_validation_keeps_the_copying_curve_by_step(tmp_path):
     """``task.passkey.at_validation``: each validation scores the plain model (the distances within one context, or
     all where the context holds none, depth 0) and results.json's ``passkey_by_step`` keeps one entry per
     validation, in [0, 1]; off by default (the run above writes none)."""
-    from poslab.analysis.results import read_results
     from poslab.config import compose_config
+    from poslab.runs.results import read_results
     from poslab.training import run
 
     from .test_local_corpus import text_folder

@@ -41,7 +41,7 @@ from poslab.builders import load_run
 from poslab.cli import main
 from poslab.config import SYNTHETIC_TASKS
 from poslab.datamodules.corpora import STDLIB, LocalSource
-from poslab.run_files import MODEL_FILE, RESULTS_FILE
+from poslab.runs.files import MODEL_FILE, RESULTS_FILE
 from poslab.training import run
 
 from .conftest import CONF, compose_config

@@ -1,5 +1,5 @@
 """A refused command leaves nothing: 20 bad commands of train.py, each stopped by the checks made before Hydra
-writes anything (poslab.command_line), with exit status 2, one sentence naming the bad value, and no directory
+writes anything (poslab.precheck), with exit status 2, one sentence naming the bad value, and no directory
 left behind; a refusal found inside a job (from the data) removes the directory Hydra made for it."""
 
 from __future__ import annotations
@@ -108,8 +108,8 @@ def test_a_refusal_inside_a_job_removes_its_directory(workplace):
 
 def test_a_read_only_directory_is_refused(tmp_path, monkeypatch):
     """A log or cache directory this user may not write (root may write anywhere: os.access stands in)."""
-    from poslab.command_line import check_writable
     from poslab.errors import ConfigError
+    from poslab.precheck import check_writable
 
     monkeypatch.setattr(os, "access", lambda path, mode: False)
     with pytest.raises(ConfigError, match=r"paths.log_dir=.*/logs \(POSLAB_LOG_DIR\) cannot be written: .* read-only"):

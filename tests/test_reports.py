@@ -134,7 +134,7 @@ def test_a_setting_only_newer_runs_record_does_not_split_a_row_but_a_value_that_
     with the older behaviour as its default), so the row stays one; two recorded values that differ split it."""
     from pathlib import Path
 
-    from poslab.analysis.results import FinishedRun, differing_settings
+    from poslab.runs.results import FinishedRun, differing_settings
 
     def run(settings: dict) -> FinishedRun:
         return FinishedRun(Path("."), {"label": "cope"}, settings)

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from poslab.checkpoint import AtomicCheckpointIO, rng_states, set_rng_states
+from poslab.rng import rng_states, set_rng_states
+from poslab.runs.checkpoints import AtomicCheckpointIO
 
 from .conftest import ROOT, run_train
 
@@ -144,7 +145,7 @@ def test_checkpoint_write_failure_leaves_the_previous_checkpoint_and_no_temporar
 
 KILL_WRITER = """
 import sys, torch
-from poslab.checkpoint import AtomicCheckpointIO
+from poslab.runs.checkpoints import AtomicCheckpointIO
 io, step = AtomicCheckpointIO(), 0
 while True:
     step += 1  # 16 MB per checkpoint: most of the loop's time is spent writing

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from poslab.checkpoint import config_changes
 from poslab.config import encoding_at_default
+from poslab.runs.checkpoints import config_changes
 
 from .conftest import compose_config
 

@@ -251,7 +251,7 @@ def test_a_tiny_model_trains_under_each_rule(settings) -> None:
     ],
 )
 def test_train_py_refuses_a_bad_scaling_setting_at_start(argv, named, capsys, tmp_path, monkeypatch) -> None:
-    from poslab.command_line import check_command_line
+    from poslab.precheck import check_command_line
 
     monkeypatch.setenv("POSLAB_LOG_DIR", str(tmp_path))
     with pytest.raises(SystemExit) as stopped:

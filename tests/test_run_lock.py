@@ -1,4 +1,4 @@
-"""One run per directory: a run holds a lock in its run directory for its life (``poslab.run_guard``). A second run
+"""One run per directory: a run holds a lock in its run directory for its life (``poslab.runs.guard``). A second run
 into it stops at start, names the running process and writes nothing; the lock goes when the run ends (normally, by
 an exception, by Ctrl-C), and a lock left by a killed process blocks nothing."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from poslab.run_files import LOCK_FILE
+from poslab.runs.files import LOCK_FILE
 
 from .conftest import ROOT, compose_config, run_train
 
@@ -57,7 +57,7 @@ def hold_lock_in_another_process(directory: Path) -> subprocess.Popen:
     """A process that takes ``directory``'s run lock and keeps it until it is stopped (prints "held" once held)."""
     code = (
         "import sys, time\n"
-        "from poslab.run_guard import take_run_directory\n"
+        "from poslab.runs.guard import take_run_directory\n"
         f"take_run_directory({str(directory)!r})\n"
         "print('held', flush=True)\n"
         "time.sleep(600)\n"
@@ -114,7 +114,7 @@ def test_the_lock_is_held_during_the_run_and_gone_after_it_or_after_an_exception
             [
                 sys.executable,
                 "-c",
-                f"from poslab.run_guard import take_run_directory; take_run_directory({str(tmp_path)!r})",
+                f"from poslab.runs.guard import take_run_directory; take_run_directory({str(tmp_path)!r})",
             ],
             capture_output=True,
             text=True,
@@ -172,7 +172,7 @@ def test_a_stale_lock_of_a_killed_process_does_not_block_a_resume(tmp_path):
 
 @pytest.mark.slow
 def test_a_ddp_rank_other_than_the_first_takes_no_lock(tmp_path, monkeypatch):
-    from poslab.run_guard import take_run_directory
+    from poslab.runs.guard import take_run_directory
 
     holder = hold_lock_in_another_process(tmp_path)  # rank 0 holds the run directory
     try:

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from poslab.builders import build_datamodule, build_module, load_run
-from poslab.checkpoint import save_model, uncompiled_state_dict
 from poslab.encodings.alibi import AlibiEncoding
 from poslab.errors import ConfigError
 from poslab.model import ModelConfig, Transformer
-from poslab.run_files import MODEL_FILE
+from poslab.runs.checkpoints import save_model, uncompiled_state_dict
+from poslab.runs.files import MODEL_FILE
 
 from .conftest import compose_config, fit_quietly, tiny_model
 

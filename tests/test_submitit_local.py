@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from poslab import launching
+from poslab.runs import launching
 
 from .conftest import run_train
 

@@ -2,7 +2,7 @@
 overrides whether or not ``ckpt_path=auto`` is given; ``ckpt_path=auto`` finds a job's earlier folder whatever it is
 named (an older sweep's numbered ``0_...`` folders included) and continues there; the reports count one config and
 one seed once, naming the duplicate; and a damaged results.json under ``ckpt_path=auto`` is an unfinished run, run
-again with every resume check. poslab.job_folders is imported inside the tests that use it: each test fails on its
+again with every resume check. poslab.runs.folders is imported inside the tests that use it: each test fails on its
 own on code without it."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from poslab.analysis.results import collect_runs
 from poslab.errors import ConfigError
-from poslab.launching import summary_lines
+from poslab.runs.launching import summary_lines
+from poslab.runs.results import collect_runs
 from poslab.training import run
 
 from .conftest import ROOT, compose_config, run_train
@@ -62,9 +62,9 @@ def test_a_job_folder_has_the_same_name_with_and_without_ckpt_path_auto(tmp_path
 
 def test_the_resolver_names_a_job_by_its_overrides_alone(tmp_path):
     """``hydra.sweep.subdir`` as Hydra resolves it for a job (conf/hydra/default.yaml), from the job's overrides."""
-    from poslab.config import register_config_resolvers
+    from poslab.resolvers import register_resolvers
 
-    register_config_resolvers()
+    register_resolvers()
     subdir = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "hydra" / "default.yaml"))["sweep"]["subdir"]
 
     def resolved(overrides: list[str], ckpt_path: str | None = None) -> str:
@@ -97,7 +97,7 @@ def test_a_sweeper_setting_swept_on_the_command_line_is_refused_with_the_overrid
     """``hydra.sweeper.params.seed=0,1`` on the command line makes two jobs of one config (each with one value of
     the sweeper's own setting): refused up front, pointing at ``seed=0,1``."""
     from poslab.errors import ConfigError
-    from poslab.job_folders import check_distinct_jobs
+    from poslab.runs.folders import check_distinct_jobs
 
     jobs = [["task=lag", "hydra.sweeper.params.seed=0"], ["task=lag", "hydra.sweeper.params.seed=1"]]
     with pytest.raises(ConfigError, match=r"give seed=a,b on the command line"):
@@ -136,7 +136,7 @@ def test_a_sweep_stopped_without_ckpt_path_auto_resumes_in_its_old_numbered_fold
     assert len(found.counted) == 2 and not found.duplicates and not found.missing  # one run per seed
 
     # the command spelled otherwise (threads is no setting of what is trained) is the same job by what Hydra recorded
-    from poslab.job_folders import RecordedJob, recorded_job
+    from poslab.runs.folders import RecordedJob, recorded_job
 
     otherwise = ["seed=0", *args[1:], *("threads=2" if o == "threads=1" else o for o in SMALL), "ckpt_path=auto"]
     root = OmegaConf.to_container(compose_config(otherwise, tmp_path, hydra_node=True), resolve=False)
@@ -162,7 +162,7 @@ def record_job(folder: Path, overrides: list[str], tmp_path: Path) -> dict:
 
 
 def test_ckpt_path_auto_finds_a_job_by_its_overrides_or_by_its_settings_and_seed(tmp_path):
-    from poslab.job_folders import RecordedJob, earlier_job_folder
+    from poslab.runs.folders import RecordedJob, earlier_job_folder
 
     sweep = tmp_path / "sweep"
     old = ["task=lag", "encoding=rope", "seed=1", "threads=1"]
@@ -184,7 +184,7 @@ def test_ckpt_path_auto_finds_a_job_by_its_overrides_or_by_its_settings_and_seed
 
 
 def test_of_several_folders_of_one_job_ckpt_path_auto_takes_the_finished_one(tmp_path):
-    from poslab.job_folders import RecordedJob, earlier_job_folder
+    from poslab.runs.folders import RecordedJob, earlier_job_folder
 
     sweep = tmp_path / "sweep"
     overrides = ["task=lag", "encoding=rope", "seed=0"]
@@ -204,7 +204,7 @@ def test_of_several_folders_of_one_job_ckpt_path_auto_takes_the_finished_one(tmp
 
 
 def test_a_report_orders_runs_by_the_job_number_their_folder_records(tmp_path):
-    from poslab.run_files import job_number
+    from poslab.runs.files import job_number
 
     job = tmp_path / "encoding-rope_seed-0"
     (job / ".hydra").mkdir(parents=True)

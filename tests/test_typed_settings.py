@@ -1,4 +1,4 @@
-"""Typed settings (poslab/settings.py) and train.py's command-line check (poslab/command_line.py): a bad command
+"""Typed settings (poslab/settings.py) and train.py's command-line check (poslab/precheck.py): a bad command
 stops with one short message naming the key and the value, exit status 2, no traceback, nothing written."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from poslab.command_line import check_command_line, config_groups, help_text, option_description
 from poslab.config import compose_config
 from poslab.errors import ConfigError
+from poslab.precheck import check_command_line, config_groups, help_text, option_description
 from poslab.settings import CONF_DIR, check_settings, describe, schema_types, value_fits
 
 from .conftest import run_train

@@ -3,7 +3,7 @@ process through submitit, the code path of ``hydra/launcher=slurm``, on this mac
 
 Hydra's own submitit local launcher hands all jobs to submitit at once, and on one machine submitit starts them
 all together (126 processes for ``experiment=lm_zoo``). This one submits each job as a one-job sweep of that
-launcher, ``POSLAB_JOBS`` at a time (``poslab.launching.launch_one_at_a_time``); pickling the job, the child
+launcher, ``POSLAB_JOBS`` at a time (``poslab.runs.launching.launch_one_at_a_time``); pickling the job, the child
 process and its logs (``<sweep dir>/.submitit/<job id>/``) stay the plugin's own code.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher
 
-from poslab.launching import launch_one_at_a_time
+from poslab.runs.launching import launch_one_at_a_time
 
 # conf/hydra/launcher/submitit_local.yaml shares its name with the plugin's schema on purpose (the name users
 # know), which Hydra 1.3 validates against the schema and warns about in every process, the jobs' included

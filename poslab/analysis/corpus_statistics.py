@@ -71,7 +71,7 @@ from poslab.datamodules.codec import byte_length, bytes_text, text_bytes
 from poslab.datamodules.corpora import local_corpus_name, local_overrides, local_path_matches, resolve_corpus
 from poslab.datamodules.segmentation import segment
 from poslab.errors import ConfigError
-from poslab.run_files import ANALYSIS_DIR
+from poslab.runs.files import ANALYSIS_DIR
 
 log = logging.getLogger("poslab")
 

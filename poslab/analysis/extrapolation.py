@@ -22,16 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from poslab.analysis.output import REFERENCE_LABEL, short_run_warning, training_steps
-from poslab.analysis.results import (
+from poslab.analysis.stats import Interval, SeedCell
+from poslab.errors import MissingRunError, UsageError
+from poslab.runs.files import RESULTS_FILE, job_number
+from poslab.runs.results import (
     FinishedRun,
     Runs,
     collect_runs,
     differing_settings,
     setting_values,
 )
-from poslab.analysis.stats import Interval, SeedCell
-from poslab.errors import MissingRunError, UsageError
-from poslab.run_files import RESULTS_FILE, job_number
 
 
 @dataclass
@@ -45,7 +45,7 @@ class GridRun:
     log_scaled: float  # at the longest length, scores x log(L)/log(train_length)
     order: int = 0
     settings: tuple[tuple[str, str], ...] = ()  # what tells it apart from runs of the same task and scheme
-    steps: tuple[int | None, int | None] = (None, None)  # (trained, the recipe's): poslab.analysis.results
+    steps: tuple[int | None, int | None] = (None, None)  # (trained, the recipe's): poslab.runs.results
     eval_size: int | None = None  # evaluation sequences per length (task.eval_size)
     #: the baselines of the evaluation sets by length, over every scored position (chance, the best constant, the
     #: task's trivial rules: ``baseline_*`` in results.json; empty for runs written before they were)

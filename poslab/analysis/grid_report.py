@@ -11,7 +11,7 @@ from typing import Any
 from poslab.analysis.extrapolation import compute_grid
 from poslab.analysis.grid_render import grid_csv, grid_markdown, plot_grid
 from poslab.analysis.output import AnalysisResult, read_summary
-from poslab.run_files import ANALYSIS_DIR
+from poslab.runs.files import ANALYSIS_DIR
 
 SUMMARY_FILE = "grid.json"
 

@@ -41,10 +41,10 @@ from typing import Any
 
 import numpy as np
 
-from poslab.analysis.results import FinishedRun, collect_runs, differing_settings, setting_values
 from poslab.analysis.stats import bootstrap_ranks, not_separated, over_seeds
 from poslab.errors import MissingRunError
-from poslab.run_files import RESULTS_FILE
+from poslab.runs.files import RESULTS_FILE
+from poslab.runs.results import FinishedRun, collect_runs, differing_settings, setting_values
 
 RANKED = (2, 4, 8, 16)  # the multiples of the context the score averages: past training, to 16x
 PLAIN = "plain"

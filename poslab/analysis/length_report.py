@@ -12,7 +12,7 @@ from poslab.analysis.length import length_summary, load_length_runs
 from poslab.analysis.length_render import length_csv, length_markdown, plot_bpb, plot_positions, safe_name
 from poslab.analysis.output import AnalysisResult, read_summary
 from poslab.analysis.passkey_render import plot_passkey
-from poslab.run_files import default_analysis_dir
+from poslab.runs.files import default_analysis_dir
 
 SUMMARY_FILE = "length.json"
 

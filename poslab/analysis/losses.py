@@ -3,7 +3,7 @@ module reads the runs and computes everything the report shows (``losses_summary
 
 One row per successful run; runs of one corpus and encoding that differ in another setting (``model.d_model``,
 ``trainer.max_steps`` ...) show it in a column of its own, and when a config has several seeds a second table
-gives their means (``poslab.analysis.results``: grouped by the whole config minus the seed; statistics from
+gives their means (``poslab.runs.results``: grouped by the whole config minus the seed; statistics from
 ``poslab.analysis.stats``). Runs whose status is not ``success``, failed jobs and jobs without results are listed
 under the table. Three layers, as the zoo's and the length report: ``losses_render`` draws the tables and the CSV
 from the summary alone (``poslab report losses --from losses.json``), ``losses_report`` runs both.
@@ -16,7 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from poslab.analysis.output import sample_notes, training_steps
-from poslab.analysis.results import (
+from poslab.analysis.stats import over_seeds
+from poslab.errors import MissingRunError
+from poslab.runs.files import RESULTS_FILE
+from poslab.runs.results import (
     FinishedRun,
     Runs,
     collect_runs,
@@ -24,9 +27,6 @@ from poslab.analysis.results import (
     setting_values,
     validation_documents,
 )
-from poslab.analysis.stats import over_seeds
-from poslab.errors import MissingRunError
-from poslab.run_files import RESULTS_FILE
 
 
 def is_language_model_result(result: dict[str, Any]) -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 from poslab.analysis.losses import compute_losses
 from poslab.analysis.losses_render import losses_csv, losses_markdown
 from poslab.analysis.output import AnalysisResult, read_summary
-from poslab.run_files import default_analysis_dir
+from poslab.runs.files import default_analysis_dir
 
 SUMMARY_FILE = "losses.json"
 

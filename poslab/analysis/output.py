@@ -3,7 +3,7 @@
 Every ``poslab analyze ...`` and ``poslab report ...`` builds an ``AnalysisResult``: the printed report and its
 files (tables, JSON, PNGs) held in memory. The command prints the report, then writes the files into
 ``--output-dir``, or by default beside what it read (``RUN_DIR/analysis/<name>/`` for one run, the first
-multirun directory's ``analysis/<name>/`` for several: ``poslab.run_files.default_analysis_dir``). A run
+multirun directory's ``analysis/<name>/`` for several: ``poslab.runs.files.default_analysis_dir``). A run
 directory that cannot be written to (read-only, another user's) still yields the report, then one message
 naming the directory and ``--output-dir``. Nothing is written into the current directory unless asked.
 """
@@ -21,7 +21,7 @@ from typing import Any
 from poslab.datamodules.corpora import describe_sources
 from poslab.errors import MissingRunError, OutputNotWritableError
 from poslab.io import read_json, write_atomic
-from poslab.run_files import RESULTS_FILE, run_overrides
+from poslab.runs.files import RESULTS_FILE, run_overrides
 
 #: runs after the files are written, with their directory: e.g. log the figures to the runs' loggers
 AfterWrite = Callable[[Path], "str | None"]

@@ -43,7 +43,6 @@ from typing import Any
 
 from poslab.analysis.extrapolation import is_grid_result
 from poslab.analysis.output import training_steps
-from poslab.analysis.results import FinishedRun, collect_runs, differing_settings, setting_values
 from poslab.analysis.stats import (
     SeedCell,
     bootstrap_mean_rank,
@@ -52,7 +51,8 @@ from poslab.analysis.stats import (
     not_separated,
 )
 from poslab.errors import MissingRunError
-from poslab.run_files import RESULTS_FILE
+from poslab.runs.files import RESULTS_FILE
+from poslab.runs.results import FinishedRun, collect_runs, differing_settings, setting_values
 
 EXTRAPOLATION = (2, 4, 8)  # the multiples of the training length the score averages
 PAST = "_past_train"

@@ -17,7 +17,7 @@ from poslab.analysis.zoo import (
     zoo_summary,
 )
 from poslab.analysis.zoo_render import plot_accuracy, plot_heatmap, runs_csv, zoo_markdown
-from poslab.run_files import ANALYSIS_DIR
+from poslab.runs.files import ANALYSIS_DIR
 
 
 def report_zoo(directory: str | Path) -> AnalysisResult:

@@ -1,15 +1,13 @@
 """Data: synthetic tasks, and language modelling on real corpora (the ``corpora`` package prepares them).
 
-The datamodules load lazily (they import torch and Lightning); the corpora package loads here at once, light
-as it is, because importing it registers the resolvers ``conf/corpus/local.yaml`` uses.
+The datamodules load lazily (they import torch and Lightning); the resolvers ``conf/corpus/local.yaml`` uses are
+registered by ``poslab.resolvers``.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
 from typing import Any
-
-from poslab.datamodules import corpora  # noqa: F401  (registers the corpus config resolvers)
 
 _LAZY = {
     "LanguageModelDataModule": "poslab.datamodules.language",

@@ -11,21 +11,10 @@ import torch
 from lightning.pytorch.core.optimizer import LightningOptimizer
 from torch import Tensor
 
-from poslab.checkpoint import rng_states, set_rng_states
-from poslab.errors import ConfigError, DivergedError
+from poslab.errors import DivergedError
 from poslab.model import ModelConfig, Transformer
-from poslab.settings import PRECISION_ALIASES, PRECISIONS
-
-
-def check_precision(precision: Any) -> str:
-    """The canonical name of a ``trainer.precision`` poslab can train with, or a ``ConfigError`` naming it."""
-    name = PRECISION_ALIASES.get(str(precision), str(precision))
-    if name not in PRECISIONS:
-        raise ConfigError(
-            f"trainer.precision={precision!r} is not supported; allowed: {', '.join(PRECISIONS)} "
-            f"(mixed precision keeps fp32 weights; bf16-mixed is the fast path on GPUs and AMX/AVX512-BF16 CPUs)."
-        )
-    return name
+from poslab.rng import rng_states, set_rng_states
+from poslab.settings import check_precision
 
 
 def clip_gradient_norm(optimizer: torch.optim.Optimizer, max_norm: float, scaler: Any = None) -> Tensor:

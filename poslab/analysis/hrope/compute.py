@@ -45,7 +45,7 @@ from poslab.analysis.stats import Estimate, bootstrap_mean, resample_weights
 from poslab.builders import load_run_and_data
 from poslab.errors import ConfigError
 from poslab.io import read_json
-from poslab.run_files import RESULTS_FILE
+from poslab.runs.files import RESULTS_FILE
 
 log = logging.getLogger("poslab")
 

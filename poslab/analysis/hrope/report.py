@@ -35,10 +35,10 @@ from poslab.analysis.hrope.render import SUMMARY_FILE, render_hrope
 from poslab.analysis.hrope.runs import RunAnalysis
 from poslab.analysis.logging import log_analysis
 from poslab.analysis.output import AnalysisResult
-from poslab.analysis.results import SUCCESS, run_status
 from poslab.errors import MissingRunError
 from poslab.io import read_json
-from poslab.run_files import default_analysis_dir, find_runs
+from poslab.runs.files import default_analysis_dir, find_runs
+from poslab.runs.results import SUCCESS, run_status
 
 log = logging.getLogger("poslab")
 

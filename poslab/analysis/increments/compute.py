@@ -44,12 +44,12 @@ from poslab.analysis.increments.readings import (
 )
 from poslab.analysis.increments.text import chinese_gaps
 from poslab.analysis.output import sample_notes, training_steps
-from poslab.analysis.results import SUCCESS, run_status, validation_documents
 from poslab.builders import load_run_and_data
 from poslab.encodings.increments import increments_from_positions
 from poslab.errors import ConfigError, MissingRunError
 from poslab.io import read_json
-from poslab.run_files import RESULTS_FILE
+from poslab.runs.files import RESULTS_FILE
+from poslab.runs.results import SUCCESS, run_status, validation_documents
 
 DEFAULT_SENTENCES = (
     "Artificial intelligence is a branch of computer science.",

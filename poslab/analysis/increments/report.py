@@ -15,7 +15,7 @@ from poslab.analysis.increments.readings import SCORE_BYTES, BoundaryRow, bounda
 from poslab.analysis.increments.render import category_rows, render_increments
 from poslab.analysis.logging import log_analysis
 from poslab.analysis.output import AnalysisResult
-from poslab.run_files import ANALYSIS_DIR
+from poslab.runs.files import ANALYSIS_DIR
 
 
 def analyze_increments(

@@ -47,14 +47,12 @@ from poslab.datamodules.corpora.documents import (
 )
 from poslab.datamodules.corpora.local import (
     LOCAL_SUFFIX,
-    CorpusResolvers,
     check_cache_settings,
     check_local_corpus,
     local_corpus_name,
     local_overrides,
     local_path_matches,
     local_pattern,
-    register_resolvers,
 )
 from poslab.datamodules.corpora.provenance import (
     LISTED_FILES,
@@ -102,7 +100,6 @@ __all__ = [
     "COORDINATES",
     "Coordinate",
     "CorpusDocument",
-    "CorpusResolvers",
     "DEFAULT_SEGMENTATION",
     "HubSource",
     "LISTED_FILES",
@@ -151,7 +148,6 @@ __all__ = [
     "plan_split",
     "prepare_corpus",
     "prepare_group",
-    "register_resolvers",
     "resolve_corpus",
     "resolve_group",
     "split_of",

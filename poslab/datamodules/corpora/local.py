@@ -3,8 +3,8 @@ settings before anything is read.
 
 ``corpus=local`` is one group ``main`` whose one local source is PATH: a file, a directory (every file of
 ``corpus.format`` below it) or a glob; ``local_pattern`` and ``local_corpus_name`` turn PATH into that source's glob
-and the corpus's name (OmegaConf resolvers, registered on import and by the Hydra callback ``CorpusResolvers``, so
-the run directory and the saved config say what was trained on).
+and the corpus's name (OmegaConf resolvers, registered by ``poslab.resolvers``, so the run directory and the saved
+config say what was trained on).
 """
 
 from __future__ import annotations
@@ -15,14 +15,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hydra.experimental.callback import Callback
-from omegaconf import OmegaConf
-
 from poslab.datamodules.codec import DECODE_ERRORS
 from poslab.datamodules.corpora.sources import LocalSource, format_mismatch, glob_root
 from poslab.datamodules.segmentation import STYLES
 from poslab.errors import ConfigError
-from poslab.launching import quoted
+from poslab.overrides import quoted
 from poslab.settings import FORMATS, VERIFY_CACHE
 
 #: the files a directory given as corpus.path contributes, by corpus.format
@@ -136,22 +133,3 @@ def check_cache_settings(corpus: dict[str, Any]) -> None:
             f"corpus.verify_cache={verify!r} is not a checksum policy; allowed: first_use (once per cache directory "
             f"and process), always (every time it is opened) or never (sizes only)."
         )
-
-
-def register_resolvers() -> None:
-    """The resolvers conf/corpus/local.yaml uses (idempotent)."""
-    for name, function in (("poslab.corpus_name", local_corpus_name), ("poslab.local_pattern", local_pattern)):
-        if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, function)
-
-
-class CorpusResolvers(Callback):
-    """A Hydra callback (``hydra.callbacks`` in conf/corpus/local.yaml) whose import registers the resolvers
-    before Hydra resolves the run directory's name, which holds the corpus name (train.py imports poslab only
-    once the job starts, to keep bad-name errors fast)."""
-
-    def __init__(self) -> None:
-        register_resolvers()
-
-
-register_resolvers()  # whoever imports the corpora can compose and resolve corpus=local

@@ -292,15 +292,15 @@ def check_command_line(argv: list[str], sources: bool = False) -> None:
     flags = [a for a in argv if a.startswith("-")]
     if any(flag not in RUN_FLAGS for flag in flags):
         return  # --cfg, --info, -cn, ...: Hydra's own modes, left to Hydra
-    from poslab.launching import check_environment
-    from poslab.run_guard import secondary_rank, stop
+    from poslab.runs.guard import secondary_rank, stop
+    from poslab.runs.launching import check_environment
 
     overrides = [a for a in argv if not a.startswith("-")]
     try:
         check_environment()
         jobs = job_overrides(overrides, multirun=bool(flags))
         if flags:
-            from poslab.job_folders import check_distinct_jobs
+            from poslab.runs.folders import check_distinct_jobs
 
             check_distinct_jobs(jobs)  # two jobs never share a folder (a job given twice: its seed counted twice)
         configs = [extended(compose_explained(job), job) for job in jobs]
@@ -329,7 +329,7 @@ def concurrent_jobs(overrides: list[str], jobs: int, multirun: bool) -> int:
     base = compose_explained(fixed, hydra_node=True)
     launcher = str(OmegaConf.select(base, "hydra.launcher._target_", default="")).lower()
     if "submitit_local" in launcher:  # poslab's local submitit launcher keeps POSLAB_JOBS running, as joblib's
-        from poslab.launching import parallel_jobs
+        from poslab.runs.launching import parallel_jobs
 
         return min(parallel_jobs(base.trainer.get("devices", 1)), jobs)
     if "joblib" not in launcher:

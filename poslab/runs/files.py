@@ -22,11 +22,11 @@ MODEL_FILE = "model.pt"
 CHECKPOINT_DIR = "checkpoints"
 LAST_CHECKPOINT = "last.ckpt"
 #: the lock a run holds in its run directory (a multirun: in its sweep directory) for its life, with the holding
-#: process's id and command line (``poslab.run_guard.RunLock``); gone when the run ends
+#: process's id and command line (``poslab.runs.guard.RunLock``); gone when the run ends
 LOCK_FILE = ".poslab.lock"
 #: ``ckpt_path=auto``: a run directory with a results.json the reports read is skipped, one with a last checkpoint
 #: resumes from it, any other starts afresh (a multirun given again continues where an earlier one stopped, each job
-#: in its earlier folder: ``poslab.job_folders``)
+#: in its earlier folder: ``poslab.runs.folders``)
 AUTO = "auto"
 ANALYSIS_DIR = "analysis"
 #: Hydra writes this file into the directory of a multirun (the sweep directory)

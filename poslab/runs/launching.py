@@ -22,6 +22,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from poslab.overrides import quoted
+
 #: the multirun summary's status of a job folder holding a second run of one config and seed (it does not count)
 DUPLICATE = "duplicate"
 #: environment variable a job's own process is started with, so it does not start another one
@@ -106,37 +108,19 @@ def run_in_own_process(job: int, overrides: list[str], job_dir: Path, devices: A
     gpus = gpus_for_job(job, devices)
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-    train_py = Path(__file__).resolve().parents[1] / "train.py"
+    train_py = Path(__file__).resolve().parents[2] / "train.py"
     # the job's number too: the job folder records it (.hydra/hydra.yaml), and the reports order jobs by it
     command = [sys.executable, str(train_py), *overrides, f"hydra.run.dir={quoted(str(job_dir))}"]
     command.append(f"hydra.job.num={job}")
     return subprocess.run(command, env=env).returncode
 
 
-def quoted(value: str) -> str:
-    """``value`` quoted for Hydra's override parser, any character kept (``,`` ``=`` spaces and quotes)."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def register_resolvers() -> None:
-    """``${poslab_jobs:${trainer.devices}}`` for the local launcher's ``n_jobs``; ``${poslab_job_folder:...}``
-    for the multirun job folders (conf/hydra/default.yaml)."""
-    from omegaconf import OmegaConf
-
-    if not OmegaConf.has_resolver("poslab_jobs"):
-        OmegaConf.register_new_resolver("poslab_jobs", lambda devices=1: parallel_jobs(devices))
-    if not OmegaConf.has_resolver("poslab_job_folder"):
-        from poslab.job_folders import job_folder
-
-        OmegaConf.register_new_resolver("poslab_job_folder", job_folder)
-
-
 def summary_lines(sweep_dir: Path) -> tuple[list[str], bool]:
     """One summary line for a multirun, then one per job (status, overrides, directory); and whether all
     succeeded (a second run of one config and seed is no failure: it is named, and does not count). The jobs are
-    read as the reports read them (``poslab.analysis.results.collect_runs``)."""
-    from poslab.analysis.results import DAMAGED, SUCCESS, collect_runs
-    from poslab.run_files import RESULTS_FILE, natural_order, run_overrides
+    read as the reports read them (``poslab.runs.results.collect_runs``)."""
+    from poslab.runs.files import RESULTS_FILE, natural_order, run_overrides
+    from poslab.runs.results import DAMAGED, SUCCESS, collect_runs
 
     runs = collect_runs([sweep_dir])
     jobs = [(SUCCESS, run.path, "") for run in runs.counted]
@@ -154,27 +138,6 @@ def summary_lines(sweep_dir: Path) -> tuple[list[str], bool]:
     # a duplicate is a job run twice, by this multirun or an earlier one; the run that counts is listed too
     ok = bool(jobs) and all(status in (SUCCESS, DUPLICATE) for status, _, _ in jobs)
     return lines, ok
-
-
-try:  # Hydra's callback base class (hydra-core >= 1.1)
-    from hydra.experimental.callback import Callback as _HydraCallback
-except ImportError:  # pragma: no cover
-    _HydraCallback = object  # type: ignore[misc,assignment]
-
-
-class MultirunSummary(_HydraCallback):  # type: ignore[misc,valid-type]
-    """A multirun (any launcher) names its sweep directory first (``multirun into DIR``, the line ``make run`` reads
-    to report on the grid it ran); at the end it prints one line of outcomes and one per job, and ends the command
-    with exit status 1 when any job failed, diverged, left no result or a damaged results.json."""
-
-    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
-        print(f"multirun into {config.hydra.sweep.dir}", flush=True)
-
-    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
-        lines, ok = summary_lines(Path(str(config.hydra.sweep.dir)))
-        print("\n".join(lines), file=sys.stdout if ok else sys.stderr, flush=True)
-        if not ok:
-            raise SystemExit(1)
 
 
 def launch_one_at_a_time(launch_one: Any, job_overrides: Any, initial_job_idx: int) -> list[Any]:

@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import io
 import pickle
-import random
 import zipfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from poslab.errors import ConfigError
 from poslab.io import write_atomic
-from poslab.run_files import AUTO, CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE
+from poslab.runs.files import AUTO, CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE
 from poslab.targets import flatten
 
 # what a Lightning training checkpoint has and model.pt (or any other file) has not
@@ -77,49 +75,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
         """Loads with ``weights_only=True`` unless told otherwise: poslab's checkpoints hold only tensors and
-        plain Python values (RNG states included, see ``rng_states``)."""
+        plain Python values (RNG states included, see ``poslab.rng.rng_states``)."""
         if map_location is None:
             map_location = "cpu"
         return super().load_checkpoint(path, map_location, True if weights_only is None else weights_only)
-
-
-def rng_states() -> dict[str, Any]:
-    """The global RNG states of torch (and CUDA), numpy and Python, as tensors and plain values only, so a
-    checkpoint holding them still loads with ``weights_only=True`` (numpy's own state is a tuple holding an
-    ndarray, which ``weights_only`` refuses)."""
-    kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
-    version, python_state, gauss_next = random.getstate()
-    return {
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        "numpy": {
-            "kind": str(kind),
-            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
-            "position": int(position),
-            "has_gauss": int(has_gauss),
-            "cached_gaussian": float(cached_gaussian),
-        },
-        "python": {"version": int(version), "state": list(python_state), "gauss_next": gauss_next},
-    }
-
-
-def set_rng_states(states: dict[str, Any]) -> None:
-    """Restore what ``rng_states`` returned."""
-    torch.set_rng_state(states["torch"])
-    if states.get("cuda") and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
-    numpy_state = states["numpy"]
-    np.random.set_state(
-        (
-            numpy_state["kind"],
-            numpy_state["keys"].numpy().astype(np.uint32),
-            numpy_state["position"],
-            numpy_state["has_gauss"],
-            numpy_state["cached_gaussian"],
-        )
-    )
-    python_state = states["python"]
-    random.setstate((python_state["version"], tuple(python_state["state"]), python_state["gauss_next"]))
 
 
 def resolve_checkpoint(ckpt_path: str | None, output_dir: str | Path) -> Path | None:

@@ -34,7 +34,7 @@ from typing import Any
 
 from poslab.errors import PoslabError
 from poslab.io import read_json
-from poslab.run_files import FAILURE_FILE, RESULTS_FILE, directories_holding
+from poslab.runs.files import FAILURE_FILE, RESULTS_FILE, directories_holding
 from poslab.targets import flatten
 
 SUCCESS = "success"
@@ -82,7 +82,7 @@ def run_identity(config: dict[str, Any]) -> str:
     """What makes two runs one run of one config and one seed: their settings (``run_settings``) and their seed, as
     one text to compare. Compared between configs of one kind: resolved ones (a results.json's, in the reports) or
     recorded ones (a job folder's ``.hydra/config.yaml``, unresolved, under ``ckpt_path=auto``:
-    ``poslab.job_folders``)."""
+    ``poslab.runs.folders``)."""
     settings = run_settings({"config": config})
     return json.dumps([config.get("seed"), settings], sort_keys=True, default=str)
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from poslab.run_files import AUTO, CHECKPOINT_DIR, LAST_CHECKPOINT, OVERRIDES_FILE
+from poslab.runs.files import AUTO, CHECKPOINT_DIR, LAST_CHECKPOINT, OVERRIDES_FILE
 
 JOB_NAME_LENGTH = 80  # characters of a job folder's name: `ls` shows them whole
 #: how a job's overrides are joined into its folder's name: ``key-value`` items joined by ``_``
@@ -96,7 +96,7 @@ def override_dirname(overrides: list[str]) -> str:
 @dataclass(frozen=True)
 class RecordedJob:
     """What a job is, as a job folder records it: its overrides (sorted; those that say which job it is,
-    ``names_the_job``) and its identity (settings and seed, ``poslab.analysis.results.run_identity``; None where its
+    ``names_the_job``) and its identity (settings and seed, ``poslab.runs.results.run_identity``; None where its
     config cannot be read)."""
 
     overrides: tuple[str, ...]
@@ -104,7 +104,7 @@ class RecordedJob:
 
     @classmethod
     def of(cls, overrides: list[str], config: dict[str, Any] | None) -> RecordedJob:
-        from poslab.analysis.results import run_identity
+        from poslab.runs.results import run_identity
 
         kept = tuple(sorted(o for o in overrides if names_the_job(o)))
         return cls(kept, run_identity(config) if isinstance(config, dict) else None)
@@ -152,7 +152,7 @@ def read_recorded_job(overrides_file: Path, config_file: Path) -> RecordedJob | 
 def is_finished(folder: Path) -> bool:
     """A run directory holding a results.json the reports read: ``ckpt_path=auto`` skips it (a damaged one is
     unfinished: run again)."""
-    from poslab.analysis.results import finished_results
+    from poslab.runs.results import finished_results
 
     return finished_results(folder) is not None
 

@@ -1,27 +1,18 @@
-"""A Hydra callback that runs poslab's config checks before Hydra creates the run directory.
-
-Hydra makes the run directory, writes ``.hydra/`` and opens ``train.log`` before poslab runs; so a bad
-``name`` (``name=../../../x``), a directory that already holds a run, or a resume with other model
-settings would otherwise leave a directory outside the runs directory, or rewrite a finished run's
-``.hydra/config.yaml``. Listed in ``conf/train.yaml`` (``hydra.callbacks``); each check is also made again by
-``poslab.training.run`` (``check_config``), so a config composed without Hydra is checked the same way.
-Light at import (no torch): Hydra instantiates callbacks for every command, even one that fails to compose.
-
-One run per directory: a run holds a lock in its run directory (``RunLock``, the file ``.poslab.lock``) from
-before Hydra writes anything there to the run's end, and a multirun holds one in its sweep directory. A second run
-into a held directory stops at start (exit status 2) with one message naming the process that holds it, and writes
-nothing: two runs into one directory would otherwise mix their files (one run's results.json beside the other's
-checkpoint, both in metrics.csv and train.log). The lock is ``flock`` on the file, which the system lets go when
-its process ends however it ends, so a lock file left by a killed process blocks nothing (``ckpt_path=auto``
-relaunches into the same directory); the file itself goes at a normal end, an exception or Ctrl-C. Of the ranks
-of a DDP run, which all work in one directory, only the launching process (rank 0) takes it.
+"""One run per directory: a run holds a lock in its run directory (``RunLock``, the file ``.poslab.lock``) from
+before Hydra writes anything there (``poslab.hydra_callbacks.RunGuard`` takes it) to the run's end, and a multirun
+holds one in its sweep directory. A second run into a held directory stops at start (exit status 2) with one message
+naming the process that holds it, and writes nothing: two runs into one directory would otherwise mix their files
+(one run's results.json beside the other's checkpoint, both in metrics.csv and train.log). The lock is ``flock`` on
+the file, which the system lets go when its process ends however it ends, so a lock file left by a killed process
+blocks nothing (``ckpt_path=auto`` relaunches into the same directory); the file itself goes at a normal end, an
+exception or Ctrl-C. Of the ranks of a DDP run, which all work in one directory, only the launching process (rank
+0) takes it. Light at import (no torch).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import copy
 import importlib.util
 import json
 import logging
@@ -33,11 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
-
 from poslab.errors import ConfigError, PoslabError
-from poslab.run_files import LOCK_FILE
+from poslab.runs.files import LOCK_FILE
 
 
 def stop(error: PoslabError) -> None:
@@ -241,72 +229,3 @@ def holding_run_directory(directory: str | Path) -> Iterator[None]:
     finally:
         if lock is not None:
             release_run_directory(directory)
-
-
-def job_config(config: DictConfig, output_dir: Path) -> DictConfig:
-    """The config the job will see (no ``hydra`` node), with its ``paths.output_dir`` known in advance."""
-    cfg = copy.deepcopy(config)
-    with read_write(cfg), open_dict(cfg):
-        del cfg["hydra"]
-        cfg.paths.output_dir = str(output_dir)
-    return cfg
-
-
-class RunGuard(Callback):
-    """``check_config`` before a single run's directory exists; the name and the sweep directory before a
-    multirun starts (each job's config is checked by the job itself)."""
-
-    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from hydra.core.hydra_config import HydraConfig
-
-        from poslab.config import check_config
-        from poslab.extension import extended_config
-
-        try:
-            HydraConfig.instance().set_config(config)  # ${hydra:...} resolves, as Hydra's run_job sets it next
-            run_dir = Path(str(OmegaConf.select(config, "hydra.run.dir")))
-            cfg = job_config(config, run_dir)
-        except Exception:  # noqa: BLE001  (a config this guard cannot read: the job's own checks report it)
-            return
-        try:
-            check_run_directory_free(run_dir)  # first: another run's files would otherwise be what is refused
-            cfg = extended_config(cfg)  # a context extension: the config its parent makes
-            check_config(cfg)
-        except PoslabError as error:
-            stop(error)
-        except Exception:  # noqa: BLE001  (not a config error: the run itself reports it, with its traceback)
-            return
-        try:  # before Hydra writes anything into the run directory; held until the run ends
-            take_run_directory(run_dir)
-        except RunDirectoryInUse as error:
-            stop(error)
-        except OSError:  # a directory that cannot be made: Hydra, then the run, say why
-            pass
-
-    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
-        release_all()
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from poslab.config import check_name, check_sweep_directory
-
-        try:
-            name = config.get("name")
-            sweep_dir = Path(str(OmegaConf.select(config, "hydra.sweep.dir")))
-            ckpt_path = config.get("ckpt_path")
-        except Exception:  # noqa: BLE001  (left to the jobs' own checks)
-            return
-        try:
-            check_name(name)
-            check_run_directory_free(sweep_dir)
-            check_sweep_directory(sweep_dir, ckpt_path)
-        except PoslabError as error:
-            stop(error)
-        try:  # one multirun per sweep directory (each job also holds its own job directory)
-            take_run_directory(sweep_dir)
-        except RunDirectoryInUse as error:
-            stop(error)
-        except OSError:  # left to Hydra's launcher, which makes the directory
-            pass
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        release_all()
