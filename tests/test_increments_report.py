@@ -287,4 +287,4 @@ def test_analyze_increments_refuses_a_wrong_source_in_one_sentence(tmp_path, cap
 def test_a_summary_of_another_analysis_is_refused(tmp_path, capsys):
     (tmp_path / "length.json").write_text(json.dumps({"corpora": {}}))
     assert poslab_main(["analyze", "increments", "--from", str(tmp_path / "length.json")]) == 2
-    assert "is not an increments summary" in capsys.readouterr().err
+    assert "holds no increments summary" in capsys.readouterr().err

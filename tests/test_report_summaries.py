@@ -242,7 +242,7 @@ def test_from_refuses_another_reports_summary_and_dir_with_it(tmp_path, capsys):
     assert poslab_main(["report", "losses", str(plant_losses(tmp_path / "sweep")), "--output-dir", str(out)]) == 0
     capsys.readouterr()
     assert poslab_main(["report", "grid", "--from", str(out / "losses.json")]) == 2
-    assert "is not a grid report's summary" in capsys.readouterr().err
+    assert "holds no grid summary" in capsys.readouterr().err
     assert poslab_main(["report", "losses", str(tmp_path / "sweep"), "--from", str(out / "losses.json")]) == 2
     assert "not both" in capsys.readouterr().err
     assert poslab_main(["report", "grid", "--from", str(out / "losses.json"), "--reference", "where_am_i"]) == 2

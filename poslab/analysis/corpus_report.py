@@ -11,9 +11,8 @@ from pathlib import Path
 
 from poslab.analysis.corpus_render import render_corpora
 from poslab.analysis.corpus_statistics import SUMMARY_FILE, Embedder, corpus_summary
-from poslab.analysis.output import AnalysisResult
-from poslab.errors import ConfigError, MissingRunError
-from poslab.io import read_json
+from poslab.analysis.output import AnalysisResult, read_summary
+from poslab.errors import ConfigError
 
 
 def analyze_corpora(
@@ -33,20 +32,9 @@ def analyze_corpora(
 
 def rerender_corpora(path: str | Path) -> AnalysisResult:
     """``--from``: the files again from a ``corpus_statistics.json`` this analysis wrote."""
-    path = Path(path)
-    try:
-        summary = read_json(path)
-    except (OSError, ValueError) as error:
-        raise MissingRunError(
-            f"--from {path} cannot be read as JSON ({error}); give a {SUMMARY_FILE} `poslab analyze corpus` wrote."
-        ) from error
-    needed = ("rows", "corpora", "ustar_source", "embeddings")
-    if not isinstance(summary, dict) or any(key not in summary for key in needed):
-        raise MissingRunError(
-            f"--from {path} is not a corpus analysis's summary (it lacks {', '.join(needed)}); give a "
-            f"{SUMMARY_FILE} `poslab analyze corpus` wrote (one written before --from existed lacks the last three)."
-        )
-    return render_corpora(summary, path.parent)
+    needed = ("rows", "corpora", "ustar_source", "embeddings")  # one written before --from lacks the last three
+    summary = read_summary(path, "corpus", needed, SUMMARY_FILE, "poslab analyze corpus")
+    return render_corpora(summary, Path(path).parent)
 
 
 def parse_ustar(items: list[str] | None) -> dict[str, float] | None:

@@ -83,20 +83,30 @@ class AnalysisResult:
         return f"{self.name}: {len(self.files)} files written to {directory}: {names}"
 
 
-def read_summary(path: str | Path, report: str, key: str) -> dict[str, Any]:
-    """``poslab report REPORT --from SUMMARY``: the summary JSON a report wrote (``<report>.json``), which its render
-    layer reads alone. Refused unless it is a dict with ``key`` and, where it says, of ``report`` (summaries
-    written before they said which report they are only need ``key``)."""
-    path, expected = Path(path), f"{report}.json"
+def read_summary(
+    path: str | Path, report: str, keys: str | tuple[str, ...], file_name: str | None = None, command: str = ""
+) -> dict[str, Any]:
+    """``--from SUMMARY``: the summary JSON a report or analysis wrote (``file_name``, by default
+    ``<report>.json``), which its render layer reads alone. Refused, in one sentence naming what to give, unless it
+    is a dict holding every key of ``keys`` and, where it says which report it is, ``report``'s (summaries written
+    before they said so only need the keys). ``command``: what writes it (default: "this report")."""
+    path, expected = Path(path), file_name or f"{report}.json"
+    needed = (keys,) if isinstance(keys, str) else keys
+    writer = f"`{command}`" if command else "this report"
     try:
         summary = read_json(path)
     except (OSError, ValueError) as error:
         raise MissingRunError(
-            f"--from {path} cannot be read as JSON ({error}); give a {expected} this report wrote."
+            f"--from {path} cannot be read as JSON ({error}); give a {expected} {writer} wrote."
         ) from error
-    if not isinstance(summary, dict) or key not in summary or summary.get("report", report) != report:
+    if (
+        not isinstance(summary, dict)
+        or any(k not in summary for k in needed)
+        or summary.get("report", report) != report
+    ):
         raise MissingRunError(
-            f"--from {path} is not a {report} report's summary (no {key}); give a {expected} this report wrote."
+            f"--from {path} holds no {report} summary (no {', '.join(needed)}: written by another report, "
+            f"or before it could be re-rendered); give a {expected} {writer} wrote."
         )
     return summary
 

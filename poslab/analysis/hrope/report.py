@@ -34,9 +34,8 @@ from poslab.analysis.hrope.compute import analyze_run, hrope_summary
 from poslab.analysis.hrope.render import SUMMARY_FILE, render_hrope
 from poslab.analysis.hrope.runs import RunAnalysis
 from poslab.analysis.logging import log_analysis
-from poslab.analysis.output import AnalysisResult
+from poslab.analysis.output import AnalysisResult, read_summary
 from poslab.errors import MissingRunError
-from poslab.io import read_json
 from poslab.runs.files import default_analysis_dir, find_runs
 from poslab.runs.results import SUCCESS, run_status
 
@@ -74,19 +73,8 @@ def analyze_hrope(paths: list[str], documents: int = 200, **settings: Any) -> An
 
 def rerender_hrope(path: str | Path) -> AnalysisResult:
     """``--from``: the files again from a ``hrope.json`` this analysis wrote, beside it by default."""
-    path = Path(path)
-    try:
-        summary = read_json(path)
-    except (OSError, ValueError) as error:
-        raise MissingRunError(
-            f"--from {path} cannot be read as JSON ({error}); give a {SUMMARY_FILE} `poslab analyze hrope` wrote."
-        ) from error
-    if not isinstance(summary, dict) or not isinstance(summary.get("runs"), list) or "arms" not in summary:
-        raise MissingRunError(
-            f"--from {path} is not an hRoPE analysis's summary (no runs and arms); give a {SUMMARY_FILE} "
-            "`poslab analyze hrope` wrote."
-        )
-    return render_hrope(summary, path.parent)
+    summary = read_summary(path, "hrope", ("runs", "arms"), SUMMARY_FILE, "poslab analyze hrope")
+    return render_hrope(summary, Path(path).parent)
 
 
 def log_to_the_runs_loggers(analyses: list[RunAnalysis], wells: Path) -> str | None:

@@ -34,11 +34,9 @@ from poslab.analysis.increments.readings import (
     positions_from_deltas,
 )
 from poslab.analysis.increments.text import CATEGORY_LABELS, SEPARATOR_CHAR, as_layers, as_tokens, decode_characters
-from poslab.analysis.output import AnalysisResult, steps_cell
+from poslab.analysis.output import AnalysisResult, read_summary, steps_cell
 from poslab.analysis.tables import csv_text, markdown_table
-from poslab.errors import MissingRunError
 from poslab.fonts import cjk_font, has_glyph
-from poslab.io import read_json
 from poslab.plotting import plt, save_figure
 
 #: the summary (``compute.increments_summary``), the one JSON file: all this layer reads (``--from``)
@@ -362,16 +360,5 @@ def render_increments(summary: dict[str, Any], directory: Path) -> AnalysisResul
 def rerender_increments(path: str | Path) -> AnalysisResult:
     """``--from``: the report and files again from an ``increments_analysis.json`` the analysis wrote (beside it
     unless ``--output-dir`` says otherwise)."""
-    path = Path(path)
-    try:
-        summary = read_json(path)
-    except (OSError, ValueError) as error:
-        raise MissingRunError(
-            f"--from {path} cannot be read as JSON ({error}); give an {SUMMARY_FILE} the increments analysis wrote."
-        ) from error
-    if not isinstance(summary, dict) or not isinstance(summary.get("pictures"), dict):
-        raise MissingRunError(
-            f"--from {path} is not an increments summary (no pictures: written before the analysis could be "
-            f"re-rendered, or by another analysis); run poslab analyze increments RUN_DIR again to write one."
-        )
-    return render_increments(summary, path.parent)
+    summary = read_summary(path, "increments", "pictures", SUMMARY_FILE, "poslab analyze increments RUN_DIR")
+    return render_increments(summary, Path(path).parent)
