@@ -13,9 +13,9 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from poslab.errors import ConfigError
-from poslab.runs.files import AUTO, CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE, directories_holding
+from poslab.runs.files import CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE, directories_holding
 from poslab.runs.results import finished_results
-from poslab.settings import CONF_DIR, SYNTHETIC_TASKS, check_precision, check_settings, encoding_defaults, task_defaults
+from poslab.settings import CONF_DIR, SYNTHETIC_TASKS, check_precision, encoding_defaults, task_defaults
 
 
 def compose_config(overrides: list[str], output_dir: str | Path | None = None, hydra_node: bool = False) -> DictConfig:
@@ -40,26 +40,6 @@ def compose_config(overrides: list[str], output_dir: str | Path | None = None, h
 
         cfg = extended_config(cfg, overrides)
     return cfg
-
-
-def check_config(cfg: DictConfig) -> None:
-    """Every check of a composed config: its settings' types, the combinations of groups, the run directory
-    and a resume's checkpoint."""
-    check_settings(cfg, optional_encoding_settings)
-    check_combinations(cfg)
-    checkpoint = None
-    output_dir, auto = Path(cfg.paths.output_dir), cfg.get("ckpt_path") == AUTO
-    if auto and finished_results(output_dir) is not None:
-        return  # a finished run that ckpt_path=auto skips: nothing will be written
-    if cfg.get("ckpt_path") is not None:
-        # imported here: poslab.runs.checkpoints loads torch, which a config refused above never needs
-        from poslab.runs.checkpoints import resolve_checkpoint
-
-        checkpoint = resolve_checkpoint(cfg.get("ckpt_path"), cfg.paths.output_dir)
-    # under auto, a damaged results.json is an unfinished run's: resumed from its last.ckpt, else run again
-    check_run_directory(output_dir, checkpoint, rerun_damaged=auto)
-    if checkpoint is not None:
-        check_resume(cfg, checkpoint)
 
 
 def optional_encoding_settings(name: str) -> tuple[str, ...]:

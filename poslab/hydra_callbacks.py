@@ -52,7 +52,7 @@ class RunGuard(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         from hydra.core.hydra_config import HydraConfig
 
-        from poslab.config import check_config
+        from poslab.checks import check_config
         from poslab.extension import extended_config
 
         try:

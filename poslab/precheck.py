@@ -16,7 +16,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from poslab.errors import ConfigError
-from poslab.settings import CONF_DIR, RootSettings, max_length, schema_types, suggestion, train_length
+from poslab.settings import CONF_DIR, RootSettings, schema_types, suggestion
 
 #: Hydra's flags after which poslab checks nothing itself (help, config printing, completion, ...)
 RUN_FLAGS = ("-m", "--multirun")
@@ -143,52 +143,6 @@ def extended(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     return extended_config(cfg, overrides)
 
 
-def check_job(cfg: DictConfig) -> None:
-    """What can be checked of one job's config without its run directory (the run guard checks that)."""
-    from poslab.config import check_combinations, optional_encoding_settings
-    from poslab.settings import check_settings
-
-    check_settings(cfg, optional_encoding_settings)
-    check_combinations(cfg)
-    check_eval_lengths(cfg)
-
-
-def check_eval_lengths(cfg: DictConfig) -> None:
-    """A language model's evaluation settings (``poslab.settings.check_lm_evaluation``), and a synthetic task's
-    evaluation lengths: at least one, and none below the training length (``train_length``,
-    the longest trained on). No length would train a run that measures nothing; one below would give the reports
-    no position past the training length (the grid's ``past`` column, the zoo's 1x to 8x). Lengths at or past the
-    training length need not be multiples of it (the zoo reads the multiples, the grid every length)."""
-    from poslab.passkey_settings import check_passkey_settings
-    from poslab.settings import SYNTHETIC_TASKS, check_lm_evaluation
-
-    task = cfg.get("task")
-    if isinstance(task, DictConfig) and task.get("name") == "lm":
-        check_lm_evaluation(task)  # a language model's: from its context up, and eval_tokens / eval_stride with them
-        tokenizer = str((cfg.get("corpus") or {}).get("tokenizer", "bytes"))
-        check_passkey_settings(task.get("passkey"), int(task.context_length), tokenizer)  # before any data is read
-        return
-    if not isinstance(task, DictConfig) or task.get("name") not in SYNTHETIC_TASKS:
-        return
-    train = int(task.train_length)
-    example = f"[{train}, {2 * train}, {4 * train}]"
-    given = task.get("eval_lengths")
-    lengths = [int(n) for n in given] if given is not None else None
-    if not lengths:
-        shown = "null" if lengths is None else "[]"
-        raise ConfigError(
-            f"task.eval_lengths={shown} gives no evaluation length, so the run would measure nothing; allowed: "
-            f"one or more lengths at or past task.train_length={train}, e.g. task.eval_lengths={example}."
-        )
-    below = [n for n in lengths if n < train]
-    if below:
-        raise ConfigError(
-            f"task.eval_lengths={lengths} has lengths below task.train_length={train} "
-            f"({', '.join(map(str, below))}), and poslab measures extrapolation from the training length up; "
-            f"allowed: lengths at or past {train}, e.g. task.eval_lengths={example} (or a shorter task.train_length)."
-        )
-
-
 def check_directories(cfg: DictConfig, outputs: list[tuple[str, str]], sources: bool = False) -> None:
     """The directories a job writes (``outputs``: where Hydra makes its run or sweep directory; a language model's
     cache) can be made and written, and (``sources``) a language model's sources are found (``paths.data_dir``, a
@@ -244,54 +198,13 @@ def output_directories(overrides: list[str], cfg: DictConfig, multirun: bool) ->
     return [("paths.log_dir", str(cfg.paths.log_dir))]
 
 
-def check_synthetic_task(cfg: DictConfig) -> None:
-    """A synthetic task's own settings against every length it will see (flip_flop's probabilities, a vocabulary
-    too small for associative_recall's longest evaluation length): its datamodule checks them when built, which
-    is cheap (the evaluation sets are drawn later, in ``setup``)."""
-    import hydra
-
-    from poslab.settings import SYNTHETIC_TASKS
-
-    if cfg.task.name not in SYNTHETIC_TASKS:
-        return
-    task = OmegaConf.to_container(cfg.task, resolve=True)
-    assert isinstance(task, dict)
-    target = hydra.utils.get_class(str(task.pop("_target_")))
-    task.pop("module", None)
-    target(**task, seed=int(cfg.seed))
-
-
-def check_encoding(cfg: DictConfig) -> None:
-    """The encoding's own ``validate`` (ranges, sizes against the model) and its attention paths against
-    ``model.attention``: imports torch, so it runs last. A setting the task's data fills in (rand_axial's
-    ``paragraph_density`` on a text corpus) may still be null."""
-    import hydra
-
-    from poslab.encodings.base import ModelShape, validate_encoding
-
-    model = cfg.model
-    shape = ModelShape.of(int(model.d_model), int(model.n_heads), int(model.n_layers))
-    datamodule = hydra.utils.get_class(str(cfg.task._target_))
-    task = OmegaConf.to_container(cfg.task, resolve=False)
-    assert isinstance(task, dict)
-    settings = OmegaConf.to_container(cfg.encoding, resolve=True)
-    assert isinstance(settings, dict)
-    validate_encoding(
-        settings,
-        shape,
-        max_length(task),
-        filled_by_data=lambda key: hasattr(datamodule, key),
-        attention=str(model.attention),
-        train_length=train_length(task),
-    )
-
-
 def check_command_line(argv: list[str], sources: bool = False) -> None:
     """Check the jobs ``python train.py ARGV`` would run; a bad one stops the command (one message, exit 2).
     ``sources``: a language model's data sources are looked for too (train.py; the configs alone need no data)."""
     flags = [a for a in argv if a.startswith("-")]
     if any(flag not in RUN_FLAGS for flag in flags):
         return  # --cfg, --info, -cn, ...: Hydra's own modes, left to Hydra
+    from poslab.checks import check_configs
     from poslab.runs.guard import secondary_rank, stop
     from poslab.runs.launching import check_environment
 
@@ -304,15 +217,14 @@ def check_command_line(argv: list[str], sources: bool = False) -> None:
 
             check_distinct_jobs(jobs)  # two jobs never share a folder (a job given twice: its seed counted twice)
         configs = [extended(compose_explained(job), job) for job in jobs]
-        for cfg in configs:
-            check_job(cfg)
-        for job, cfg in zip(jobs, configs, strict=True):
-            check_directories(cfg, output_directories(job, cfg, multirun=bool(flags)), sources)
-        for cfg in configs:
-            check_encoding(cfg)
-            check_synthetic_task(cfg)
+        # the four stages of poslab.checks, stage by stage over the jobs; stage 4 here: the directories each job
+        # writes and the sources it reads (Hydra has not named the run directories yet)
+        outputs = {
+            id(cfg): output_directories(job, cfg, multirun=bool(flags)) for job, cfg in zip(jobs, configs, strict=True)
+        }
+        check_configs(configs, lambda cfg: check_directories(cfg, outputs[id(cfg)], sources))
         if not secondary_rank():  # a DDP rank Lightning starts shares the memory rank 0 already checked (and holds)
-            from poslab.memory import check_memory  # after the encodings' checks: it builds none that is bad
+            from poslab.memory import check_memory  # after the four stages: it builds no encoding that is bad
 
             check_memory(configs, concurrent_jobs(overrides, len(jobs), multirun=bool(flags)))
     except ConfigError as error:

@@ -24,7 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from poslab.builders import build_datamodule, build_module, instantiate_all
 from poslab.callbacks import RecordConfig, SaveOnInterrupt, Throughput
-from poslab.config import check_config, requested_devices
+from poslab.checks import check_config
+from poslab.config import requested_devices
 from poslab.errors import DivergedError, PoslabError, RunInterrupted
 from poslab.extension import extended_config, initialise_from_parent
 from poslab.io import write_json_atomic

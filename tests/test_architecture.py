@@ -108,6 +108,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "runs": ("poslab.runs",),
     # what checks or builds a config before and around training; what Hydra calls
     "checks": (
+        "poslab.checks",
         "poslab.config",
         "poslab.precheck",
         "poslab.extension",

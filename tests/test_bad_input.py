@@ -90,7 +90,7 @@ def test_gpu_trainer_on_a_machine_without_gpus_says_so(tmp_path):
 
 
 def test_devices_check_counts_cores_of_this_process(compose_cfg):
-    from poslab.config import check_config
+    from poslab.checks import check_config
     from poslab.errors import ConfigError
 
     check_config(compose_cfg(f"trainer.devices={CORES}"))
@@ -103,7 +103,7 @@ def test_devices_check_counts_cores_of_this_process(compose_cfg):
 
 @pytest.mark.parametrize("key", ["batch_size", "eval_size"])
 def test_ddp_needs_batch_and_evaluation_sizes_divisible_by_the_processes(key, compose_cfg):
-    from poslab.config import check_config
+    from poslab.checks import check_config
     from poslab.errors import ConfigError
 
     if CORES < 2:

@@ -102,7 +102,7 @@ def saved_weights(run_dir: Path) -> dict[str, torch.Tensor]:
 # ---- end to end -----------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_an_extension_with_yarn_trains_at_four_times_the_context_and_records_its_parent(parents, tmp_path):
-    from poslab.config import check_config
+    from poslab.checks import check_config
     from poslab.runs.results import read_results
 
     parent, before = parents["rope"], snapshot(parents["rope"])

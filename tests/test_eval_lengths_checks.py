@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from poslab.checks import check_eval_lengths
 from poslab.config import compose_config
-from poslab.precheck import check_command_line, check_eval_lengths
+from poslab.precheck import check_command_line
 
 from .conftest import run_train
 

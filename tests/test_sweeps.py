@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from poslab import config
 from poslab.builders import build_datamodule, build_model_config, build_module
-from poslab.config import check_config
+from poslab.checks import check_config
 from poslab.model import Transformer
 
 from .conftest import CONF, ROOT, compose_config

@@ -1,0 +1,163 @@
+"""Every check of a job's config, from one entry point and in one fixed order.
+
+A config is checked in four stages, each finding what the next would otherwise trip over:
+
+1. **settings**: every setting against its declared type and bounds (``poslab.settings.check_settings``);
+2. **combinations**: the groups together (a task with a corpus, devices, precision, batches: ``poslab.config``)
+   and the evaluation settings against the training length;
+3. **encodings**: the encoding's own ``validate`` against the model and the task, and a synthetic task's own
+   settings (the only stage that imports torch);
+4. **run directory**: where the job writes.
+
+``check_configs`` runs the stages one at a time over a command's jobs, so a typo in any job of a multirun is
+found before torch loads. Before Hydra runs (``poslab.precheck``, train.py's pre-check) a run's directory is not
+named yet: its stage 4 is the directories the command will write and the sources it reads. ``check_config`` is
+the same four stages for one job with its run directory known: whether it already holds a run, and a resume's
+checkpoint. Hydra's ``RunGuard`` calls it before Hydra makes the directory, and ``poslab.training.run`` again, so
+a config composed without Hydra (tests, notebooks) is checked the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from poslab.config import check_combinations, check_resume, check_run_directory, optional_encoding_settings
+from poslab.errors import ConfigError
+from poslab.runs.files import AUTO
+from poslab.runs.results import finished_results
+from poslab.settings import SYNTHETIC_TASKS, check_lm_evaluation, check_settings, max_length, train_length
+
+#: the stages, in the order they run
+STAGES = ("settings", "combinations", "encodings", "run directory")
+
+
+def check_configs(configs: Sequence[DictConfig], run_directory: Callable[[DictConfig], None]) -> None:
+    """The four stages over ``configs``, stage by stage; ``run_directory`` is stage 4 (``check_run_directory_of``
+    for a job whose directory is known; the pre-check's writable directories otherwise)."""
+    stages: tuple[Callable[[DictConfig], None], ...] = (
+        check_typed_settings,
+        check_combined_settings,
+        check_encodings,
+        run_directory,
+    )
+    for stage in stages:
+        for cfg in configs:
+            stage(cfg)
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Every check of one job's composed config, its run directory and a resume's checkpoint included."""
+    check_configs([cfg], check_run_directory_of)
+
+
+def check_typed_settings(cfg: DictConfig) -> None:
+    """Stage 1: each setting against its declared type and bounds."""
+    check_settings(cfg, optional_encoding_settings)
+
+
+def check_combined_settings(cfg: DictConfig) -> None:
+    """Stage 2: the groups together, then the evaluation settings against the training length."""
+    check_combinations(cfg)
+    check_eval_lengths(cfg)
+
+
+def check_encodings(cfg: DictConfig) -> None:
+    """Stage 3: the encoding's own checks, and a synthetic task's."""
+    check_encoding(cfg)
+    check_synthetic_task(cfg)
+
+
+def check_run_directory_of(cfg: DictConfig) -> None:
+    """Stage 4 for a job whose directory is known: a directory that already holds a run is continued only from
+    its own checkpoint, and a resume only with the checkpoint's model settings."""
+    checkpoint = None
+    output_dir, auto = Path(cfg.paths.output_dir), cfg.get("ckpt_path") == AUTO
+    if auto and finished_results(output_dir) is not None:
+        return  # a finished run that ckpt_path=auto skips: nothing will be written
+    if cfg.get("ckpt_path") is not None:
+        # imported here: poslab.runs.checkpoints loads torch, which a config refused above never needs
+        from poslab.runs.checkpoints import resolve_checkpoint
+
+        checkpoint = resolve_checkpoint(cfg.get("ckpt_path"), cfg.paths.output_dir)
+    # under auto, a damaged results.json is an unfinished run's: resumed from its last.ckpt, else run again
+    check_run_directory(output_dir, checkpoint, rerun_damaged=auto)
+    if checkpoint is not None:
+        check_resume(cfg, checkpoint)
+
+
+def check_eval_lengths(cfg: DictConfig) -> None:
+    """A language model's evaluation settings (``poslab.settings.check_lm_evaluation``), and a synthetic task's
+    evaluation lengths: at least one, and none below the training length (``train_length``,
+    the longest trained on). No length would train a run that measures nothing; one below would give the reports
+    no position past the training length (the grid's ``past`` column, the zoo's 1x to 8x). Lengths at or past the
+    training length need not be multiples of it (the zoo reads the multiples, the grid every length)."""
+    from poslab.passkey_settings import check_passkey_settings
+
+    task = cfg.get("task")
+    if isinstance(task, DictConfig) and task.get("name") == "lm":
+        check_lm_evaluation(task)  # a language model's: from its context up, and eval_tokens / eval_stride with them
+        tokenizer = str((cfg.get("corpus") or {}).get("tokenizer", "bytes"))
+        check_passkey_settings(task.get("passkey"), int(task.context_length), tokenizer)  # before any data is read
+        return
+    if not isinstance(task, DictConfig) or task.get("name") not in SYNTHETIC_TASKS:
+        return
+    train = int(task.train_length)
+    example = f"[{train}, {2 * train}, {4 * train}]"
+    given = task.get("eval_lengths")
+    lengths = [int(n) for n in given] if given is not None else None
+    if not lengths:
+        shown = "null" if lengths is None else "[]"
+        raise ConfigError(
+            f"task.eval_lengths={shown} gives no evaluation length, so the run would measure nothing; allowed: "
+            f"one or more lengths at or past task.train_length={train}, e.g. task.eval_lengths={example}."
+        )
+    below = [n for n in lengths if n < train]
+    if below:
+        raise ConfigError(
+            f"task.eval_lengths={lengths} has lengths below task.train_length={train} "
+            f"({', '.join(map(str, below))}), and poslab measures extrapolation from the training length up; "
+            f"allowed: lengths at or past {train}, e.g. task.eval_lengths={example} (or a shorter task.train_length)."
+        )
+
+
+def check_synthetic_task(cfg: DictConfig) -> None:
+    """A synthetic task's own settings against every length it will see (flip_flop's probabilities, a vocabulary
+    too small for associative_recall's longest evaluation length): its datamodule checks them when built, which
+    is cheap (the evaluation sets are drawn later, in ``setup``)."""
+    import hydra
+
+    if cfg.task.name not in SYNTHETIC_TASKS:
+        return
+    task = OmegaConf.to_container(cfg.task, resolve=True)
+    assert isinstance(task, dict)
+    target = hydra.utils.get_class(str(task.pop("_target_")))
+    task.pop("module", None)
+    target(**task, seed=int(cfg.seed))
+
+
+def check_encoding(cfg: DictConfig) -> None:
+    """The encoding's own ``validate`` (ranges, sizes against the model) and its attention paths against
+    ``model.attention``: imports torch, so it runs last. A setting the task's data fills in (rand_axial's
+    ``paragraph_density`` on a text corpus) may still be null."""
+    import hydra
+
+    from poslab.encodings.base import ModelShape, validate_encoding
+
+    model = cfg.model
+    shape = ModelShape.of(int(model.d_model), int(model.n_heads), int(model.n_layers))
+    datamodule = hydra.utils.get_class(str(cfg.task._target_))
+    task = OmegaConf.to_container(cfg.task, resolve=False)
+    assert isinstance(task, dict)
+    settings = OmegaConf.to_container(cfg.encoding, resolve=True)
+    assert isinstance(settings, dict)
+    validate_encoding(
+        settings,
+        shape,
+        max_length(task),
+        filled_by_data=lambda key: hasattr(datamodule, key),
+        attention=str(model.attention),
+        train_length=train_length(task),
+    )

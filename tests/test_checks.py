@@ -1,0 +1,80 @@
+"""The checks run from one entry point (``poslab.checks``) in one fixed order: typed settings, combinations,
+encodings, run directory. A config wrong in two stages is refused for the earlier stage's fault, and a multirun's
+jobs go through the stages one stage at a time (a typo in any job is found before an encoding is built)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from poslab.checks import STAGES, check_config, check_configs, check_run_directory_of
+from poslab.config import compose_config
+from poslab.errors import ConfigError
+
+#: one fault per stage, each on its own refused with a message naming it
+FAULTS = {
+    "settings": (["model.n_layers=0"], "model.n_layers=0"),
+    "combinations": (["task=lag", "corpus=wikitext2"], "corpus=wikitext2"),
+    "encodings": (["encoding=rope", "model.d_model=66", "model.n_heads=2"], "rotated dimension 33"),
+}
+
+
+def holding_a_run(directory: Path) -> Path:
+    """A run directory that already holds a finished run's results (stage 4 refuses to train into it afresh)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "results.json").write_text(json.dumps({"status": "success", "figures": {}}))
+    return directory
+
+
+def test_the_stages_are_named_in_their_order() -> None:
+    assert STAGES == ("settings", "combinations", "encodings", "run directory")
+
+
+@pytest.mark.parametrize("stage", list(FAULTS))
+def test_each_stage_refuses_its_own_fault(stage: str, tmp_path: Path) -> None:
+    overrides, named = FAULTS[stage]
+    with pytest.raises(ConfigError, match=named):
+        check_config(compose_config(overrides, tmp_path / "run"))
+
+
+def test_the_run_directory_stage_refuses_a_directory_holding_a_run(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="already holds a run"):
+        check_config(compose_config(["task=lag"], holding_a_run(tmp_path / "run")))
+
+
+@pytest.mark.parametrize(
+    ("earlier", "later"),
+    [(STAGES[i], STAGES[j]) for i in range(len(STAGES)) for j in range(i + 1, len(STAGES))],
+)
+def test_a_config_wrong_in_two_stages_is_refused_for_the_earlier(earlier: str, later: str, tmp_path: Path) -> None:
+    """Both faults in one config: the message names the earlier stage's (the later one never runs)."""
+    run_dir = holding_a_run(tmp_path / "run") if later == "run directory" else tmp_path / "run"
+    overrides = FAULTS[earlier][0] + (FAULTS[later][0] if later in FAULTS else [])
+    if earlier == "settings" and later == "encodings":
+        overrides = ["model.n_layers=0", "encoding=rope", "model.d_model=66", "model.n_heads=2"]
+    with pytest.raises(ConfigError) as refused:
+        check_config(compose_config(overrides, run_dir))
+    assert FAULTS[earlier][1] in str(refused.value)
+    if later in FAULTS:
+        assert FAULTS[later][1] not in str(refused.value)
+
+
+def test_a_multirun_is_checked_stage_by_stage_across_its_jobs(tmp_path: Path) -> None:
+    """Job 1 has an encoding fault, job 2 a typed-settings fault: job 2's is found first, before any encoding
+    is built; the directory stage never runs."""
+    first = compose_config(FAULTS["encodings"][0], tmp_path / "a")
+    second = compose_config(FAULTS["settings"][0], tmp_path / "b")
+    reached: list[str] = []
+    with pytest.raises(ConfigError, match="model.n_layers=0"):
+        check_configs([first, second], lambda cfg: reached.append(str(cfg.paths.output_dir)))
+    assert reached == []
+
+
+def test_every_job_reaches_the_directory_stage_when_all_else_passes(tmp_path: Path) -> None:
+    configs = [compose_config(["task=lag", f"seed={seed}"], tmp_path / str(seed)) for seed in (0, 1)]
+    reached: list[str] = []
+    check_configs(configs, lambda cfg: reached.append(Path(cfg.paths.output_dir).name))
+    assert reached == ["0", "1"]
+    check_run_directory_of(configs[0])  # an empty directory: nothing to refuse
