@@ -126,9 +126,22 @@ def _add_increments(analyses: argparse._SubParsersAction) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="poslab", formatter_class=HelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
     report = _parser(commands, "report", "tables and plots from finished runs")
-    reports = report.add_subparsers(dest="report", required=True, metavar="REPORT")
+    _add_reports(report.add_subparsers(dest="report", required=True, metavar="REPORT"))
+    analyze = _parser(commands, "analyze", "analyses of trained checkpoints and corpora")
+    analyses = analyze.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
+    _add_increments(analyses)
+    _add_corpus(analyses)
+    _add_hrope(analyses)
+    _add_wavelengths(commands)
+    _parser(commands, "encodings", "the registered position encodings, their settings and defaults")
+    parser.description = __doc__.split("\n\n", 1)[0] + "\n\ncommands:\n" + _command_list(parser)
+    parser.epilog = __doc__.split("\n\n", 1)[1].strip()
+    return parser
+
+
+def _add_reports(reports: argparse._SubParsersAction) -> None:
+    """``poslab report grid | zoo | length | losses``."""
     grid = _parser(reports, "grid", "the extrapolation grid of a multirun, in the where_am_i write-up's format")
     grid.add_argument(
         "directory", nargs="?", metavar="DIR", help="a multirun directory of train.py (e.g. logs/multirun/...)"
@@ -159,10 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_from(losses, "losses.json")
     _add_output_dir(losses, "the first directory's analysis/losses, or beside SUMMARY")
 
-    analyze = _parser(commands, "analyze", "analyses of trained checkpoints and corpora")
-    analyses = analyze.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
-    _add_increments(analyses)
 
+def _add_corpus(analyses: argparse._SubParsersAction) -> None:
+    """``poslab analyze corpus``."""
     corpus = _parser(analyses, "corpus", "corpus-only statistics (no model) against the U* ordering")
     corpus.add_argument("corpora", nargs="*", metavar="CORPUS", help="corpus config names (conf/corpus/) or paths")
     corpus.add_argument("--documents", type=int, default=200, help="documents per corpus (with 2+ paragraphs)")
@@ -176,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_from(corpus, "corpus_statistics.json", "the corpora or the embedder")
     _add_output_dir(corpus, "paths.log_dir/analysis/corpus, or beside SUMMARY")
 
+
+def _add_hrope(analyses: argparse._SubParsersAction) -> None:
+    """``poslab analyze hrope``."""
     hrope = _parser(analyses, "hrope", "hRoPE: U* table, well curves, shuffle test, interventions")
     hrope.add_argument("runs", nargs="*", metavar="RUN_DIR", help="run directories, or multirun directories of them")
     hrope.add_argument("--documents", type=int, default=200, help="held-out documents per run")
@@ -196,15 +211,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_from(hrope, "hrope.json", "the runs or a model")
     _add_output_dir(hrope, "RUN_DIR/analysis/hrope, the first multirun directory's analysis/hrope, or beside SUMMARY")
 
+
+def _add_wavelengths(commands: argparse._SubParsersAction) -> None:
+    """``poslab wavelengths``."""
     waves = _parser(commands, "wavelengths", "RoPE wavelengths per pair, and the pairs that never turn in a context")
     waves.add_argument("--head-dim", type=int, default=128, help="head dimension (even: RoPE rotates pairs)")
     waves.add_argument("--bases", default="10000,500000", help="RoPE bases, comma-separated, each greater than 1")
     waves.add_argument("--context", default="8192,131072", help="context lengths, comma-separated, each positive")
-
-    _parser(commands, "encodings", "the registered position encodings, their settings and defaults")
-    parser.description = __doc__.split("\n\n", 1)[0] + "\n\ncommands:\n" + _command_list(parser)
-    parser.epilog = __doc__.split("\n\n", 1)[1].strip()
-    return parser
 
 
 def encoding_lines() -> list[str]:
