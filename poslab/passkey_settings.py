@@ -11,6 +11,10 @@ one sentence each. Light (no torch), like ``poslab.settings``: the command line 
 - ``train_fraction``: the share of training windows that hold a pair of phrases with one random key inside the
   window (``poslab.datamodules.passkey_phrases.plant_pairs``; 0 to 1, default 0: off): the model is taught the
   phrase within its context, and retrieval past it is zero-shot. Needs a context holding two phrases.
+- ``warmup_steps``: the first training batches (global batch index below it) hold a pair in *every* window, a
+  copying warm-up; ``train_fraction`` holds after them (default 0: none). A byte model of the lm_zoo's width learns
+  to copy within a few hundred steps of it, where a small fraction over the whole run teaches nothing
+  (docs/lm_extrapolation.md, "Passkey at 1x"); after it, text has the windows back.
 - ``at_validation``: also at every validation, the plain model at the distances up to one context with the first
   key opening the text (``within_context``): ``val/passkey_exact`` and results.json's ``passkey_by_step``, the step
   at which copying appears (false by default).
@@ -52,6 +56,7 @@ class PasskeySettings:
     seed: int = 0
     at_validation: bool = False
     train_fraction: float = 0.0
+    warmup_steps: int = 0
 
     @property
     def phrase_length(self) -> int:
@@ -121,29 +126,42 @@ def check_passkey_settings(
         key_length=key_length,
         seed=_whole(given, "seed", 0, 0, MAX_SEED, "the trials' random seed"),
         at_validation=at_validation,
-        train_fraction=_train_fraction(given.get("train_fraction", 0.0), context_length, key_length),
+        train_fraction=_train_fraction(given.get("train_fraction", 0.0)),
+        warmup_steps=_whole(given, "warmup_steps", 0, 0, None, "training batches with a pair in every window"),
     )
-    if values.train_fraction > 0 and tokenizer != "bytes":
-        raise ConfigError(
-            f"task.passkey.train_fraction={values.train_fraction:g} plants byte phrases in training windows, which "
-            f"only the byte tokenizer reads as written (corpus.tokenizer={tokenizer!r}); set corpus.tokenizer=bytes "
-            f"or task.passkey.train_fraction=0."
-        )
+    _check_planting(values, context_length, tokenizer)
     return values
 
 
-def _train_fraction(value: Any, context_length: int, key_length: int) -> float:
+def _check_planting(values: PasskeySettings, context_length: int, tokenizer: str) -> None:
+    """Phrases planted in training windows (``train_fraction``, ``warmup_steps``) need windows that hold two of
+    them, and bytes read as written."""
+    planted = [
+        f"{k}={v:g}"
+        for k, v in (("train_fraction", values.train_fraction), ("warmup_steps", values.warmup_steps))
+        if v > 0
+    ]
+    if not planted:
+        return
+    setting = f"task.passkey.{planted[0]}"
+    if context_length + 1 < 2 * values.phrase_length:
+        raise ConfigError(
+            f"{setting} plants two {values.phrase_length}-token phrases in a training window, which "
+            f"task.context_length={context_length} cannot hold; allowed: a context of at least "
+            f"{2 * values.phrase_length - 1}, or {planted[0].split('=')[0]}=0."
+        )
+    if tokenizer != "bytes":
+        raise ConfigError(
+            f"{setting} plants byte phrases in training windows, which only the byte tokenizer reads as written "
+            f"(corpus.tokenizer={tokenizer!r}); set corpus.tokenizer=bytes or {planted[0].split('=')[0]}=0."
+        )
+
+
+def _train_fraction(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
         raise ConfigError(
             f"task.passkey.train_fraction={value!r} must be a number from 0 (off) to 1 (the share of training "
             f"windows holding a pair of passkey phrases)."
-        )
-    phrase = len(PREFIX) + key_length + len(SUFFIX)
-    if value > 0 and context_length + 1 < 2 * phrase:
-        raise ConfigError(
-            f"task.passkey.train_fraction={value!r} plants two {phrase}-token phrases in a training window, which "
-            f"task.context_length={context_length} cannot hold; allowed: a context of at least {2 * phrase - 1}, "
-            f"or train_fraction=0."
         )
     return float(value)
 

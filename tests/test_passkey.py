@@ -530,3 +530,44 @@ def test_train_fraction_is_refused_out_of_range_on_a_context_too_short_or_with_a
     with pytest.raises(ConfigError, match=r"only the byte tokenizer"):
         check_passkey_settings({"train_fraction": 0.1, "enabled": False}, 128, tokenizer="gpt2")
     assert check_passkey_settings({"train_fraction": 0.1}, 128).train_fraction == 0.1
+
+
+@pytest.mark.parametrize(
+    ("given", "context", "said"),
+    [
+        ({"warmup_steps": -1}, 128, r"warmup_steps=-1 must be a whole number of at least 0"),
+        ({"warmup_steps": True}, 128, r"warmup_steps=True must be a whole number"),
+        ({"warmup_steps": 2.5}, 128, r"warmup_steps=2.5 must be a whole number"),
+        ({"warmup_steps": 10}, 32, r"warmup_steps=10 plants two 24-token phrases .* at least 47, or warmup_steps=0"),
+    ],
+)
+def test_a_bad_copying_warmup_is_refused(given, context, said):
+    from poslab.passkey_settings import check_passkey_settings
+
+    with pytest.raises(ConfigError, match=said):
+        check_passkey_settings(given, context)
+
+
+def test_the_copying_warmup_plants_a_pair_in_every_window_of_its_batches_then_the_fraction(tmp_path):
+    """``task.passkey.warmup_steps``: global batches below it hold a pair in every row; from it on, the rows hold
+    pairs at ``train_fraction`` (0 here: the windows drawn without any planting, the same as a run without it)."""
+    from poslab.datamodules.corpora.coordinates import PreparedGroup, PreparedSplit
+    from poslab.datamodules.language import TrainingWindows
+    from poslab.datamodules.passkey_phrases import phrase_tokens
+    from poslab.passkey_settings import PREFIX
+
+    letters = np.random.default_rng(0).integers(97, 123, 5000).astype(np.uint16)  # no digit, no phrase by chance
+    zeros = np.zeros(len(letters), dtype=np.int64)
+    split = PreparedSplit(letters, zeros, zeros, zeros)
+    groups = [PreparedGroup("letters", 1.0, tmp_path, {}, {"train": split})]
+    warm = TrainingWindows(groups, 8, 128, seed=3, passkey_fraction=0.0, key_length=5, passkey_warmup=2)
+    plain = TrainingWindows(groups, 8, 128, seed=3)
+    prefix = torch.from_numpy(phrase_tokens(np.zeros((1, 5)))[0, : len(PREFIX)])
+
+    def phrases(row: torch.Tensor) -> int:
+        return sum(torch.equal(row[s : s + len(PREFIX)], prefix) for s in range(len(row) - len(PREFIX) + 1))
+
+    for index in (0, 1):
+        assert [phrases(row) for row in warm.batch(index)["tokens"]] == [2] * 8
+    for index in (2, 3):
+        assert torch.equal(warm.batch(index)["tokens"], plain.batch(index)["tokens"])

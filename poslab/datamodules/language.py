@@ -75,10 +75,11 @@ def stack(windows: list[dict[str, Tensor]]) -> dict[str, Tensor]:
 class TrainingWindows(IterableDataset):
     def __init__(
         self, groups: list[PreparedGroup], batch_size: int, context_length: int, seed: int,
-        passkey_fraction: float = 0.0, key_length: int = 5,
+        passkey_fraction: float = 0.0, key_length: int = 5, passkey_warmup: int = 0,
     ) -> None:  # fmt: skip
         self.groups, self.batch_size, self.length, self.seed = groups, batch_size, context_length + 1, seed
-        self.passkey_fraction, self.key_length = passkey_fraction, key_length  # task.passkey.train_fraction
+        # task.passkey.train_fraction, and warmup_steps: global batches below it hold a pair in every window
+        self.passkey_fraction, self.key_length, self.passkey_warmup = passkey_fraction, key_length, passkey_warmup
         for group in groups:  # torch.randint would fail on the first batch with an opaque message
             n = len(group.splits["train"])
             if n < self.length:
@@ -105,7 +106,8 @@ class TrainingWindows(IterableDataset):
             rows = np.flatnonzero(groups == g)
             for key, values in windows(self.groups[g].splits["train"], starts[rows], self.length).items():
                 batch.setdefault(key, torch.empty((self.batch_size, self.length), dtype=torch.int64))[rows] = values
-        plant_pairs(batch, self.passkey_fraction, self.key_length, generator)  # after every other draw: unchanged
+        fraction = 1.0 if index < self.passkey_warmup else self.passkey_fraction
+        plant_pairs(batch, fraction, self.key_length, generator)  # after every other draw: unchanged
         return batch
 
     def __iter__(self) -> Iterator[dict[str, Tensor]]:
@@ -331,7 +333,7 @@ class LanguageModelDataModule(L.LightningDataModule):
                 log.warning("note: %s", note)
             self.train_windows = TrainingWindows(
                 groups, self.batch_size, self.context_length, self.seed, self.passkey.train_fraction,
-                self.passkey.key_length,
+                self.passkey.key_length, self.passkey.warmup_steps,
             )  # fmt: skip
             streams = {g.name: len(g.splits["validation"]) for g in groups}
             budget = self.eval_batch_size * self.context_length  # a batch at any length: as many tokens as at 1x
