@@ -17,7 +17,6 @@ import statistics
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +24,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from compile import measurement_parser, parse_measurement  # noqa: E402
+
 ENCODINGS = ("rope", "increments_shared", "increments_layer")
 
 
@@ -113,16 +116,10 @@ def poslab_steps(cfg) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--batch", type=int, default=8)
+    parser = measurement_parser(__doc__, steps=30, warmup=3, batch=8)
     parser.add_argument("--context", type=int, default=512)
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
-    warnings.filterwarnings("ignore")
+    args = parse_measurement(parser)
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
-    torch.set_num_threads(args.threads)
     from poslab.runtime import keep_freed_memory
 
     keep_freed_memory()  # poslab's runs set it; the plain loop gets it too, so only the frameworks differ

@@ -109,22 +109,34 @@ def describe_device(device: torch.device, threads: int) -> str:
     return f"cpu, {threads} threads, fp32, torch {torch.__version__}"
 
 
-def parse_measurement_arguments(
-    doc: str | None, steps: int, warmup: int, batch: int, extra: Callable[[argparse.ArgumentParser], None]
-) -> tuple[argparse.Namespace, torch.device]:
-    """The options every speed benchmark takes (steps, warm-up, batch, threads, device, config overrides),
-    plus its own (``extra``); sets the thread count and quiets warnings."""
+def measurement_parser(doc: str | None, steps: int, warmup: int, batch: int) -> argparse.ArgumentParser:
+    """A speed benchmark's command line with the options every one takes: steps, warm-up, batch and threads."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    extra(parser)
     parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--warmup", type=int, default=warmup)
     parser.add_argument("--batch", type=int, default=batch)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("overrides", nargs="*", help="more config overrides, e.g. model.n_layers=2")
+    return parser
+
+
+def parse_measurement(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """The arguments of ``parser`` (``measurement_parser``'s); sets the thread count and quiets warnings."""
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
+    return args
+
+
+def parse_measurement_arguments(
+    doc: str | None, steps: int, warmup: int, batch: int, extra: Callable[[argparse.ArgumentParser], None]
+) -> tuple[argparse.Namespace, torch.device]:
+    """``measurement_parser``'s options, the device and config overrides, plus the benchmark's own (``extra``);
+    sets the thread count and quiets warnings."""
+    parser = measurement_parser(doc, steps, warmup, batch)
+    extra(parser)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("overrides", nargs="*", help="more config overrides, e.g. model.n_layers=2")
+    args = parse_measurement(parser)
     return args, torch.device(args.device)
 
 

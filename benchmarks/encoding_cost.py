@@ -20,12 +20,10 @@ per-layer additive mask: the term computed in each layer from its q, k or hidden
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import statistics
 import sys
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,7 +31,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from compile import BYTES, byte_model, describe_device, training_step  # noqa: E402
+from compile import (  # noqa: E402
+    BYTES,
+    byte_model,
+    describe_device,
+    measurement_parser,
+    parse_measurement,
+    training_step,
+)
 
 #: RoPE's scaling rules and p-RoPE as extra entries (the rules read the training length: the context here)
 RULES = {
@@ -108,19 +113,13 @@ def timed(step: Callable[[], object], steps: int, warmup: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = measurement_parser(__doc__, steps=3, warmup=1, batch=4)
     parser.add_argument("--context", type=int, default=256)
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--precision", choices=("bf16", "fp32"), default="bf16")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--only", default=None, help="comma-separated entries to time besides rope (default: all)")
-    args = parser.parse_args()
-    warnings.filterwarnings("ignore")
-    torch.set_num_threads(args.threads)
+    args = parse_measurement(parser)
     device = torch.device(args.device)
 
     context = [f"task.context_length={args.context}"]

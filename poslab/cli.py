@@ -288,9 +288,13 @@ def increments_analysis(args: argparse.Namespace):
     """``analyze increments``: of RUN_DIR, or re-rendered ``--from`` a summary (no torch, no model)."""
 
     def analyze():
+        from poslab.analysis.increments.compute import IncrementsOptions
         from poslab.analysis.increments.report import analyze_increments
 
-        return analyze_increments(args.run_dir, args.text, args.sentence, args.zh_text, args.max_bytes)
+        options = IncrementsOptions(
+            text_file=args.text, sentences=args.sentence, zh_text_file=args.zh_text, max_bytes=args.max_bytes
+        )
+        return analyze_increments(args.run_dir, options)
 
     def rerender(summary: str):
         from poslab.analysis.increments.render import rerender_increments
@@ -303,10 +307,14 @@ def increments_analysis(args: argparse.Namespace):
 
 def corpus_analysis(args: argparse.Namespace):
     from poslab.analysis.corpus_report import analyze_corpora, parse_ustar, rerender_corpora
+    from poslab.analysis.corpus_statistics import CorpusOptions
 
     def analyze():
         ustar = parse_ustar(args.ustar)
-        return analyze_corpora(args.corpora, args.documents, args.split, ustar, embeddings=not args.no_embeddings)
+        options = CorpusOptions(
+            documents=args.documents, split=args.split, ustar=ustar, embeddings=not args.no_embeddings
+        )
+        return analyze_corpora(args.corpora, options)
 
     return _report_or_rerender(args, args.corpora, analyze, rerender_corpora,
                                "CORPUS (corpus names or paths of text)")  # fmt: skip

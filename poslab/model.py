@@ -164,6 +164,15 @@ class AttentionSettings:
     flex: tuple[ScoreMod | None, Any] | None = None  # (score_mod, block_mask) on the flex path
 
 
+@dataclass
+class LayerEncoding:
+    """The encoding's part in one layer's attention: the transform of its queries and keys, and the term added to
+    its scores (a hook the attention calls with the layer's q and k); None where the encoding has none."""
+
+    transform: QueryKeyTransform | None = None
+    score_term: ScoreTerm | None = None
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -171,20 +180,14 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
         self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
 
-    def forward(
-        self,
-        x: Tensor,
-        transform: QueryKeyTransform | None,
-        settings: AttentionSettings,
-        score_term: ScoreTerm | None = None,
-    ) -> tuple[Tensor, Tensor | None]:
-        """Attention of ``x`` ``[B, T, D]``, its queries and keys transformed by ``transform`` and its scores plus
-        ``score_term(q, k)``; the weights on the explicit path."""
+    def forward(self, x: Tensor, settings: AttentionSettings, layer: LayerEncoding) -> tuple[Tensor, Tensor | None]:
+        """Attention of ``x`` ``[B, T, D]``, its queries and keys transformed by ``layer.transform`` and its scores
+        plus ``layer.score_term(q, k)``; the weights on the explicit path."""
         B, T, D = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # 3 x [B, H, T, hd]
-        if transform is not None:
-            q, k = transform.queries(q), transform.keys(k)
-        term = None if score_term is None else score_term(q, k)
+        if layer.transform is not None:
+            q, k = layer.transform.queries(q), layer.transform.keys(k)
+        term = None if layer.score_term is None else layer.score_term(q, k)
         mask = settings.mask if term is None else (with_causal(settings.mask, T, x.device) + term)
         scale = settings.score_scale / math.sqrt(self.head_dim)
         weights = None
@@ -216,15 +219,9 @@ class Block(nn.Module):
         self.norm1, self.attn = make_norm(cfg.norm, cfg.d_model), Attention(cfg)
         self.norm2, self.mlp = make_norm(cfg.norm, cfg.d_model), MLP(cfg)
 
-    def forward(
-        self,
-        x: Tensor,
-        transform: QueryKeyTransform | None,
-        settings: AttentionSettings,
-        score_term: ScoreTerm | None = None,
-    ) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, settings: AttentionSettings, layer: LayerEncoding) -> tuple[Tensor, Tensor | None]:
         """The residual stream after this block, and the attention weights on the explicit path."""
-        y, weights = self.attn(self.norm1(x), transform, settings, score_term)
+        y, weights = self.attn(self.norm1(x), settings, layer)
         x = x + y
         x = x + self.mlp(self.norm2(x))
         return x, weights
@@ -308,7 +305,7 @@ class Transformer(nn.Module):
             transform = self.encoding.query_key_transform(context, transform)
             positions.append(None if transform is None else transform.positions)
             # the score term needs the layer's q and k, which only the attention computes: it gets the hook
-            x, weights = block(x, transform, settings, partial(self.encoding.score_term, context))
+            x, weights = block(x, settings, LayerEncoding(transform, partial(self.encoding.score_term, context)))
             if weights is not None:
                 attention.append(weights)
         logits = self.head(self.final_norm(x))

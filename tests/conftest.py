@@ -120,6 +120,17 @@ def fit_quietly(module, datamodule, steps: int, callbacks: list | None = None, *
     return trainer
 
 
+def local_corpus(name: str, groups: dict[str, tuple[float, str]], validation_fraction: float = 0.25) -> dict:
+    """A corpus config of local files: group -> (its weight, the glob of its files under the data directory)."""
+    return {
+        "name": name,
+        "validation_fraction": validation_fraction,
+        "groups": {
+            group: {"weight": weight, "local": [{"pattern": pattern}]} for group, (weight, pattern) in groups.items()
+        },
+    }
+
+
 def make_unwritable(run_dir: Path) -> None:
     """A run directory nobody may write into: read-only, and a file where ``analysis/`` would go (root, who
     runs CI here, ignores file modes). The caller gives the mode back (``chmod(0o755)``) when done."""

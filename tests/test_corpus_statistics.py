@@ -21,6 +21,8 @@ from poslab.analysis.corpus_statistics import (
 from poslab.cli import main
 from poslab.datamodules.corpora import is_validation
 
+from .conftest import local_corpus
+
 NAMES = [name for name, _, _ in QUANTITIES]
 
 
@@ -153,14 +155,7 @@ def tiny_corpus(data: Path) -> dict:
     texts = [f"Doc {i} para one cat.\n\nDoc {i} para two cat." for i in range(40)] + ["single paragraph"]
     write_jsonl(data / "a" / "docs.jsonl", texts)
     write_jsonl(data / "b" / "docs.jsonl", [f"B {i}.\n\nB {i} again." for i in range(10)])
-    return {
-        "name": "tiny",
-        "validation_fraction": 0.25,
-        "groups": {
-            "a": {"weight": 0.75, "local": [{"pattern": "a/*.jsonl"}]},
-            "b": {"weight": 0.25, "local": [{"pattern": "b/*.jsonl"}]},
-        },
-    }
+    return local_corpus("tiny", {"a": (0.75, "a/*.jsonl"), "b": (0.25, "b/*.jsonl")})
 
 
 def test_documents_follow_the_corpus_split_groups_and_paragraph_minimum(tmp_path):

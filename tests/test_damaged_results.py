@@ -103,40 +103,37 @@ def assert_listed(out: str, results: Path, kind: str) -> None:
 # ---- every report ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", list(DAMAGES))
-def test_report_grid_lists_a_damaged_results_file_and_leaves_it_out(tmp_path, capsys, kind):
-    jobs = plant(tmp_path / "sweep", grid_result)
-    damage(jobs[2] / "results.json", kind)
-    assert poslab_main(["report", "grid", str(tmp_path / "sweep"), "--output-dir", str(tmp_path / "out")]) == 0
+def report_with_damage(tmp_path: Path, capsys, report: str, make, job: int, kind: str) -> str:
+    """``poslab report REPORT`` on three planted runs, job ``job``'s results.json damaged by ``kind``: it exits 0
+    without a traceback and lists the damaged file. What it printed."""
+    jobs = plant(tmp_path / "sweep", make)
+    damage(jobs[job] / "results.json", kind)
+    assert poslab_main(["report", report, str(tmp_path / "sweep"), "--output-dir", str(tmp_path / "out")]) == 0
     captured = capsys.readouterr()
     assert "Traceback" not in captured.out + captured.err
-    table = [line for line in captured.out.splitlines() if line.startswith("| lag | rope |")]
+    assert_listed(captured.out, jobs[job] / "results.json", kind)
+    return captured.out
+
+
+@pytest.mark.parametrize("kind", list(DAMAGES))
+def test_report_grid_lists_a_damaged_results_file_and_leaves_it_out(tmp_path, capsys, kind):
+    out = report_with_damage(tmp_path, capsys, "grid", grid_result, 2, kind)
+    table = [line for line in out.splitlines() if line.startswith("| lag | rope |")]
     assert len(table) == 1 and table[0].startswith("| lag | rope | 2 | "), table  # the two good seeds
-    assert_listed(captured.out, jobs[2] / "results.json", kind)
 
 
 @pytest.mark.parametrize("kind", list(DAMAGES))
 def test_report_zoo_lists_a_damaged_results_file_and_leaves_it_out(tmp_path, capsys, kind):
-    jobs = plant(tmp_path / "sweep", grid_result)
-    damage(jobs[0] / "results.json", kind)
-    assert poslab_main(["report", "zoo", str(tmp_path / "sweep"), "--output-dir", str(tmp_path / "out")]) == 0
-    captured = capsys.readouterr()
-    assert "Traceback" not in captured.out + captured.err
-    assert_listed(captured.out, jobs[0] / "results.json", kind)
+    report_with_damage(tmp_path, capsys, "zoo", grid_result, 0, kind)
     runs = [line for line in (tmp_path / "out" / "zoo.csv").read_text().splitlines()[1:] if line]
     assert len(runs) == 2  # one row per run: the damaged one is not among them
 
 
 @pytest.mark.parametrize("kind", ["not JSON", "a list"])
 def test_report_losses_lists_a_damaged_results_file_and_leaves_it_out(tmp_path, capsys, kind):
-    jobs = plant(tmp_path / "sweep", lm_result)
-    damage(jobs[1] / "results.json", kind)
-    assert poslab_main(["report", "losses", str(tmp_path / "sweep"), "--output-dir", str(tmp_path / "out")]) == 0
-    captured = capsys.readouterr()
-    assert "Traceback" not in captured.out + captured.err
-    rows = [line for line in captured.out.splitlines() if line.startswith("| wikitext2 | rope | ")]
+    out = report_with_damage(tmp_path, capsys, "losses", lm_result, 1, kind)
+    rows = [line for line in out.splitlines() if line.startswith("| wikitext2 | rope | ")]
     assert len(rows) == 2 + 1  # two runs, and their mean over the two seeds
-    assert_listed(captured.out, jobs[1] / "results.json", kind)
 
 
 def test_a_report_with_only_damaged_files_says_so_in_one_message_and_writes_nothing(tmp_path, capsys):

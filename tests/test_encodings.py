@@ -11,7 +11,7 @@ from poslab.encodings import ENCODINGS, ModelShape, build_encoding
 from poslab.encodings.alibi import geometric_slopes
 from poslab.encodings.rotary import apply_rotary, inverse_frequencies, rotation_angles
 from poslab.errors import ConfigError
-from poslab.model import Attention, AttentionSettings, ModelConfig, Transformer, causal_mask
+from poslab.model import Attention, AttentionSettings, LayerEncoding, ModelConfig, Transformer, causal_mask
 
 ENCODING_SETTINGS = {
     "none": {},
@@ -86,8 +86,8 @@ def test_attention_without_positions_is_permutation_equivariant_and_causal_mask_
     while torch.equal(perm, torch.arange(5)):
         perm = torch.randperm(5)
     no_mask = torch.zeros(1, 1, 5, 5)
-    full = lambda inp: attn(inp, None, AttentionSettings(mask=no_mask))[0]
-    causal = lambda inp: attn(inp, None, AttentionSettings(mask=causal_mask(5, inp.device)[None, None]))[0]
+    full = lambda inp: attn(inp, AttentionSettings(mask=no_mask), LayerEncoding())[0]
+    causal = lambda inp: attn(inp, AttentionSettings(mask=causal_mask(5, inp.device)[None, None]), LayerEncoding())[0]
     assert torch.allclose(full(x[:, perm]), full(x)[:, perm], atol=1e-6)
     assert not torch.allclose(causal(x[:, perm]), causal(x)[:, perm], atol=1e-4)
 

@@ -30,6 +30,7 @@ from poslab.datamodules.segmentation import segment
 from poslab.datamodules.synthetic import batch_generator
 from poslab.errors import ConfigError
 
+from .conftest import local_corpus
 from .test_corpora import make_corpus, write_jsonl
 
 # ---- the reference: per-token arrays computed the old way (version 3's _SplitWriter), from the segmentation ----
@@ -116,14 +117,7 @@ def code_and_wikitext_corpus(data_dir: Path) -> dict:
             for i in range(40)
         )
     )
-    return {
-        "name": "code_wiki",
-        "validation_fraction": 0.25,
-        "groups": {
-            "code": {"weight": 0.5, "local": [{"pattern": "code/*.py"}]},
-            "wiki": {"weight": 0.5, "local": [{"pattern": "wiki/*.raw"}]},
-        },
-    }
+    return local_corpus("code_wiki", {"code": (0.5, "code/*.py"), "wiki": (0.5, "wiki/*.raw")})
 
 
 def assert_same_as_old(dm: LanguageModelDataModule, arrays: dict, monkeypatch, n_batches: int = 25) -> None:

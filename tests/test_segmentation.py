@@ -27,6 +27,18 @@ def check_invariants(text: str, paragraph: np.ndarray, sentence: np.ndarray) -> 
     assert np.all(np.diff(sentence)[np.diff(paragraph) > 0] == 1)
 
 
+def check_coordinates(text: str, style: str, expect: dict) -> tuple[np.ndarray, np.ndarray]:
+    """``segment(text, style)`` holds the invariants and, at the first byte of each needle (``needle`` or
+    ``(needle, occurrence)``), the expected (paragraph, sentence); the two indices."""
+    paragraph, sentence = segment(text, style)
+    check_invariants(text, paragraph, sentence)
+    for key, expected in expect.items():
+        needle, occurrence = key if isinstance(key, tuple) else (key, 0)
+        i = at(text, needle, occurrence)
+        assert (paragraph[i], sentence[i]) == expected, needle
+    return paragraph, sentence
+
+
 WIKITEXT = (
     " \n = Robert Boulter = \n \n"
     " Robert Boulter is an English actor . He had a guest role in 2000 .\n"
@@ -37,8 +49,6 @@ WIKITEXT = (
 
 
 def test_wikitext_lines_headings_and_blank_lines():
-    paragraph, sentence = segment(WIKITEXT, "wikitext")
-    check_invariants(WIKITEXT, paragraph, sentence)
     expect = {
         (" \n", 0): (0, 0),  # leading blank line: paragraph 0
         ("= Robert", 0): (0, 0),
@@ -53,9 +63,7 @@ def test_wikitext_lines_headings_and_blank_lines():
         ("In 2000", 0): (4, 5),
         ("@.@ 5", 0): (4, 5),  # "@.@" is no sentence end
     }
-    for (needle, occurrence), expected in expect.items():
-        i = at(WIKITEXT, needle, occurrence)
-        assert (paragraph[i], sentence[i]) == expected, needle
+    paragraph, sentence = check_coordinates(WIKITEXT, "wikitext", expect)
     assert (paragraph[-1], sentence[-1]) == (4, 5)
 
 
@@ -63,8 +71,6 @@ WEB = "Hello there. How are you?\nStill paragraph one!\n\n  \nNew paragraph, e.g
 
 
 def test_blank_lines_paragraphs_and_sentences():
-    paragraph, sentence = segment(WEB, "blank_lines")
-    check_invariants(WEB, paragraph, sentence)
     expect = {
         "Hello": (0, 0),
         "How": (0, 1),
@@ -76,9 +82,7 @@ def test_blank_lines_paragraphs_and_sentences():
         "this": (1, 4),  # ... which is a rule, not a parser: abbreviations split
         "Last": (2, 5),
     }
-    for needle, expected in expect.items():
-        i = at(WEB, needle)
-        assert (paragraph[i], sentence[i]) == expected, needle
+    paragraph, sentence = check_coordinates(WEB, "blank_lines", expect)
     assert (paragraph[-1], sentence[-1]) == (2, 5)  # trailing whitespace stays with the last sentence
 
 
@@ -87,9 +91,6 @@ CHINESE = "第一回\n\n    话说天下大势，分久必合。“周末七国�
 
 @pytest.mark.parametrize("style", ["blank_lines", "lines"])
 def test_chinese_sentence_ends_need_no_whitespace(style):
-    paragraph, sentence = segment(CHINESE, style)
-    check_invariants(CHINESE, paragraph, sentence)
-    assert len(paragraph) == len(CHINESE.encode())  # per byte: three bytes per character here
     expect = {
         "回": (0, 0),
         "    话": (0, 0),  # a paragraph's indentation is part of the separator before it
@@ -101,18 +102,17 @@ def test_chinese_sentence_ends_need_no_whitespace(style):
         "又并": (1, 4),
         "建宁": (2, 5),
     }
+    paragraph, sentence = check_coordinates(CHINESE, style, expect)
+    assert len(paragraph) == len(CHINESE.encode())  # per byte: three bytes per character here
     for needle, expected in expect.items():
-        i = at(CHINESE, needle)
-        assert (paragraph[i], sentence[i]) == expected, needle
-        assert (paragraph[i + 2], sentence[i + 2]) == expected  # every byte of the character
+        i = at(CHINESE, needle) + 2
+        assert (paragraph[i], sentence[i]) == expected, needle  # every byte of the character
 
 
 CODE = "import os\n\n\ndef f(x):\n    return x\n\n    # same block? no: a blank line\nclass A:\n    pass\n"
 
 
 def test_code_blocks_and_lines():
-    paragraph, sentence = segment(CODE, "code")
-    check_invariants(CODE, paragraph, sentence)
     expect = {
         "import": (0, 0),
         "\n\n\n": (0, 0),
@@ -122,9 +122,7 @@ def test_code_blocks_and_lines():
         "class": (2, 4),
         "    pass": (2, 5),
     }
-    for needle, expected in expect.items():
-        i = at(CODE, needle)
-        assert (paragraph[i], sentence[i]) == expected, needle
+    check_coordinates(CODE, "code", expect)
 
 
 def test_bytes_of_surrogate_escaped_and_astral_text():

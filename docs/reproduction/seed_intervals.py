@@ -23,7 +23,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from statistics import mean, stdev
 
@@ -39,12 +39,18 @@ WRITEUP_U = {  # the write-up's U* table
     "hrope_axial": {"Code": -0.77, "WikiText-2": -0.48, "OpenWebText": -0.31},
     "rand_axial": {"Code": -0.24, "WikiText-2": -0.22, "OpenWebText": -0.33},
 }
-PAIRED_HEADER = [
-    "| comparison | A − B per seed | A − B [95% CI] | paired t | interval | Welch t (unpaired) | "
-    "seeds to clear 0 (projection) |",
-    "|---|---|---|---|---|---|---|",
-]
 Runs = dict[tuple[str, str], dict[int, dict]]
+
+
+def table_header(columns: str) -> list[str]:
+    """A Markdown table's header row (``columns``: its cells, " | " between them) and the rule under it."""
+    return [f"| {columns} |", "|" + "---|" * len(columns.split(" | "))]
+
+
+PAIRED_HEADER = table_header(
+    "comparison | A − B per seed | A − B [95% CI] | paired t | interval | Welch t (unpaired) | "
+    "seeds to clear 0 (projection)"
+)
 
 
 def load() -> Runs:
@@ -122,32 +128,38 @@ def welch_row(label: str, a: dict[int, float], b: dict[int, float]) -> str:
     return f"| {label} | {per_seed(a)} | {per_seed(b)} | {cell(d)} | {num(t)} ({df:.1f}) | {side(d)} |"
 
 
+def arm_runs(runs: Runs) -> Iterator[tuple[str, str, dict[int, dict]]]:
+    """(arm, corpus, seed -> run) for every arm, corpus by corpus in ``ORDER``, the arms of one in name order."""
+    for corpus in ORDER:
+        for arm in sorted(a for a, c in runs if c == corpus):
+            yield arm, corpus, runs[(arm, corpus)]
+
+
 def per_arm(runs: Runs) -> list[str]:
     out = [
         "## Per arm and corpus (seed mean [95% t-interval over seeds]; per seed: seed 0 / 1 / 2)",
         "",
-        "| arm | corpus | val bits/byte | U* | U* per seed | U* sd | U* at k | ΔU* shuffle | ΔU* per seed | "
-        "merge: persistent | split: persistent | merge: same pairs | split: same pairs |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *table_header(
+            "arm | corpus | val bits/byte | U* | U* per seed | U* sd | U* at k | ΔU* shuffle | ΔU* per seed | "
+            "merge: persistent | split: persistent | merge: same pairs | split: same pairs"
+        ),
     ]
-    for corpus in ORDER:
-        for arm in sorted(a for a, c in runs if c == corpus):
-            r = runs[(arm, corpus)]
-            u, shuffle = values(r, "U*"), values(r, "shuffle_change")
-            cells = [
-                arm,
-                corpus,
-                f"{mean(values(r, 'val_bpb').values()):.3f}",
-                cell(Interval.of(u.values())),
-                per_seed(u),
-                f"{stdev(u.values()):.2f}",
-                " / ".join(str(int(float(x["U*_at"]))) for _, x in sorted(r.items())),
-                cell(Interval.of(shuffle.values())),
-                per_seed(shuffle),
-            ]
-            cells += [cell(Interval.of(values(r, f"{k}[persistent_mass]").values()), 4) for k in ("merge", "split")]
-            cells += [cell(Interval.of(values(r, f"{k}[same_pairs]").values()), 3) for k in ("merge", "split")]
-            out.append("| " + " | ".join(cells) + " |")
+    for arm, corpus, r in arm_runs(runs):
+        u, shuffle = values(r, "U*"), values(r, "shuffle_change")
+        cells = [
+            arm,
+            corpus,
+            f"{mean(values(r, 'val_bpb').values()):.3f}",
+            cell(Interval.of(u.values())),
+            per_seed(u),
+            f"{stdev(u.values()):.2f}",
+            " / ".join(str(int(float(x["U*_at"]))) for _, x in sorted(r.items())),
+            cell(Interval.of(shuffle.values())),
+            per_seed(shuffle),
+        ]
+        cells += [cell(Interval.of(values(r, f"{k}[persistent_mass]").values()), 4) for k in ("merge", "split")]
+        cells += [cell(Interval.of(values(r, f"{k}[same_pairs]").values()), 3) for k in ("merge", "split")]
+        out.append("| " + " | ".join(cells) + " |")
     return out
 
 
@@ -157,8 +169,7 @@ def interventions(runs: Runs) -> list[str]:
         "",
         "Single arms under `split`, persistent cross mass:",
         "",
-        "| arm | corpus | kind | per seed | mean [95% CI] | interval | seeds to clear 0 (projection) |",
-        "|---|---|---|---|---|---|---|",
+        *table_header("arm | corpus | kind | per seed | mean [95% CI] | interval | seeds to clear 0 (projection)"),
     ]
     for corpus in ORDER:
         for encoding in ("hrope_axial", "rand_axial"):
@@ -197,20 +208,19 @@ def well_shape(runs: Runs) -> list[str]:
         "r(k): the mean residual at paragraph displacement k. r(2) − r(1) < 0: suppression grows from 1 to 2; "
         "r(last) − U* > 0, at the largest displacement every seed has: the well shrinks again.",
         "",
-        "| arm | corpus | r(2) − r(1) per seed | r(2) − r(1) [95% CI] | last k | r(last) − U* per seed | "
-        "r(last) − U* [95% CI] |",
-        "|---|---|---|---|---|---|---|",
+        *table_header(
+            "arm | corpus | r(2) − r(1) per seed | r(2) − r(1) [95% CI] | last k | r(last) − U* per seed | "
+            "r(last) − U* [95% CI]"
+        ),
     ]
-    for corpus in ORDER:
-        for arm in sorted(a for a, c in runs if c == corpus):
-            r = runs[(arm, corpus)]
-            grow = {s: x["residual"][2] - x["residual"][1] for s, x in sorted(r.items())}
-            last = min(max(k for k, v in enumerate(x["residual"]) if math.isfinite(v)) for x in r.values())
-            back = {s: x["residual"][last] - float(x["U*"]) for s, x in sorted(r.items())}
-            out.append(
-                f"| {arm} | {corpus} | {per_seed(grow)} | {cell(Interval.of(grow.values()))} | {last} | "
-                f"{per_seed(back)} | {cell(Interval.of(back.values()))} |"
-            )
+    for arm, corpus, r in arm_runs(runs):
+        grow = {s: x["residual"][2] - x["residual"][1] for s, x in sorted(r.items())}
+        last = min(max(k for k, v in enumerate(x["residual"]) if math.isfinite(v)) for x in r.values())
+        back = {s: x["residual"][last] - float(x["U*"]) for s, x in sorted(r.items())}
+        out.append(
+            f"| {arm} | {corpus} | {per_seed(grow)} | {cell(Interval.of(grow.values()))} | {last} | "
+            f"{per_seed(back)} | {cell(Interval.of(back.values()))} |"
+        )
     return out
 
 
@@ -218,8 +228,7 @@ def depths(runs: Runs) -> list[str]:
     out = [
         "## H4: the write-up's U* against our interval over seeds",
         "",
-        "| arm | corpus | write-up | ours | write-up's value inside our interval |",
-        "|---|---|---|---|---|",
+        *table_header("arm | corpus | write-up | ours | write-up's value inside our interval"),
     ]
     for allocation in ("split", "interleaved"):
         for corpus in ORDER:
@@ -256,8 +265,9 @@ def depths(runs: Runs) -> list[str]:
         "",
         "## H6: one arm across corpora, U*(first) − U*(second), Welch (negative: deeper on the first)",
         "",
-        "| arm, corpora | first per seed | second per seed | difference [95% CI] | Welch t (df) | interval |",
-        "|---|---|---|---|---|---|",
+        *table_header(
+            "arm, corpora | first per seed | second per seed | difference [95% CI] | Welch t (df) | interval"
+        ),
     ]
     for arm in sorted({a for a, _ in runs}):
         for first, second in CORPUS_PAIRS:
@@ -269,9 +279,10 @@ def depths(runs: Runs) -> list[str]:
         "Is the corpus dependence larger for hrope_axial? Its per-seed depth gap to rand_axial (paired within a "
         "corpus) on one corpus minus on another, Welch (0: both arms depend on the corpus alike):",
         "",
-        "| allocation, corpora | gap per seed, first | gap per seed, second | first − second [95% CI] | "
-        "Welch t (df) | interval |",
-        "|---|---|---|---|---|---|",
+        *table_header(
+            "allocation, corpora | gap per seed, first | gap per seed, second | first − second [95% CI] | "
+            "Welch t (df) | interval"
+        ),
     ]
     for allocation in ("split", "interleaved"):
         for first, second in CORPUS_PAIRS:

@@ -144,9 +144,7 @@ def render_corpora(summary: dict[str, Any], directory: Path) -> AnalysisResult:
     """The report and its files from ``summary`` alone, for ``directory``."""
     rows, corpora, ustar = summary["rows"], summary["corpora"], summary["ustar"]
     report = "\n".join([*report_lines(summary), "", statistics_table(rows, corpora, ustar)])
-    result = AnalysisResult("corpus", report, directory)
-    result.add_text("corpus_statistics.md", report)
-    result.add_text("corpus_statistics.csv", statistics_csv(rows, corpora))
-    result.add_json(SUMMARY_FILE, summary)
+    csv = statistics_csv(rows, corpora)
+    result = AnalysisResult.with_tables("corpus", report, directory, csv, summary, SUMMARY_FILE, "corpus_statistics")
     result.add_figure("corpus_statistics.png", plot_statistics(summary["statistics"], rows, ustar))
     return result

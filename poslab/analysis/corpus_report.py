@@ -10,24 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from poslab.analysis.corpus_render import render_corpora
-from poslab.analysis.corpus_statistics import SUMMARY_FILE, Embedder, corpus_summary
+from poslab.analysis.corpus_statistics import SUMMARY_FILE, CorpusOptions, corpus_summary
 from poslab.analysis.output import AnalysisResult, read_summary
 from poslab.errors import ConfigError
 
 
-def analyze_corpora(
-    corpora: list[str],
-    documents: int = 200,
-    split: str = "validation",
-    ustar: dict[str, float] | None = None,
-    embeddings: bool = True,
-    embedder: Embedder | None = None,
-    data_dir: str | Path | None = None,
-) -> AnalysisResult:
+def analyze_corpora(corpora: list[str], options: CorpusOptions) -> AnalysisResult:
     """Statistics per corpus and their agreement with U*: the report, and its files for
     ``paths.log_dir/analysis/corpus/`` (or ``--output-dir``)."""
-    summary, directory = corpus_summary(corpora, documents, split, ustar, embeddings, embedder, data_dir)
-    return render_corpora(summary, directory)
+    return render_corpora(*corpus_summary(corpora, options))
 
 
 def rerender_corpora(path: str | Path) -> AnalysisResult:

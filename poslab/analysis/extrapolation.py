@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -75,19 +75,14 @@ class GridRun:
         ) + ("  [" + ", ".join(f"{k}={v}" for k, v in self.settings) + "]" if self.settings else "")
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready (lengths as text, NaN as None); ``from_dict`` reads it back."""
-        return {
-            "task": self.task,
-            "label": self.label,
-            "seed": self.seed,
-            "train_length": self.train_length,
+        """JSON-ready (lengths as text, NaN as None); ``from_dict`` reads it back. Every field, in field order; the
+        ones JSON cannot hold as they are, converted."""
+        return asdict(self) | {
             "accuracy": {str(n): _clean(v) for n, v in self.accuracy.items()},
             "past_train": _clean(self.past_train),
             "log_scaled": _clean(self.log_scaled),
-            "order": self.order,
             "settings": [list(pair) for pair in self.settings],
             "steps": list(self.steps),
-            "eval_size": self.eval_size,
             "baselines": {str(n): row for n, row in self.baselines.items()},
         }
 

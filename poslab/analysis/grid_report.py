@@ -18,11 +18,8 @@ SUMMARY_FILE = "grid.json"
 
 def render_grid(summary: dict[str, Any], directory: Path) -> AnalysisResult:
     """The report's text and files from ``summary`` (``extrapolation.grid_summary``) alone."""
-    text = grid_markdown(summary)
-    result = AnalysisResult("grid", text, directory)
-    result.add_text("extrapolation_grid.md", text)
-    result.add_text("extrapolation_grid.csv", grid_csv(summary))
-    result.add_json(SUMMARY_FILE, summary)
+    text, csv = grid_markdown(summary), grid_csv(summary)
+    result = AnalysisResult.with_tables("grid", text, directory, csv, summary, SUMMARY_FILE, "extrapolation_grid")
     result.add_figure("extrapolation_grid.png", plot_grid(summary))
     return result
 

@@ -19,11 +19,8 @@ SUMMARY_FILE = "length.json"
 
 def render_length(summary: dict[str, Any], directory: Path) -> AnalysisResult:
     """The report's text and files from ``summary`` (``length_summary``) alone."""
-    text = length_markdown(summary)
-    result = AnalysisResult("length", text, directory)
-    result.add_text("length.md", text)
-    result.add_text("length.csv", length_csv(summary))
-    result.add_json(SUMMARY_FILE, summary)
+    text, csv = length_markdown(summary), length_csv(summary)
+    result = AnalysisResult.with_tables("length", text, directory, csv, summary, SUMMARY_FILE)
     result.add_figure("length_bpb.png", plot_bpb(summary))
     result.add_figure("length_position.png", plot_positions(summary))
     for corpus, part in summary["corpora"].items():  # the needle picture, one per corpus with passkey grids

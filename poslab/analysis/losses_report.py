@@ -18,12 +18,8 @@ SUMMARY_FILE = "losses.json"
 
 def render_losses(summary: dict[str, Any], directory: Path) -> AnalysisResult:
     """The report's text and files from ``summary`` (``losses.compute_losses``) alone."""
-    text = losses_markdown(summary)
-    result = AnalysisResult("losses", text, directory)
-    result.add_text("losses.md", text)
-    result.add_text("losses.csv", losses_csv(summary))
-    result.add_json(SUMMARY_FILE, summary)
-    return result
+    text, csv = losses_markdown(summary), losses_csv(summary)
+    return AnalysisResult.with_tables("losses", text, directory, csv, summary, SUMMARY_FILE)
 
 
 def report_losses(directories: list[str | Path]) -> AnalysisResult:

@@ -47,6 +47,19 @@ class AnalysisResult:
     files: dict[str, bytes] = field(default_factory=dict)
     after_write: list[AfterWrite] = field(default_factory=list)
 
+    @classmethod
+    def with_tables(
+        cls, name: str, report: str, directory: Path, csv: str, summary: Any, summary_file: str, stem: str = ""
+    ) -> AnalysisResult:
+        """A report with its usual files: its text as ``<stem>.md``, its table as ``<stem>.csv`` and its summary
+        (what ``--from`` renders again) as ``summary_file``, in that order; ``stem`` defaults to ``name``. Figures
+        are added after."""
+        result = cls(name, report, directory)
+        result.add_text(f"{stem or name}.md", report)
+        result.add_text(f"{stem or name}.csv", csv)
+        result.add_json(summary_file, summary)
+        return result
+
     def add_text(self, filename: str, text: str) -> str:
         self.files[filename] = (text if text.endswith("\n") else text + "\n").encode()
         return filename

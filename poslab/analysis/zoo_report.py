@@ -38,10 +38,8 @@ def report_zoo(directory: str | Path) -> AnalysisResult:
     text = zoo_markdown(tables, train_lengths, floors, ranking, seconds, order) + (
         "\n\n" + "\n".join(notes) if notes else ""
     )
-    result = AnalysisResult("zoo", text, Path(directory) / ANALYSIS_DIR / "zoo")
-    result.add_text("zoo.md", text)
-    result.add_text("zoo.csv", runs_csv(runs))
-    result.add_json("zoo.json", zoo_summary(tables, floors, ranking, seconds))
+    summary, default = zoo_summary(tables, floors, ranking, seconds), Path(directory) / ANALYSIS_DIR / "zoo"
+    result = AnalysisResult.with_tables("zoo", text, default, runs_csv(runs), summary, "zoo.json")
     result.add_figure("zoo_accuracy.png", plot_accuracy(tables, train_lengths, floors, order))
     result.add_figure("zoo_heatmap.png", plot_heatmap(tables, order))
     return result

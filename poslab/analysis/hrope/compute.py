@@ -70,6 +70,17 @@ def empty_sums(readings: Sequence[Reading], max_displacement: int) -> Sums:
     return Sums(empty(), empty(), changes)
 
 
+@dataclass(frozen=True)
+class Passes:
+    """What every batch's forward passes read, the same for the whole run."""
+
+    model: torch.nn.Module
+    readings: Sequence[Reading]  # the readings the pair sums are kept under
+    max_displacement: int  # the largest paragraph displacement kept
+    rng: np.random.Generator  # the shuffles: one draw per document, batch after batch
+    keep_ends: bool  # the shuffle keeps the first and the last paragraph in place (``shuffle_paragraphs``)
+
+
 def add_pairs(
     target: dict[str, PairStatistics],
     attention: torch.Tensor,
@@ -83,23 +94,16 @@ def add_pairs(
         target[r.name].extend(pair_statistics(attention, lengths, paragraphs, r, max_displacement))
 
 
-def add_shuffled(
-    sums: Sums,
-    model: torch.nn.Module,
-    batch: Sequence[Document],
-    readings: Sequence[Reading],
-    max_displacement: int,
-    rng: np.random.Generator,
-    keep_ends: bool,
-) -> None:
-    """The shuffle test's forward pass: the batch's documents with enough paragraphs, shuffled (``rng`` draws
-    once per document, in order)."""
-    mixed = [(row, m) for row, d in enumerate(batch) if (m := shuffle_paragraphs(d, rng, keep_ends)) is not None]
+def add_shuffled(sums: Sums, passes: Passes, batch: Sequence[Document]) -> None:
+    """The shuffle test's forward pass: the batch's documents with enough paragraphs, shuffled (``passes.rng``
+    draws once per document, in order)."""
+    shuffled = (shuffle_paragraphs(d, passes.rng, passes.keep_ends) for d in batch)
+    mixed = [(row, m) for row, m in enumerate(shuffled) if m is not None]
     if not mixed:
         return
     documents = [m for _, m in mixed]
-    attention = mean_attention(model, documents, [m.paragraph for m in documents])
-    add_pairs(sums.shuffled, attention, documents, readings, max_displacement)
+    attention = mean_attention(passes.model, documents, [m.paragraph for m in documents])
+    add_pairs(sums.shuffled, attention, documents, passes.readings, passes.max_displacement)
     sums.shuffled_rows.extend(sums.count + row for row, _ in mixed)
 
 
@@ -130,20 +134,12 @@ def record(changes: dict[str, list[float]], values: dict[str, float]) -> None:
         changes[name].append(value)
 
 
-def add_batch(
-    sums: Sums,
-    model: torch.nn.Module,
-    batch: Sequence[Document],
-    readings: Sequence[Reading],
-    max_displacement: int,
-    rng: np.random.Generator,
-    keep_ends: bool,
-) -> None:
+def add_batch(sums: Sums, passes: Passes, batch: Sequence[Document]) -> None:
     """One batch through the four forward passes, into ``sums``."""
-    base = mean_attention(model, batch, [d.paragraph for d in batch])
-    add_pairs(sums.original, base, batch, readings, max_displacement)
-    add_shuffled(sums, model, batch, readings, max_displacement, rng, keep_ends)
-    add_interventions(sums.changes, model, batch, base)
+    base = mean_attention(passes.model, batch, [d.paragraph for d in batch])
+    add_pairs(sums.original, base, batch, passes.readings, passes.max_displacement)
+    add_shuffled(sums, passes, batch)
+    add_interventions(sums.changes, passes.model, batch, base)
     sums.count += len(batch)
 
 
@@ -209,9 +205,9 @@ def analyze_documents(
     resamples for every statistic of the run, the same for runs with the same documents)."""
     readings = u_readings(trend)
     sums = empty_sums(readings, max_displacement)
-    rng = np.random.default_rng(seed)  # the shuffles
+    passes = Passes(model, readings, max_displacement, np.random.default_rng(seed), keep_ends)
     for batch in batches(documents, batch_size):
-        add_batch(sums, model, batch, readings, max_displacement, rng, keep_ends)
+        add_batch(sums, passes, batch)
         if progress:
             log.info("  %d documents", sums.count)
     if sums.count < 2:

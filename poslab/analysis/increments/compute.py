@@ -182,15 +182,23 @@ def boundary_section(model: torch.nn.Module, context: int, names: list[str], zh:
     }
 
 
+@dataclass(frozen=True)
+class IncrementsOptions:
+    """What ``poslab analyze increments`` reads of a run besides its model (its options, for the compute layer and
+    the report alike)."""
+
+    text_file: str | None = None  # --text: the category table's text (None: the run's held-out data)
+    sentences: list[str] | None = None  # --sentence: the sentences drawn (None: DEFAULT_SENTENCES)
+    zh_text_file: str | None = None  # --zh-text: Chinese text for the word boundaries (None: the corpus's zh group)
+    max_bytes: int = 200_000  # --max-bytes: the most bytes read of each text
+
+
 def increments_summary(
-    run_dir: str | Path,
-    text_file: str | None = None,
-    sentences: list[str] | None = None,
-    zh_text_file: str | None = None,
-    max_bytes: int = 200_000,
+    run_dir: str | Path, options: IncrementsOptions = IncrementsOptions()
 ) -> tuple[dict[str, Any], DictConfig]:
     """The three analyses of one run as the summary (JSON-ready: it reads back from the file as it is here), and
     the run's config (for its loggers)."""
+    text_file, max_bytes = options.text_file, options.max_bytes
     cfg, module, datamodule = load_lm_run(run_dir)
     model, context = module.model, int(cfg.task.get("context_length", 512))
     results_path = Path(run_dir) / RESULTS_FILE
@@ -201,7 +209,7 @@ def increments_summary(
     documents = None if text_file else validation_documents(saved) if saved else 0
     per_run = None if documents is None else {str(run_dir): documents}
     notes = sample_notes({str(run_dir): steps}, [saved] if saved else [], per_run)
-    zh = boundary_text(datamodule, zh_text_file, bool(text_file), max_bytes)
+    zh = boundary_text(datamodule, options.zh_text_file, bool(text_file), max_bytes)
     boundaries = boundary_section(model, context, names, zh)
     every = boundaries["subsets"].get(ALL_SOURCES, {}).get("auc", {}).get("lead", {})
     summary = {
@@ -219,7 +227,7 @@ def increments_summary(
         "pictures": {
             "learned": positions_learned(model),
             "unit_steps": bool(np.allclose(deltas, 1.0)),
-            "sentences": sentence_deltas(model, context, list(sentences or DEFAULT_SENTENCES), len(names)),
+            "sentences": sentence_deltas(model, context, list(options.sentences or DEFAULT_SENTENCES), len(names)),
         },
     }
     return json.loads(json.dumps(summary, default=float)), cfg

@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from poslab.analysis.increments.compute import increments_summary
+from poslab.analysis.increments.compute import IncrementsOptions, increments_summary
 from poslab.analysis.increments.readings import SCORE_BYTES, BoundaryRow, boundary_rows
 from poslab.analysis.increments.render import category_rows, render_increments
 from poslab.analysis.logging import log_analysis
@@ -18,15 +18,9 @@ from poslab.analysis.output import AnalysisResult
 from poslab.runs.files import ANALYSIS_DIR
 
 
-def analyze_increments(
-    run_dir: str | Path,
-    text_file: str | None = None,
-    sentences: list[str] | None = None,
-    zh_text_file: str | None = None,
-    max_bytes: int = 200_000,
-) -> AnalysisResult:
+def analyze_increments(run_dir: str | Path, options: IncrementsOptions) -> AnalysisResult:
     """The three analyses of one run; files for ``RUN_DIR/analysis/increments/`` (or ``--output-dir``)."""
-    summary, cfg = increments_summary(run_dir, text_file, sentences, zh_text_file, max_bytes)
+    summary, cfg = increments_summary(run_dir, options)
     result = render_increments(summary, Path(run_dir) / ANALYSIS_DIR / "increments")
     pictures = [name for name in result.files if name.endswith(".png")]
     result.after_write.append(lambda directory: log_to_the_runs_loggers(cfg, run_dir, summary, directory, pictures))
