@@ -13,6 +13,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +111,23 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
     log.info("%s %s seed %s: %s parameters", cfg.task.name, label, cfg.seed, f"{module.model.num_parameters():,}")
     for note in untrained_at_test(module, datamodule):
         log.warning("note: %s", note)
+    trainer, interrupt = build_trainer(cfg, datamodule)
+    outcome = fit_and_test(trainer, module, datamodule, ckpt_path, interrupt)
+    results = run_results(cfg, RunParts(trainer, module, datamodule), outcome, label, extension)
+    if trainer.is_global_zero:
+        write_run_files(cfg, output_dir, module, results)
+    if outcome.diverged is not None:
+        raise outcome.diverged
+    if results["status"] != "success":
+        raise DivergedError(
+            f"the evaluation figures are not finite ({format_figures(module.figures)}).", trainer.global_step
+        )
+    return results
 
+
+def build_trainer(cfg: DictConfig, datamodule: L.LightningDataModule) -> tuple[L.Trainer, SaveOnInterrupt]:
+    """The Trainer of ``cfg.trainer`` with the config's loggers and callbacks, poslab's own (the config recorded
+    in every checkpoint, Ctrl-C saved at a step's end) and atomic checkpoint writes."""
     if "wandb" in str(cfg.get("logger")).lower():
         wandb_offline_unless_key()
     callbacks = instantiate_all(cfg.get("callbacks"))
@@ -129,18 +146,40 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
     )
     for logger in trainer.loggers:
         logger.log_hyperparams(resolved)
-    status, diverged, test_seconds = "failed", None, None
-    start = time.perf_counter()
+    return trainer, interrupt
+
+
+@dataclass
+class Outcome:
+    """How fitting and testing ended: ``status`` success, diverged or failed; the seconds of each part."""
+
+    status: str
+    train_seconds: float
+    test_seconds: float | None = None
+    diverged: DivergedError | None = None
+
+
+def fit_and_test(
+    trainer: L.Trainer,
+    module: L.LightningModule,
+    datamodule: L.LightningDataModule,
+    ckpt_path: Any,
+    interrupt: SaveOnInterrupt,
+) -> Outcome:
+    """Train (resuming from ``ckpt_path``), then evaluate. A divergence is an outcome, written down as such; a
+    Ctrl-C stops the run (its checkpoint saved, no results.json)."""
+    status, start = "failed", time.perf_counter()
     try:
         if ckpt_path is not None:
             log.info("resuming from %s", ckpt_path)
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
         train_seconds = time.perf_counter() - start
         trainer.test(module, datamodule=datamodule, verbose=False)
-        test_seconds = time.perf_counter() - start - train_seconds
         status = "success"
+        outcome = Outcome(status, train_seconds, time.perf_counter() - start - train_seconds)
     except DivergedError as error:  # written down as such (results.json), never averaged as an ordinary run
-        train_seconds, status, diverged = time.perf_counter() - start, "diverged", error
+        status = "diverged"
+        outcome = Outcome(status, time.perf_counter() - start, diverged=error)
     except (SystemExit, KeyboardInterrupt):  # Lightning ends a KeyboardInterrupt with sys.exit(1), after on_exception
         if interrupt.interruption is None:
             raise
@@ -149,11 +188,26 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
         raise interrupt.interruption from None
     finally:
         finish_loggers(trainer, status)
-    if status == "success" and not all_finite(module.figures):
-        status = "diverged"  # a NaN evaluation: the figures are null, the status says why
+    if outcome.status == "success" and not all_finite(module.figures):
+        outcome.status = "diverged"  # a NaN evaluation: the figures are null, the status says why
+    return outcome
 
-    results = {
-        "status": status,
+
+@dataclass
+class RunParts:
+    trainer: L.Trainer
+    module: L.LightningModule
+    datamodule: L.LightningDataModule
+
+
+def run_results(
+    cfg: DictConfig, parts: RunParts, outcome: Outcome, label: str, extension: dict[str, Any]
+) -> dict[str, Any]:
+    """What results.json holds: the outcome, every figure keyed by length, what ran (``label``: the encoding's, as
+    logged at start; ``extension``: a context extension's parent and rule), and the resolved config."""
+    trainer, module, datamodule, diverged = parts.trainer, parts.module, parts.datamodule, outcome.diverged
+    return {
+        "status": outcome.status,
         **({"diverged_at_step": diverged.step} if diverged is not None else {}),
         "task": cfg.task.name,
         "encoding": cfg.encoding.name,
@@ -162,9 +216,10 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
         **datamodule.describe(),
         "steps": int(trainer.global_step),
         "parameters": module.model.num_parameters(),
-        "train_seconds": round(train_seconds, 3),  # training with its validations, of this process (a resume's part)
+        # training with its validations, of this process (a resume's part)
+        "train_seconds": round(outcome.train_seconds, 3),
         # the evaluation after training (every length and way, passkey retrieval): its share of the run's time
-        **({"test_seconds": round(test_seconds, 3)} if test_seconds is not None else {}),
+        **({"test_seconds": round(outcome.test_seconds, 3)} if outcome.test_seconds is not None else {}),
         "figures": module.figures,
         **module.evaluation_results(),  # a language model's loss by position
         **extension,  # a context extension's parent and rule
@@ -173,24 +228,21 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
         "untrained_at_test": untrained_at_test(module, datamodule),
         "throughput": next((c.summary() for c in trainer.callbacks if isinstance(c, Throughput)), {}),
         "environment": {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "torch": torch.__version__},
-        "config": resolved,
+        "config": OmegaConf.to_container(cfg, resolve=True),
     }
-    if trainer.is_global_zero:
-        if cfg.get("save_model", True) and status == "success":  # a diverged model (NaN weights) is not kept
-            save_model(output_dir / MODEL_FILE, module.model, results["config"])
-        write_json_atomic(output_dir / RESULTS_FILE, results)
-        # a data note was logged once, at start (a warning prints once per job); the figures point back at it
-        notes = len(results.get("data_notes") or [])
-        pointer = f" (data note{'s' if notes > 1 else ''} above, and in results.json's data_notes)" if notes else ""
-        log.info("%s %s seed %s: %s%s", cfg.task.name, label, cfg.seed, format_figures(module.figures), pointer)
-        log.info("results: %s (run directory %s)", output_dir / RESULTS_FILE, output_dir)
-    if diverged is not None:
-        raise diverged
-    if status != "success":
-        raise DivergedError(
-            f"the evaluation figures are not finite ({format_figures(module.figures)}).", trainer.global_step
-        )
-    return results
+
+
+def write_run_files(cfg: DictConfig, output_dir: Path, module: L.LightningModule, results: dict[str, Any]) -> None:
+    """model.pt (a finished, finite model only) and results.json, atomically; the figures logged."""
+    if cfg.get("save_model", True) and results["status"] == "success":  # a diverged model (NaN weights) is not kept
+        save_model(output_dir / MODEL_FILE, module.model, results["config"])
+    write_json_atomic(output_dir / RESULTS_FILE, results)
+    # a data note was logged once, at start (a warning prints once per job); the figures point back at it
+    notes = len(results.get("data_notes") or [])
+    pointer = f" (data note{'s' if notes > 1 else ''} above, and in results.json's data_notes)" if notes else ""
+    label = results["label"]
+    log.info("%s %s seed %s: %s%s", cfg.task.name, label, cfg.seed, format_figures(module.figures), pointer)
+    log.info("results: %s (run directory %s)", output_dir / RESULTS_FILE, output_dir)
 
 
 def untrained_at_test(module: L.LightningModule, datamodule: L.LightningDataModule) -> list[str]:
