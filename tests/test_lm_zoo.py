@@ -96,3 +96,61 @@ def test_one_zoo_job_runs_tiny_on_a_local_corpus(tmp_path):
     assert all(np.isfinite(figures[str(128 * m)]["bpb"]) for m in (1, 2, 4, 8, 16))
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     assert results["config"]["trainer"]["precision"] == "bf16-mixed"
+
+
+def lm_passkey(overrides: list[str] = ()):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="train", overrides=["experiment=lm_passkey", *overrides], return_hydra_config=True)
+
+
+def test_the_passkey_arm_changes_only_its_named_deviations_from_the_lm_zoo():
+    """experiment=lm_passkey: every encoding on prose, one seed, the synthetic zoo's model family at the lm_zoo's
+    width, a copying warm-up then one window in ten with a pair, twice the steps; all else the lm_zoo's."""
+    arm, zoo = lm_passkey(["encoding=rope"]), lm_zoo(["encoding=rope"])
+    params = {key: str(value).split(",") for key, value in arm.hydra.sweeper.params.items()}
+    assert params["seed"] == ["0"] and params["corpus"] == ["wikitext2"] and sorted(params["encoding"]) == ENCODINGS
+    assert (arm.model.n_layers, arm.model.n_heads, arm.model.d_model) == (4, 4, 128)
+    assert (arm.model.norm, arm.model.mlp, arm.model.bias) == ("layernorm", "gelu", True)
+    assert (zoo.model.norm, zoo.model.mlp, zoo.model.bias) == ("rmsnorm", "swiglu", False)
+    assert arm.task.passkey.warmup_steps == 960 and arm.task.passkey.train_fraction == 0.1
+    assert arm.trainer.max_steps == 2 * zoo.trainer.max_steps and arm.task.passkey.at_validation
+    for same in ("context_length", "batch_size", "eval_batch_size", "val_windows"):
+        assert arm.task[same] == zoo.task[same], same
+    for key in zoo.optimizer:  # the schedule's length follows the steps
+        assert arm.optimizer[key] == zoo.optimizer[key] or key == "total_steps", key
+    assert arm.trainer.precision == zoo.trainer.precision
+    assert arm.hydra.sweep.dir.endswith("multirun/lm_passkey")
+
+
+def test_train_py_checks_accept_the_passkey_arm(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSLAB_LOG_DIR", str(tmp_path / "logs"))
+    monkeypatch.setenv("POSLAB_DATA_DIR", str(tmp_path / "data"))
+    check_command_line(["-m", "experiment=lm_passkey", "encoding=rope,cope,hrope_axial"])
+
+
+@pytest.mark.slow
+def test_one_passkey_arm_job_runs_tiny_with_its_warmup_on_a_local_corpus(tmp_path):
+    """The arm's own settings end to end (its model, the warm-up into train_fraction, passkey at validation), four
+    steps: two of warm-up, two after."""
+    write_corpus(tmp_path / "corpus")
+    run_dir = tmp_path / "run"
+    args = [
+        "experiment=lm_passkey",
+        "corpus=local",
+        f"corpus.path={tmp_path / 'corpus'}",
+        "encoding=rope",
+        "trainer.max_steps=4",
+        "task.passkey.warmup_steps=2",
+        "task.val_every_n_steps=2",
+        "task.passkey.trials=1",
+        "task.val_windows=16",
+        "task.eval_batch_size=4",
+        f"hydra.run.dir={run_dir}",
+    ]
+    done = run_train(args, tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["status"] == "success" and results["steps"] == 4
+    assert [entry["step"] for entry in results["passkey_by_step"]] == [2, 4]
+    assert results["passkey"]["settings"]["warmup_steps"] == 2
