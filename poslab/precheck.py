@@ -160,12 +160,12 @@ def check_eval_lengths(cfg: DictConfig) -> None:
     no position past the training length (the grid's ``past`` column, the zoo's 1x to 8x). Lengths at or past the
     training length need not be multiples of it (the zoo reads the multiples, the grid every length)."""
     from poslab.passkey_settings import check_passkey_settings
-    from poslab.settings import SYNTHETIC_TASKS, check_lm_evaluation
+    from poslab.settings import SYNTHETIC_TASKS, check_lm_evaluation, corpus_setting
 
     task = cfg.get("task")
     if isinstance(task, DictConfig) and task.get("name") == "lm":
         check_lm_evaluation(task)  # a language model's: from its context up, and eval_tokens / eval_stride with them
-        tokenizer = str((cfg.get("corpus") or {}).get("tokenizer", "bytes"))
+        tokenizer = str(corpus_setting(cfg.get("corpus") or {}, "tokenizer"))
         check_passkey_settings(task.get("passkey"), int(task.context_length), tokenizer)  # before any data is read
         return
     if not isinstance(task, DictConfig) or task.get("name") not in SYNTHETIC_TASKS:
@@ -331,7 +331,7 @@ def concurrent_jobs(overrides: list[str], jobs: int, multirun: bool) -> int:
     if "submitit_local" in launcher:  # poslab's local submitit launcher keeps POSLAB_JOBS running, as joblib's
         from poslab.runs.launching import parallel_jobs
 
-        return min(parallel_jobs(base.trainer.get("devices", 1)), jobs)
+        return min(parallel_jobs(base.trainer.devices), jobs)
     if "joblib" not in launcher:
         return 1
     n_jobs = OmegaConf.select(base, "hydra.launcher.n_jobs", default=1)
