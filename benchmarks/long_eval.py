@@ -190,7 +190,7 @@ def evaluation_seconds(points: list[tuple[int, float]], cfg) -> tuple[float, flo
     """(the test's seconds, passkey's seconds) for one lm_zoo run of RoPE: every length's batches in each way
     (1 at the context, ``TEST_WAYS_PAST_CONTEXT`` past it), and every passkey trial in as many ways (an upper
     bound: the trials' lengths interpolated between the measured ones)."""
-    from poslab.passkey_settings import PasskeySettings
+    from poslab.passkey_settings import check_passkey_settings
 
     context = int(cfg.task.context_length)
     batch_tokens = int(cfg.task.eval_batch_size) * context
@@ -199,7 +199,7 @@ def evaluation_seconds(points: list[tuple[int, float]], cfg) -> tuple[float, flo
     for multiple in MULTIPLES:
         ways = 1 if multiple == 1 else TEST_WAYS_PAST_CONTEXT
         test += ways * eval_tokens * per_token_seconds(points, batch_tokens, multiple * context)
-    settings = PasskeySettings()
+    settings = check_passkey_settings(cfg.task.passkey, context)  # what the run evaluates (conf/task/lm.yaml)
     passkey = 0.0
     for distance in settings.distance_tokens(context):
         for offset in settings.depth_offsets(context):

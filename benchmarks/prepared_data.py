@@ -116,8 +116,12 @@ def old_layout_groups(groups: list, directory: Path) -> list:
 
 def batch_cut(groups: list, scratch: Path, n_batches: int, batch_size: int, context: int) -> dict[str, float]:
     import poslab.datamodules.language as language
+    from poslab.passkey_settings import passkey_defaults
 
-    new = language.TrainingWindows(groups, batch_size, context, seed=0)
+    key_length = passkey_defaults()["key_length"]
+    new = language.TrainingWindows(
+        groups, batch_size, context, seed=0, passkey_fraction=0.0, key_length=key_length, passkey_warmup=0
+    )
     old = old_layout_groups(groups, scratch)
 
     def timed(cut, first: int) -> tuple[float, list]:

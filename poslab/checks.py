@@ -28,7 +28,14 @@ from poslab.config import check_combinations, check_resume, check_run_directory,
 from poslab.errors import ConfigError
 from poslab.runs.files import AUTO
 from poslab.runs.results import finished_results
-from poslab.settings import SYNTHETIC_TASKS, check_lm_evaluation, check_settings, max_length, train_length
+from poslab.settings import (
+    SYNTHETIC_TASKS,
+    check_lm_evaluation,
+    check_settings,
+    corpus_setting,
+    max_length,
+    train_length,
+)
 
 #: the stages, in the order they run
 STAGES = ("settings", "combinations", "encodings", "run directory")
@@ -99,7 +106,7 @@ def check_eval_lengths(cfg: DictConfig) -> None:
     task = cfg.get("task")
     if isinstance(task, DictConfig) and task.get("name") == "lm":
         check_lm_evaluation(task)  # a language model's: from its context up, and eval_tokens / eval_stride with them
-        tokenizer = str((cfg.get("corpus") or {}).get("tokenizer", "bytes"))
+        tokenizer = str(corpus_setting(cfg.get("corpus") or {}, "tokenizer"))
         check_passkey_settings(task.get("passkey"), int(task.context_length), tokenizer)  # before any data is read
         return
     if not isinstance(task, DictConfig) or task.get("name") not in SYNTHETIC_TASKS:

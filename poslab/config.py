@@ -65,7 +65,7 @@ def check_combinations(cfg: DictConfig) -> None:
             f"{', '.join(SYNTHETIC_TASKS)}; name a corpus (e.g. corpus=wikitext2)."
         )
     check_devices(cfg.trainer)
-    check_precision(cfg.trainer.get("precision", "32-true"))  # one the training step cannot honour
+    check_precision(cfg.trainer.precision)  # one the training step cannot honour
     check_global_batches(cfg)
 
 
@@ -197,8 +197,8 @@ def requested_devices(devices: Any) -> int | None:
 def check_devices(trainer: DictConfig) -> None:
     """More devices than the machine has stop here, with the count, rather than deep inside Lightning (GPUs)
     or as an oversubscribed machine (CPU processes: one per core at most)."""
-    accelerator = str(trainer.get("accelerator", "auto"))
-    requested = requested_devices(trainer.get("devices", "auto"))
+    accelerator = str(trainer.accelerator)
+    requested = requested_devices(trainer.devices)
     if requested is None:
         return
     if requested < 1:
@@ -228,8 +228,8 @@ def check_global_batches(cfg: DictConfig) -> None:
     DistributedSampler shards each evaluation set; it pads a set whose size the processes do not divide with
     repeated sequences, which would count them twice in the figures. Both sizes must be multiples of the
     number of processes, so that a DDP run evaluates exactly what a 1-process run does."""
-    requested = requested_devices(cfg.trainer.get("devices", "auto"))
-    world = (requested or 1) * int(cfg.trainer.get("num_nodes", 1) or 1)
+    requested = requested_devices(cfg.trainer.devices)
+    world = (requested or 1) * int(cfg.trainer.num_nodes)
     if world < 2 or cfg.task.name not in SYNTHETIC_TASKS:
         return
     for key in ("batch_size", "eval_size"):

@@ -53,7 +53,16 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from poslab.errors import ConfigError
 from poslab.runs.files import CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE
-from poslab.settings import Fraction, ModelSettings, PositiveFloat, check_section, encoding_defaults, schema_types
+from poslab.settings import (
+    Fraction,
+    ModelSettings,
+    PositiveFloat,
+    check_section,
+    default_option,
+    encoding_defaults,
+    schema_types,
+    yaml_defaults,
+)
 from poslab.targets import flatten
 
 log = logging.getLogger("poslab")
@@ -232,9 +241,9 @@ def check_given(cfg: DictConfig, parent: ParentRun, given: dict[str, Any]) -> li
 def changeable(section: str) -> tuple[str, ...]:
     """The settings of a parent's section a command may change (``CHANGEABLE``; an encoding: its rule's own)."""
     if section == "encoding":
-        from poslab.encodings.rope_scaling import RULE_DEFAULTS  # torch: only once an encoding setting is given
+        from poslab.encodings.rope_scaling import RULE_SETTINGS  # torch: only once an encoding setting is given
 
-        return tuple(RULE_DEFAULTS)
+        return RULE_SETTINGS
     return CHANGEABLE[section]
 
 
@@ -295,7 +304,8 @@ def extended_config(cfg: DictConfig, overrides: Sequence[str] | None = None) -> 
         steps = max(1, round(float(settings["step_fraction"]) * int(parent_steps)))
     merged = copy.deepcopy(cfg)
     with read_write(merged), open_dict(merged):
-        merged.model = parent.config["model"]
+        # a model setting added since the parent ran: the value the YAML gives it, what older versions ran with
+        merged.model = {**yaml_defaults("model", default_option("model")), **parent.config["model"]}
         merged.corpus = parent.config["corpus"]
         merged.encoding = extended_encoding(parent, str(settings["rule"]), float(settings["factor"]), context)
         merged.task = extended_task(cfg, parent, context, settings["eval_multiples"])
@@ -335,13 +345,13 @@ def check_rule(parent: ParentRun, rule: str, context: int) -> None:
     """A rule needs rotations to rescale; a parent trained with a rule is an extension already."""
     encoding = parent.encoding
     name = encoding.get("name")
-    if encoding.get("scaling", "none") not in ("none", None):
+    if encoding.get("scaling", "none") not in ("none", None):  # a parent from before the rules had none
         raise ConfigError(
             f"parent={parent.path} was trained with encoding.scaling={encoding['scaling']} (factor "
             f"{encoding.get('scaling_factor')}), an extension itself, and poslab extends only runs trained without a "
             f"rule; allowed: the run it was extended from."
         )
-    rotates = "scaling" in encoding and encoding.get("inner", "rope") != "none"
+    rotates = "scaling" in encoding and encoding.get("inner", "rope") != "none"  # no inner: a rotary encoding
     if rule != "none" and not rotates:
         inner = " with inner=none" if "inner" in encoding else ""
         raise ConfigError(

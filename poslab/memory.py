@@ -91,8 +91,8 @@ def size_text(size: float) -> str:
 # ---- the estimate -------------------------------------------------------------------------------------------------
 def mlp_width(model: DictConfig) -> tuple[int, int]:
     """(the MLP's hidden width, how many hidden-width tensors a token keeps: 2 for GELU, 4 for SwiGLU)."""
-    hidden = int(model.get("mlp_hidden") or 4 * int(model.d_model))
-    return hidden, 4 if str(model.get("mlp", "gelu")) == "swiglu" else 2
+    hidden = int(model.mlp_hidden or 4 * int(model.d_model))  # null: 4 x d_model
+    return hidden, 4 if str(model.mlp) == "swiglu" else 2
 
 
 def vocabulary(cfg: DictConfig) -> int:
@@ -111,10 +111,10 @@ def parameter_count(cfg: DictConfig, max_length: int, train_length: int) -> int:
     model = cfg.model
     d, layers, vocab = int(model.d_model), int(model.n_layers), vocabulary(cfg)
     hidden, _ = mlp_width(model)
-    gated = 2 if str(model.get("mlp", "gelu")) == "swiglu" else 1
-    bias = bool(model.get("bias", True))
+    gated = 2 if str(model.mlp) == "swiglu" else 1
+    bias = bool(model.bias)
     block = 4 * d * d + d * hidden * (gated + 1) + (4 * d + hidden * gated + d if bias else 0) + 4 * d
-    head = 0 if model.get("tie_embeddings") else d * vocab + (vocab if bias else 0)
+    head = 0 if model.tie_embeddings else d * vocab + (vocab if bias else 0)
     return vocab * d + layers * block + head + encoding_parameters(cfg, max_length, train_length)
 
 
@@ -140,7 +140,7 @@ def score_path(cfg: DictConfig) -> str:
     heads x length^2 mask), or ``fused`` (nothing quadratic is kept)."""
     from poslab.encodings.base import PositionEncoding, encoding_class
 
-    attention = str(cfg.model.get("attention", "sdpa"))
+    attention = str(cfg.model.attention)
     if attention == "explicit":
         return "explicit"
     if attention == "flex":
@@ -166,7 +166,7 @@ def world_size(cfg: DictConfig) -> int:
     from poslab.config import requested_devices
 
     trainer = cfg.trainer
-    return (requested_devices(trainer.get("devices", 1)) or 1) * int(trainer.get("num_nodes", 1) or 1)
+    return (requested_devices(trainer.devices) or 1) * int(trainer.num_nodes)
 
 
 def lengths(cfg: DictConfig) -> tuple[int, list[int], str]:
@@ -195,7 +195,7 @@ def training_estimate(cfg: DictConfig, parameters: int) -> Estimate:
     batch = max(1, int(task.batch_size) // world_size(cfg))
     d, layers = int(model.d_model), int(model.n_layers)
     hidden, copies = mlp_width(model)
-    activation = 2 if str(cfg.trainer.get("precision", "32-true")) in MIXED else VALUE
+    activation = 2 if str(cfg.trainer.precision) in MIXED else VALUE
     kept = batch * length * layers * (12 * d + copies * hidden) * activation  # saved for the backward pass
     estimate = Estimate(
         "a training step",
@@ -317,7 +317,7 @@ def gpu_memory(devices: int) -> Limit | None:
 
 def uses_gpu(cfg: DictConfig) -> bool | None:
     """Whether the run trains on a GPU: True, False, or None for accelerators not checked here (mps, tpu)."""
-    accelerator = str(cfg.trainer.get("accelerator", "cpu"))
+    accelerator = str(cfg.trainer.accelerator)
     if accelerator in ("gpu", "cuda"):
         return True
     if accelerator == "cpu":

@@ -44,17 +44,29 @@ from torch import Tensor, nn
 from poslab.encodings import ModelShape, PositionEncoding, PositionInputs, build_encoding
 from poslab.encodings.base import LayerContext, QueryKeyTransform, ScoreMod
 from poslab.errors import ConfigError
-from poslab.settings import ModelSettings, check_dataclass, check_heads
+from poslab.settings import (
+    ModelSettings,
+    check_dataclass,
+    check_heads,
+    default_option,
+    with_yaml_defaults,
+    yaml_defaults,
+)
+
+#: ``ModelSettings`` with each field's value in the YAML a run takes by default (``conf/model/tiny.yaml``)
+ModelSettingsFromYaml = with_yaml_defaults(ModelSettings, yaml_defaults("model", default_option("model")))
 
 
 @dataclass(kw_only=True)
-class ModelConfig(ModelSettings):
+class ModelConfig(ModelSettingsFromYaml):  # type: ignore[misc,valid-type]
     """The model group's settings (``poslab.settings.ModelSettings``: their types and allowed values) plus
-    what the data and the encoding give."""
+    what the data and the encoding give. A setting left out takes its value in the YAML a run takes by default
+    (``conf/model/tiny.yaml``, the one home of those values): a model built in Python (a test, a benchmark) need
+    give only what differs."""
 
     vocab_size: int
     n_outputs: int
-    encoding: dict[str, Any] = field(default_factory=lambda: {"name": "none"})
+    encoding: dict[str, Any] = field(default_factory=lambda: {"name": default_option("encoding")})  # conf/train.yaml
 
     def __post_init__(self) -> None:
         check_dataclass("model", self, ModelSettings)

@@ -1,15 +1,18 @@
 """``task.passkey``: the settings of passkey retrieval (``poslab.lightning_modules.passkey`` runs it) and their checks,
 one sentence each. Light (no torch), like ``poslab.settings``: the command line checks them before anything runs.
+Their defaults live in ``conf/task/lm.yaml`` (``passkey:``), their one home; a ``task.passkey`` built by hand (or
+null) takes the values it leaves out from there.
 
-- ``enabled``: run it after training (true by default).
+- ``enabled``: run it after training.
 - ``distances``: tokens between the starts of the two phrases, as multiples of ``task.context_length`` (null: the
-  powers of two 1/8 .. 16, less those shorter than the phrase at a small context); each at least one phrase long
-  (24 tokens for 5 digits), no two equal in tokens.
-- ``depths``: fractions in [0, 1]: the first phrase starts after ``round(depth x depth_span x context)`` tokens.
-- ``depth_span``: the filler before the first phrase at depth 1, in contexts (default 1; greater than 0).
-- ``trials``: per distance and depth (default 8); ``key_length``: digits (default 5, 1 to 20); ``seed``.
+  powers of two 1/8 .. 16, ``DEFAULT_DISTANCES``, less those shorter than the phrase at a small context); each at
+  least one phrase long (24 tokens for 5 digits), no two equal in tokens.
+- ``depths``: fractions in [0, 1]: the first phrase starts after ``round(depth x depth_span x context)`` tokens
+  (null: 0, 1/4, 1/2, 3/4 and 1, ``DEFAULT_DEPTHS``).
+- ``depth_span``: the filler before the first phrase at depth 1, in contexts (greater than 0).
+- ``trials``: per distance and depth; ``key_length``: digits (1 to 20); ``seed``.
 - ``train_fraction``: the share of training windows that hold a pair of phrases with one random key inside the
-  window (``poslab.datamodules.passkey_phrases.plant_pairs``; 0 to 1, default 0: off): the model is taught the
+  window (``poslab.datamodules.passkey_phrases.plant_pairs``; 0 to 1, 0: off): the model is taught the
   phrase within its context, and retrieval past it is zero-shot. Needs a context holding two phrases.
 - ``warmup_steps``: the first training batches (global batch index below it) hold a pair in *every* window, a
   copying warm-up; ``train_fraction`` holds after them (default 0: none). A byte model of the lm_zoo's width learns
@@ -17,10 +20,10 @@ one sentence each. Light (no torch), like ``poslab.settings``: the command line 
   (docs/lm_extrapolation.md, "Passkey at 1x"); after it, text has the windows back.
 - ``at_validation``: also at every validation, the plain model at the distances up to one context with the first
   key opening the text (``within_context``): ``val/passkey_exact`` and results.json's ``passkey_by_step``, the step
-  at which copying appears (false by default).
+  at which copying appears.
 
 The held-out stream must hold the longest trial, ``depth_span x context + longest distance + phrase``
-(``PasskeySettings.max_length``: 17 contexts + 24 tokens by default), checked once the data is read
+(``PasskeySettings.max_length``: 17 contexts + 24 tokens with the YAML's values), checked once the data is read
 (``check_filler``); that length is also the longest sequence the model must take (a learned table's rows, a memory
 estimate: ``passkey_max_length``). Only the byte tokenizer: a BPE may merge the key's digits into one token.
 """
@@ -33,11 +36,13 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from poslab.errors import ConfigError
+from poslab.yaml_values import yaml_defaults
 
 PREFIX = " The pass key is "  # the phrase before the key; the filler may not hold it (it would be a third copy)
 SUFFIX = ". "
-DEFAULT_DISTANCES = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)  # multiples of the context: 1/8 to 16, powers of 2
-DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
+#: what ``distances: null`` means: multiples of the context, 1/8 to 16, powers of 2
+DEFAULT_DISTANCES = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)  # what ``depths: null`` means
 MAX_KEY_LENGTH = 20
 MAX_SEED = 2**32 - 1
 
@@ -47,16 +52,16 @@ class PasskeySettings:
     """``task.passkey``: ``distances`` (multiples of the context), ``depths`` (0: the first phrase opens the text, 1:
     it is preceded by ``depth_span`` contexts of filler), ``trials`` per cell, ``key_length`` digits, ``seed``."""
 
-    enabled: bool = True
-    distances: tuple[float, ...] = DEFAULT_DISTANCES
-    depths: tuple[float, ...] = DEFAULT_DEPTHS
-    depth_span: float = 1.0
-    trials: int = 8
-    key_length: int = 5
-    seed: int = 0
-    at_validation: bool = False
-    train_fraction: float = 0.0
-    warmup_steps: int = 0
+    enabled: bool
+    distances: tuple[float, ...]
+    depths: tuple[float, ...]
+    depth_span: float
+    trials: int
+    key_length: int
+    seed: int
+    at_validation: bool
+    train_fraction: float
+    warmup_steps: int
 
     @property
     def phrase_length(self) -> int:
@@ -97,43 +102,46 @@ class PasskeySettings:
 
 # ---- checks: one sentence each -----------------------------------------------------------------------------------
 def check_passkey_settings(
-    settings: Mapping[str, Any] | None, context_length: int, tokenizer: str = "bytes"
+    settings: Mapping[str, Any] | None, context_length: int, tokenizer: str | None = None
 ) -> PasskeySettings:
-    """``task.passkey`` as ``PasskeySettings``, or a ``ConfigError`` naming the bad value and what is allowed. None:
-    the defaults. Checked before any data is read; ``check_filler`` checks the held-out stream once it is."""
-    given = dict(settings or {})
-    unknown = sorted(set(given) - set(PasskeySettings.__dataclass_fields__))
+    """``task.passkey`` as ``PasskeySettings``, or a ``ConfigError`` naming the bad value and what is allowed. A
+    setting left out (None: all of them) takes its value in ``conf/task/lm.yaml`` (``passkey_defaults``).
+    ``tokenizer``: ``corpus.tokenizer``, checked against what passkey retrieval needs (None: not known here, as in
+    ``passkey_max_length``, which reads the task alone). Checked before any data is read; ``check_filler`` checks
+    the held-out stream once it is."""
+    unknown = sorted(set(settings or {}) - set(PasskeySettings.__dataclass_fields__))
     if unknown:
         allowed = ", ".join(PasskeySettings.__dataclass_fields__)
         raise ConfigError(f"task.passkey.{unknown[0]} is not a passkey setting; allowed: {allowed}.")
-    enabled, at_validation = given.get("enabled", True), given.get("at_validation", False)
+    given = {**passkey_defaults(), **(settings or {})}
+    enabled, at_validation = given["enabled"], given["at_validation"]
     for key, value in (("enabled", enabled), ("at_validation", at_validation)):
         if not isinstance(value, bool):
             raise ConfigError(f"task.passkey.{key}={value!r} must be true or false.")
-    if enabled and tokenizer != "bytes":
+    if enabled and tokenizer not in (None, "bytes"):
         raise ConfigError(
             f"passkey retrieval scores the key one digit per token, which only the byte tokenizer guarantees "
             f"(corpus.tokenizer={tokenizer!r} may merge digits); set corpus.tokenizer=bytes or "
             f"task.passkey.enabled=false."
         )
-    key_length = _whole(given, "key_length", 5, 1, MAX_KEY_LENGTH, "digits of the key")
+    key_length = _whole(given, "key_length", 1, MAX_KEY_LENGTH, "digits of the key")
     values = PasskeySettings(
         enabled=enabled,
-        distances=_distances(given.get("distances"), context_length, len(PREFIX) + key_length + len(SUFFIX)),
-        depths=_depths(given.get("depths")),
-        depth_span=_depth_span(given.get("depth_span", 1.0), context_length),
-        trials=_whole(given, "trials", 8, 1, None, "trials per distance and depth"),
+        distances=_distances(given["distances"], context_length, len(PREFIX) + key_length + len(SUFFIX)),
+        depths=_depths(given["depths"]),
+        depth_span=_depth_span(given["depth_span"], context_length),
+        trials=_whole(given, "trials", 1, None, "trials per distance and depth"),
         key_length=key_length,
-        seed=_whole(given, "seed", 0, 0, MAX_SEED, "the trials' random seed"),
+        seed=_whole(given, "seed", 0, MAX_SEED, "the trials' random seed"),
         at_validation=at_validation,
-        train_fraction=_train_fraction(given.get("train_fraction", 0.0)),
-        warmup_steps=_whole(given, "warmup_steps", 0, 0, None, "training batches with a pair in every window"),
+        train_fraction=_train_fraction(given["train_fraction"]),
+        warmup_steps=_whole(given, "warmup_steps", 0, None, "training batches with a pair in every window"),
     )
     _check_planting(values, context_length, tokenizer)
     return values
 
 
-def _check_planting(values: PasskeySettings, context_length: int, tokenizer: str) -> None:
+def _check_planting(values: PasskeySettings, context_length: int, tokenizer: str | None) -> None:
     """Phrases planted in training windows (``train_fraction``, ``warmup_steps``) need windows that hold two of
     them, and bytes read as written."""
     planted = [
@@ -150,7 +158,7 @@ def _check_planting(values: PasskeySettings, context_length: int, tokenizer: str
             f"task.context_length={context_length} cannot hold; allowed: a context of at least "
             f"{2 * values.phrase_length - 1}, or {planted[0].split('=')[0]}=0."
         )
-    if tokenizer != "bytes":
+    if tokenizer not in (None, "bytes"):
         raise ConfigError(
             f"{setting} plants byte phrases in training windows, which only the byte tokenizer reads as written "
             f"(corpus.tokenizer={tokenizer!r}); set corpus.tokenizer=bytes or {planted[0].split('=')[0]}=0."
@@ -166,8 +174,13 @@ def _train_fraction(value: Any) -> float:
     return float(value)
 
 
-def _whole(given: Mapping[str, Any], key: str, default: int, low: int, high: int | None, meaning: str) -> int:
-    value = given.get(key, default)
+def passkey_defaults() -> dict[str, Any]:
+    """The passkey settings ``conf/task/lm.yaml`` gives (their one home), a fresh copy."""
+    return yaml_defaults("task", "lm")["passkey"]
+
+
+def _whole(given: Mapping[str, Any], key: str, low: int, high: int | None, meaning: str) -> int:
+    value = given[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
         allowed = f"from {low} to {high}" if high is not None else f"of at least {low}"
         raise ConfigError(f"task.passkey.{key}={value!r} must be a whole number {allowed} ({meaning}).")

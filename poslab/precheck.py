@@ -243,7 +243,7 @@ def concurrent_jobs(overrides: list[str], jobs: int, multirun: bool) -> int:
     if "submitit_local" in launcher:  # poslab's local submitit launcher keeps POSLAB_JOBS running, as joblib's
         from poslab.runs.launching import parallel_jobs
 
-        return min(parallel_jobs(base.trainer.get("devices", 1)), jobs)
+        return min(parallel_jobs(base.trainer.devices), jobs)
     if "joblib" not in launcher:
         return 1
     n_jobs = OmegaConf.select(base, "hydra.launcher.n_jobs", default=1)

@@ -8,11 +8,22 @@ valid key or option suggested. A new setting is checked by being declared here; 
 below) also refuses keys it does not declare. An encoding's settings take the type of their default in the
 encoding's YAML (``conf/encoding/<name>.yaml``); its ``validate`` checks their ranges.
 
+One home per default: the YAML. Every setting's default value lives in ``conf/`` (what a user reads and overrides,
+what an experiment patches, what Hydra composes), and only there. The dataclasses here are the schema: each
+field's type and bounds, and no default (they are never instantiated; ``tests/test_one_home_per_default.py``
+checks that no field has one and that every field has its value in the YAML). Code reads a composed config's
+settings directly (``cfg.optimizer.lr``), so a key missing is an error rather than a second, silent default. A
+config built by hand that may leave settings out (a test, a library user's ``ModelConfig``, an encoding or a
+corpus made in Python, an older run's record) is merged over the YAML's values, read once per process by
+``poslab.yaml_values`` (``yaml_defaults``, ``default_option``, ``root_defaults``) and the helpers below
+(``encoding_values``, ``task_defaults``, ``with_corpus_defaults``, ``with_yaml_defaults``).
+
 Light by design (no torch): ``train.py`` runs these checks before importing torch, so a typo costs a second.
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
 import functools
 import math
@@ -20,16 +31,22 @@ import operator
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields, is_dataclass
-from pathlib import Path
+from dataclasses import dataclass, fields, is_dataclass, make_dataclass
+from dataclasses import field as dataclass_field
 from typing import Annotated, Any, Literal, Union
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from poslab.errors import ConfigError
 from poslab.passkey_settings import passkey_max_length
-
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+from poslab.yaml_values import (  # noqa: F401  (re-exported: the YAML's values, read where the settings are)
+    CONF_DIR,
+    default_option,
+    file_values,
+    root_defaults,
+    without_interpolations,
+    yaml_defaults,
+)
 
 # ---- the enumerated settings: each list of options is defined here, once ------------------------------------
 SYNTHETIC_TASKS = ("lag", "seen", "copy", "associative_recall", "flip_flop", "counting")
@@ -95,133 +112,140 @@ OpenFraction = Annotated[float, Bound(">", 0), Bound("<", 1)]
 Seed = Annotated[int, Bound(">=", 0), Bound("<", 2**32)]
 
 
+# The schema of each group: types and bounds, no defaults (their values live in conf/: the module docstring).
 @dataclass
 class RootSettings:
-    seed: Seed = 0
-    threads: Count | None = None
-    name: str = ""
-    keep_freed_memory: bool = True
-    save_model: bool = True
-    ckpt_path: str | None = None
-    resume_allow_changes: list[str] | None = None
+    seed: Seed
+    threads: Count | None  # null: PyTorch's own thread count (all cores)
+    name: str
+    keep_freed_memory: bool
+    save_model: bool
+    ckpt_path: str | None
+    resume_allow_changes: list[str] | None
 
 
 @dataclass
 class TrainerSettings:
     """The Trainer arguments poslab's configs set; any other Lightning Trainer argument may be added (open)."""
 
-    accelerator: Literal["cpu", "gpu", "cuda", "mps", "tpu", "auto"] = "cpu"
-    devices: Any = 1  # a count, device indices or auto: checked by poslab.config.check_devices
-    precision: Literal[PRECISIONS + tuple(PRECISION_ALIASES) + (32, 16)] = "32-true"  # noqa: RUF005
-    max_steps: Count = 2000
-    max_epochs: int = -1
-    log_every_n_steps: Count = 50
-    num_sanity_val_steps: NonNegative = 0
-    enable_model_summary: bool = False
-    deterministic: bool = False
-    strategy: str = "auto"
-    num_nodes: Count = 1
+    accelerator: Literal["cpu", "gpu", "cuda", "mps", "tpu", "auto"]
+    devices: Any  # a count, device indices or auto: checked by poslab.config.check_devices
+    precision: Literal[PRECISIONS + tuple(PRECISION_ALIASES) + (32, 16)]  # noqa: RUF005
+    max_steps: Count
+    max_epochs: int
+    log_every_n_steps: Count
+    num_sanity_val_steps: NonNegative
+    enable_model_summary: bool
+    deterministic: bool
+    strategy: str
+    num_nodes: Count
 
 
 @dataclass
 class OptimizerSettings:
-    lr: Annotated[float, Bound(">=", 0)] = 1e-3  # 0: the weights stay as they are (evaluation-only runs, tests)
-    weight_decay: Annotated[float, Bound(">=", 0)] = 0.01
-    betas: list[Annotated[float, Bound(">=", 0), Bound("<", 1)]] | None = None
-    eps: PositiveFloat = 1e-8
-    schedule: Literal[SCHEDULES] = "constant"
-    warmup_steps: NonNegative = 0
-    min_lr_ratio: Fraction = 0.0
-    fused: bool = True
-    grad_clip: PositiveFloat | None = None
-    skip_nonfinite_steps: NonNegative = 0
-    total_steps: Count = 2000
+    lr: Annotated[float, Bound(">=", 0)]  # 0: the weights stay as they are (evaluation-only runs, tests)
+    weight_decay: Annotated[float, Bound(">=", 0)]
+    betas: list[Annotated[float, Bound(">=", 0), Bound("<", 1)]] | None  # null: PyTorch's AdamW betas
+    eps: PositiveFloat
+    schedule: Literal[SCHEDULES]
+    warmup_steps: NonNegative
+    min_lr_ratio: Fraction
+    fused: bool
+    grad_clip: PositiveFloat | None  # null: no clipping
+    skip_nonfinite_steps: NonNegative
+    total_steps: Count
 
 
 @dataclass
 class ModelSettings:
     """The ``model`` group; ``poslab.model.ModelConfig`` is these plus what the data and encoding give."""
 
-    n_layers: Count = 2
-    n_heads: Count = 1
-    d_model: Count = 64
-    norm: Literal[NORMS] = "layernorm"
-    mlp: Literal[MLPS] = "gelu"
-    mlp_hidden: Count | None = None  # default 4 * d_model
-    bias: bool = True  # biases in linear layers
-    final_norm: bool = False  # the where_am_i model has none before its output layer
-    tie_embeddings: bool = False
-    attention: Literal[BACKENDS] = "sdpa"
-    init_std: PositiveFloat | None = None  # None: PyTorch's default initialisation
-    compile: bool = False  # torch.compile the model when training starts (poslab.lightning_modules.base)
+    n_layers: Count
+    n_heads: Count
+    d_model: Count
+    norm: Literal[NORMS]
+    mlp: Literal[MLPS]
+    mlp_hidden: Count | None  # null: 4 * d_model
+    bias: bool  # biases in linear layers
+    final_norm: bool  # the where_am_i model has none before its output layer
+    tie_embeddings: bool
+    attention: Literal[BACKENDS]
+    init_std: PositiveFloat | None  # null: PyTorch's default initialisation
+    compile: bool  # torch.compile the model when training starts (poslab.lightning_modules.base)
 
 
 @dataclass
 class TaskSettings:
-    _target_: str = ""
-    module: str = ""
-    name: str = ""
-    batch_size: Count = 64
-    eval_batch_size: Count = 256
+    _target_: str
+    module: str
+    name: str
+    batch_size: Count
+    eval_batch_size: Count
 
 
 @dataclass
 class SyntheticTaskSettings(TaskSettings):
-    k: Count = 3
-    vocab_size: Annotated[int, Bound(">=", 2)] = 16
-    train_length: Annotated[int, Bound(">=", 2)] = 32  # log-length scaling divides by log(train_length)
-    # [low, high]: each training batch's length drawn from it (high must equal train_length: the datamodule checks)
-    train_lengths: list[Annotated[int, Bound(">=", 2)]] | None = None
-    eval_lengths: list[Annotated[int, Bound(">=", 2)]] | None = None
-    eval_size: Count = 256
-    eval_seed: Seed = 12345
+    k: Count
+    vocab_size: Annotated[int, Bound(">=", 2)]
+    train_length: Annotated[int, Bound(">=", 2)]  # log-length scaling divides by log(train_length)
+    # [low, high]: each training batch's length drawn from it (high must equal train_length: the datamodule checks);
+    # null: every batch at train_length
+    train_lengths: list[Annotated[int, Bound(">=", 2)]] | None
+    eval_lengths: list[Annotated[int, Bound(">=", 2)]] | None
+    eval_size: Count
+    eval_seed: Seed
 
 
 @dataclass
 class FlipFlopSettings(SyntheticTaskSettings):
-    p_write: Fraction = 0.1
-    p_ignore: Fraction = 0.8
-    p_read: Fraction = 0.1
+    p_write: Fraction
+    p_ignore: Fraction
+    p_read: Fraction
 
 
 @dataclass
 class CountingSettings(SyntheticTaskSettings):
-    num_variables: Count = 3
-    program_length: Annotated[int, Bound(">=", 6)] | None = None  # null: the program fills the whole length
+    num_variables: Count
+    program_length: Annotated[int, Bound(">=", 6)] | None  # null: the program fills the whole length
 
 
 @dataclass
 class LanguageTaskSettings(TaskSettings):
-    context_length: Count = 512
-    val_windows: Count = 64
-    val_every_n_steps: Count = 500
-    eval_lengths: list[Annotated[int, Bound(">=", 2)]] | None = None  # null: LM_EVAL_MULTIPLES x context_length
-    eval_tokens: Count | None = None  # tokens scored per source group; null: from val_windows (conf/task/lm.yaml)
-    eval_stride: Count | None = None  # sliding-window evaluation's stride; null: none
-    passkey: Any = None  # passkey retrieval after training: checked by poslab.passkey_settings (one home)
-    extended_from: Annotated[int, Bound(">=", 2)] | None = None  # a context extension's parent's context
-    corpus: Any = None
-    data_dir: str = ""
-    cache_dir: str = ""
+    context_length: Count
+    val_windows: Count
+    val_every_n_steps: Count
+    eval_lengths: list[Annotated[int, Bound(">=", 2)]] | None  # null: LM_EVAL_MULTIPLES x context_length
+    eval_tokens: Count | None  # tokens scored per source group; null: from val_windows (conf/task/lm.yaml)
+    eval_stride: Count | None  # sliding-window evaluation's stride; null: none
+    passkey: Any  # passkey retrieval after training: checked by poslab.passkey_settings
+    extended_from: Annotated[int, Bound(">=", 2)] | None  # a context extension's parent's context; null: none
+    corpus: Any
+    data_dir: str
+    cache_dir: str
 
 
 @dataclass
 class CorpusSettings:
-    """The settings every text corpus shares; a corpus may declare more (its groups, sources): open."""
+    """The settings every text corpus shares; a corpus may declare more (its groups, sources): open. Each corpus's
+    YAML gives the shared four (``TEXT_CORPUS_SETTINGS``); the others belong to some corpora only."""
 
-    name: str = ""
-    tokenizer: Literal[TOKENIZERS] = "bytes"
-    vocab_size: Annotated[int, Bound(">=", 258)] | None = None  # bpe: 256 bytes + the separator + merges
-    validation_fraction: OpenFraction = 0.05
-    decode_errors: Literal[DECODE_ERRORS] = "strict"
-    verify_cache: Literal[VERIFY_CACHE] = "first_use"
-    format: Literal[FORMATS] = "text"
-    segmentation: Literal[SEGMENTATIONS] | None = None
-    path: str | None = None
-    field: str = "text"
-    document_start: str | None = None
-    include_tests: bool = False
-    max_bytes: Count | None = None
+    name: str
+    tokenizer: Literal[TOKENIZERS]
+    vocab_size: Annotated[int, Bound(">=", 258)] | None  # bpe: 256 bytes + the separator + merges
+    validation_fraction: OpenFraction
+    decode_errors: Literal[DECODE_ERRORS]
+    verify_cache: Literal[VERIFY_CACHE]
+    format: Literal[FORMATS]
+    segmentation: Literal[SEGMENTATIONS] | None  # null: by format
+    path: str | None
+    field: str
+    document_start: str | None  # null: a file is one document (format text)
+    include_tests: bool
+    max_bytes: Count | None  # null: no limit
+
+
+#: the corpus settings every text corpus's YAML gives (``conf/corpus/*.yaml``), which the data code reads
+TEXT_CORPUS_SETTINGS = ("tokenizer", "validation_fraction", "decode_errors", "verify_cache")
 
 
 #: (config path, schema, closed: keys it does not declare are refused)
@@ -405,40 +429,64 @@ def check_section(prefix: str, node: Any, declared: Mapping[str, Any], closed: b
             )
 
 
-# ---- encodings: typed by their YAML defaults ------------------------------------------------------------------
+def text_corpus_defaults() -> dict[str, Any]:
+    """The settings every text corpus gives (``TEXT_CORPUS_SETTINGS``) as ``conf/corpus/local.yaml`` gives them
+    (the corpus a user brings): what a corpus config built by hand (a test, ``prepare_corpus`` called from Python)
+    takes for those it leaves out. A composed config has its own corpus's."""
+    corpus = yaml_defaults("corpus", "local")["corpus"]
+    return {key: corpus[key] for key in TEXT_CORPUS_SETTINGS}
+
+
+def with_corpus_defaults(corpus: Mapping[str, Any]) -> dict[str, Any]:
+    """``corpus`` (a ``corpus:`` config) with the shared settings it leaves out from ``text_corpus_defaults``."""
+    return {**text_corpus_defaults(), **corpus}
+
+
+def corpus_setting(corpus: Mapping[str, Any], key: str) -> Any:
+    """One shared setting of ``corpus`` (``TEXT_CORPUS_SETTINGS``), from ``text_corpus_defaults`` where it leaves it
+    out; reads no other key (a composed config's other values may need resolvers only the job registers)."""
+    return corpus[key] if key in corpus else text_corpus_defaults()[key]
+
+
 @functools.cache
 def encoding_defaults() -> dict[str, dict[str, Any]]:
     """Each encoding's settings as its YAML declares them (``shared/`` files it includes first), by name; read
-    once per process (a multirun's check asks for every job)."""
+    once per process (a multirun's check asks for every job). Interpolations as written (``${...}``): callers
+    that fill a config built by hand take ``encoding_values``."""
     found: dict[str, dict[str, Any]] = {}
     for path in sorted((CONF_DIR / "encoding").glob("*.yaml")):
-        merged = _yaml_with_defaults(path)
+        merged = file_values(path)
         if "name" in merged:
             found[str(merged["name"])] = merged
     return found
+
+
+def encoding_values(name: str) -> dict[str, Any]:
+    """The settings of encoding ``name`` its YAML gives, a fresh copy with interpolations read as None (nothing
+    for an encoding no YAML declares, e.g. one a test registers): what an ``encoding`` config built by hand
+    takes for those it leaves out (``poslab.encodings.base.own_settings``)."""
+    return without_interpolations(encoding_defaults().get(name, {}))
 
 
 def task_defaults() -> dict[str, dict[str, Any]]:
     """Each task's settings as its YAML declares them (the YAMLs it inherits first), by task name."""
     found: dict[str, dict[str, Any]] = {}
     for path in sorted((CONF_DIR / "task").glob("*.yaml")):
-        merged = _yaml_with_defaults(path)
+        merged = file_values(path)
         # a variant of a task (counting_filler: counting with other values) is not the task's declaration
         if "name" in merged and (path.stem == merged["name"] or merged["name"] not in found):
             found[str(merged["name"])] = merged
     return found
 
 
-def _yaml_with_defaults(path: Path) -> dict[str, Any]:
-    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-    assert isinstance(raw, dict)
-    merged: dict[str, Any] = {}
-    for entry in raw.pop("defaults", []) or []:
-        name = str(entry).split("@", 1)[0]
-        if name != "_self_":
-            merged.update(_yaml_with_defaults(path.parent / f"{name}.yaml"))
-    merged.update(raw)
-    return merged
+def with_yaml_defaults(schema: type, values: Mapping[str, Any]) -> type:
+    """``schema`` as a dataclass one may build from a partial config: each field's default is its value in
+    ``values`` (a YAML's, ``yaml_defaults``), so the YAML stays its one home (``poslab.model.ModelConfig``)."""
+    declared = [
+        (key, annotation, dataclass_field(default_factory=functools.partial(copy.deepcopy, values[key])))
+        for key, annotation in schema_types(schema).items()
+    ]
+    return make_dataclass(f"{schema.__name__}FromYaml", declared, bases=(schema,), kw_only=True)
 
 
 def default_type(default: Any) -> Any:

@@ -98,7 +98,7 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
     quiet_third_party_noise()
     if cfg.threads:
         torch.set_num_threads(int(cfg.threads))
-    if cfg.get("keep_freed_memory", True):
+    if cfg.keep_freed_memory:
         keep_freed_memory()
     output_dir = Path(cfg.paths.output_dir)
     ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), output_dir)  # checked by check_config
@@ -234,7 +234,7 @@ def run_results(
 
 def write_run_files(cfg: DictConfig, output_dir: Path, module: L.LightningModule, results: dict[str, Any]) -> None:
     """model.pt (a finished, finite model only) and results.json, atomically; the figures logged."""
-    if cfg.get("save_model", True) and results["status"] == "success":  # a diverged model (NaN weights) is not kept
+    if cfg.save_model and results["status"] == "success":  # a diverged model (NaN weights) is not kept
         save_model(output_dir / MODEL_FILE, module.model, results["config"])
     write_json_atomic(output_dir / RESULTS_FILE, results)
     # a data note was logged once, at start (a warning prints once per job); the figures point back at it
@@ -485,8 +485,8 @@ def job_needs_own_process(cfg: DictConfig) -> bool:
     from hydra.core.hydra_config import HydraConfig
 
     trainer = cfg.trainer
-    world = (requested_devices(trainer.get("devices", 1)) or 1) * int(trainer.get("num_nodes", 1) or 1)
-    uses_gpu = str(trainer.get("accelerator", "cpu")) in ("gpu", "cuda", "auto")
+    world = (requested_devices(trainer.devices) or 1) * int(trainer.num_nodes)
+    uses_gpu = str(trainer.accelerator) in ("gpu", "cuda", "auto")
     return launching.needs_own_process(uses_gpu, world, str(HydraConfig.get().launcher.get("_target_", "")))
 
 
@@ -495,7 +495,7 @@ def run_job_in_own_process(cfg: DictConfig) -> None:
 
     hydra_cfg = HydraConfig.get()
     job, output_dir = int(hydra_cfg.job.num), Path(cfg.paths.output_dir)
-    gpus = launching.gpus_for_job(job, cfg.trainer.get("devices", 1))
+    gpus = launching.gpus_for_job(job, cfg.trainer.devices)
     log.info("job %d runs in its own process%s", job, f" on GPU {','.join(gpus)}" if gpus else "")
     # Ctrl-C reaches the job's process too (one process group): it saves and exits 130 on its own, which this
     # process waits for (subprocess.run would kill it a quarter of a second after its own KeyboardInterrupt)

@@ -92,6 +92,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "poslab.rng",
         "poslab.settings",
         "poslab.passkey_settings",
+        "poslab.yaml_values",
         "poslab.targets",
         "poslab.overrides",
         "poslab.fonts",

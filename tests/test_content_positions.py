@@ -154,7 +154,7 @@ def test_cope_counts_the_keys_whose_gates_open():
 
 
 def test_cope_clamps_positions_to_the_last_row():
-    cope = ContextualPositions(max_pos=5, head_dim=HEAD_DIM)
+    cope = ContextualPositions(max_pos=5, head_dim=HEAD_DIM, position_logits="before_scale")
     q, k = planted(torch.ones(T, dtype=torch.bool))
     p = cope.positions(q, k)[0, 0]
     assert p.max() == 4 and p[T - 1, 0] == 4 and p[T - 1, T - 4] == 4 and p[T - 1, T - 3] == 3

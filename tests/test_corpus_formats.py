@@ -57,15 +57,18 @@ def test_a_declared_format_the_files_contradict_stops_in_every_corpus(tmp_path):
     jsonl_folder(tmp_path, files=1)
     group = SourceGroup.from_config("main", {"local": [{"pattern": "wiki/*.jsonl", "format": "text"}]})
     with pytest.raises(ConfigError, match=r"part0\.jsonl.*format=text.*jsonl"):
-        resolve_group("named", group, tmp_path)
+        resolve_group("named", group, tmp_path, "strict")
     (tmp_path / "notes.txt").write_text("plain text")
     group = SourceGroup.from_config("main", {"local": [{"pattern": "notes.txt", "format": "parquet"}]})
     with pytest.raises(ConfigError, match=r"notes\.txt.*format=parquet"):
-        resolve_group("named", group, tmp_path)
+        resolve_group("named", group, tmp_path, "strict")
     # auto (the named corpora's default) reads each file by its extension; text formats take any other extension
     for pattern, kind in (("wiki/*.jsonl", "auto"), ("notes.txt", "wikitext"), ("notes.txt", "python")):
         resolve_group(
-            "named", SourceGroup.from_config("main", {"local": [{"pattern": pattern, "format": kind}]}), tmp_path
+            "named",
+            SourceGroup.from_config("main", {"local": [{"pattern": pattern, "format": kind}]}),
+            tmp_path,
+            "strict",
         )
 
 

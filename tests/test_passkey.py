@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 from torch import Tensor, nn
 
 from poslab.analysis.passkey_render import plot_passkey, write_passkey_figure
@@ -28,6 +30,7 @@ from poslab.passkey_settings import (
     passkey_max_length,
 )
 from poslab.plotting import plt
+from poslab.settings import CONF_DIR
 
 CONTEXT = 256  # the smallest default distance, 1/8, is 32 tokens: longer than the 24-token phrase
 WORDS = ["the", "of", "and", "a", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at", "from"]
@@ -319,10 +322,15 @@ def test_held_out_text_shorter_than_the_longest_trial_is_refused():
         build_trials(FILLER[:4000], chosen, CONTEXT)
 
 
-def test_the_defaults_are_the_issue_s_grid():
+def test_the_defaults_are_the_yamls_and_null_distances_the_issue_s_grid():
+    """Settings left out take conf/task/lm.yaml's values (their one home); its null distances mean 1/8 .. 16."""
+    yaml = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "task" / "lm.yaml").passkey)
     chosen = check_passkey_settings(None, 512)
-    assert chosen.distances == (0.125, 0.25, 0.5, 1, 2, 4, 8, 16) and chosen.depths == (0, 0.25, 0.5, 0.75, 1)
-    assert chosen.key_length == 5 and chosen.trials == 8 and chosen.phrase_length == 24
+    assert chosen.distances == (0.125, 0.25, 0.5, 1, 2, 4, 8, 16) and yaml["distances"] is None
+    assert chosen.depths == tuple(yaml["depths"]) and chosen.trials == yaml["trials"]
+    assert chosen.key_length == yaml["key_length"] == 5 and chosen.phrase_length == 24
+    assert check_passkey_settings({"trials": 2}, 512) == replace(chosen, trials=2)
+    assert check_passkey_settings({"depths": None}, 512).depths == (0, 0.25, 0.5, 0.75, 1)  # null: five depths
 
 
 def test_the_longest_passkey_sequence_of_a_task_config():
@@ -561,7 +569,7 @@ def test_the_copying_warmup_plants_a_pair_in_every_window_of_its_batches_then_th
     split = PreparedSplit(letters, zeros, zeros, zeros)
     groups = [PreparedGroup("letters", 1.0, tmp_path, {}, {"train": split})]
     warm = TrainingWindows(groups, 8, 128, seed=3, passkey_fraction=0.0, key_length=5, passkey_warmup=2)
-    plain = TrainingWindows(groups, 8, 128, seed=3)
+    plain = TrainingWindows(groups, 8, 128, seed=3, passkey_fraction=0.0, key_length=5, passkey_warmup=0)
     prefix = torch.from_numpy(phrase_tokens(np.zeros((1, 5)))[0, : len(PREFIX)])
 
     def phrases(row: torch.Tensor) -> int:

@@ -287,12 +287,12 @@ def test_rope_nope_mix_base_per_layer():
     assert torch.allclose(first.queries(q), rope_rotated(q, 10_000.0), atol=1e-6)
     assert torch.allclose(second.queries(q), rope_rotated(q, 100.0), atol=1e-6)
     assert enc.label() == "rope_nope_mix:nope4:10000/100"
-    same = encoding("rope_nope_mix", n_layers=2, base=[100, 100])
+    same = encoding("rope_nope_mix", n_layers=2, nope_every=4, base=[100, 100])  # 2 layers, none NoPE
     first = transform_of(same, inputs, 0)
     assert transform_of(same, inputs, 1, first) is first  # the same base: the layer before's rotation
     x = tokens()
     assert torch.equal(
-        tiny("rope_nope_mix", "explicit", base=[1000, 1000])(x).logits,
+        tiny("rope_nope_mix", "explicit", nope_every=4, base=[1000, 1000])(x).logits,
         tiny("rope", "explicit", base=1000)(x).logits,
     )
 
@@ -326,5 +326,5 @@ def test_labels():
     assert encoding("xpos").label() == "xpos"
     assert encoding("xpos", scale_base=256).label() == "xpos:gamma256"
     assert encoding("randomized_rope").label() == "randomized_rope:2048"
-    assert encoding("rope_nope_mix").label() == "rope_nope_mix:nope4"
+    assert encoding("rope_nope_mix").label() == "rope_nope_mix:nope2"  # conf/encoding/rope_nope_mix.yaml's
     assert math.isclose(encoding("xpos").longest, 36_260, rel_tol=1e-3)

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from torch import Tensor
 
 from poslab.encodings import ENCODINGS
-from poslab.encodings.rope_scaling import RULE_DEFAULTS, keep_fraction, plain, scaled_frequencies
+from poslab.encodings.rope_scaling import RULE_SETTINGS, keep_fraction, plain, rule_defaults, scaled_frequencies
 from poslab.encodings.rotary import RotaryEncoding
 from poslab.errors import ConfigError
 from poslab.model import ModelConfig, Transformer
@@ -231,15 +231,15 @@ def test_every_rotary_encoding_validates_the_scaling_settings_alike(name):
             assert word in str(error.value), (name, bad, str(error.value))
 
 
-def test_the_yaml_repeats_the_codes_rule_defaults():
-    """One home for each rule setting's default, rope_scaling.RULE_DEFAULTS; the shared YAML repeats it (a config
-    is typed by its YAML, and a run records what it ran with) and the constructor takes it."""
+def test_the_rule_settings_live_in_the_shared_yaml_only():
+    """One home for each rule setting's default, conf/encoding/shared/rotary.yaml: the code reads it
+    (rope_scaling.rule_defaults), the constructor has no default of its own, and no encoding's YAML repeats it."""
     shared = OmegaConf.load(CONF / "encoding" / "shared" / "rotary.yaml")
-    assert {key: float(shared[key]) for key in RULE_DEFAULTS} == RULE_DEFAULTS
+    assert rule_defaults() == {key: float(shared[key]) for key in RULE_SETTINGS}
     defaults = inspect.signature(RotaryEncoding.__init__).parameters
-    assert {key: defaults[key].default for key in RULE_DEFAULTS} == RULE_DEFAULTS
+    assert all(defaults[key].default is inspect.Parameter.empty for key in RULE_SETTINGS)
     rope_yaml = OmegaConf.load(CONF / "encoding" / "rope.yaml")
-    assert not set(RULE_DEFAULTS) & set(rope_yaml), "rope.yaml sets a rule setting the shared file already has"
+    assert not set(RULE_SETTINGS) & set(rope_yaml), "rope.yaml sets a rule setting the shared file already has"
 
 
 @pytest.mark.parametrize("head_dim", [16, 64])

@@ -108,7 +108,7 @@ class InvalidUtf8Error(ValueError):
         )
 
 
-def read_lines(path: Path, decode_errors: str = "strict", replaced: dict[str, int] | None = None) -> Iterator[str]:
+def read_lines(path: Path, decode_errors: str, replaced: dict[str, int] | None = None) -> Iterator[str]:
     """The lines of a UTF-8 text file (universal newlines, as ``open`` reads text). ``decode_errors``: ``strict``
     raises ``InvalidUtf8Error`` at the first invalid sequence; ``replace`` reads it as U+FFFD and adds the count to
     ``replaced[str(path)]``."""

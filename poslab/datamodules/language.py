@@ -38,7 +38,7 @@ from poslab.datamodules.synthetic import assign_rank, batch_generator
 from poslab.datamodules.tokenization import check_tokenizer
 from poslab.errors import ConfigError
 from poslab.passkey_settings import check_passkey_settings, fit_filler
-from poslab.settings import check_lm_evaluation
+from poslab.settings import check_lm_evaluation, root_defaults, with_corpus_defaults, yaml_defaults
 
 log = logging.getLogger("poslab")
 
@@ -75,10 +75,10 @@ def stack(windows: list[dict[str, Tensor]]) -> dict[str, Tensor]:
 class TrainingWindows(IterableDataset):
     def __init__(
         self, groups: list[PreparedGroup], batch_size: int, context_length: int, seed: int,
-        passkey_fraction: float = 0.0, key_length: int = 5, passkey_warmup: int = 0,
+        passkey_fraction: float, key_length: int, passkey_warmup: int,
     ) -> None:  # fmt: skip
         self.groups, self.batch_size, self.length, self.seed = groups, batch_size, context_length + 1, seed
-        # task.passkey.train_fraction, and warmup_steps: global batches below it hold a pair in every window
+        # task.passkey.train_fraction and key_length; warmup_steps: global batches below it hold a pair in every window
         self.passkey_fraction, self.key_length, self.passkey_warmup = passkey_fraction, key_length, passkey_warmup
         for group in groups:  # torch.randint would fail on the first batch with an opaque message
             n = len(group.splits["train"])
@@ -178,6 +178,10 @@ def check_extended_from(extended_from: int | None, context_length: int) -> int |
     return None if extended_from is None else int(extended_from)
 
 
+#: ``conf/task/lm.yaml`` and ``conf/train.yaml``: the one home of what a datamodule made without them takes
+LM, ROOT = yaml_defaults("task", "lm"), root_defaults()
+
+
 class LanguageModelDataModule(L.LightningDataModule):
     def __init__(
         self,
@@ -185,23 +189,26 @@ class LanguageModelDataModule(L.LightningDataModule):
         corpus: dict[str, Any],
         data_dir: str,
         cache_dir: str,
-        context_length: int = 512,
-        batch_size: int = 32,
-        val_windows: int = 64,
-        eval_batch_size: int = 32,
-        val_every_n_steps: int = 500,
-        eval_lengths: list[int] | None = None,
-        eval_tokens: int | None = None,
-        eval_stride: int | None = None,
-        passkey: dict[str, Any] | None = None,
-        extended_from: int | None = None,
-        seed: int = 0,
+        context_length: int = LM["context_length"],
+        batch_size: int = LM["batch_size"],
+        val_windows: int = LM["val_windows"],
+        eval_batch_size: int = LM["eval_batch_size"],
+        val_every_n_steps: int = LM["val_every_n_steps"],
+        eval_lengths: list[int] | None = LM["eval_lengths"],
+        eval_tokens: int | None = LM["eval_tokens"],
+        eval_stride: int | None = LM["eval_stride"],
+        passkey: dict[str, Any] | None = None,  # None: conf/task/lm.yaml's (check_passkey_settings)
+        extended_from: int | None = LM["extended_from"],
+        seed: int = ROOT["seed"],
     ) -> None:
+        """A setting not given (a datamodule made in Python, an older run's config) takes its YAML value (``LM``,
+        ``ROOT``); ``corpus`` the settings every corpus shares that it leaves out (``with_corpus_defaults``)."""
         super().__init__()
         if context_length < 2:
             raise ConfigError(f"task.context_length={context_length} must be at least 2.")
         self.extended_from = check_extended_from(extended_from, int(context_length))
-        self.corpus, self.data_dir, self.cache_dir = dict(corpus), data_dir, cache_dir
+        # a corpus built by hand may leave the settings every corpus shares out: conf/corpus/local.yaml gives them
+        self.corpus, self.data_dir, self.cache_dir = with_corpus_defaults(corpus), data_dir, cache_dir
         self.context_length, self.batch_size = int(context_length), int(batch_size)
         self.val_windows, self.eval_batch_size, self.seed = int(val_windows), int(eval_batch_size), seed
         self.val_every_n_steps = int(val_every_n_steps)
@@ -217,7 +224,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         check_tokenizer(self.corpus)  # a bad tokenizer setting stops here, before any data is read
         # passkey retrieval after training (the module runs it on the first group's held-out text)
         self.passkey_given = dict(passkey or {})
-        self.passkey = check_passkey_settings(passkey, self.context_length, self.corpus.get("tokenizer", "bytes"))
+        self.passkey = check_passkey_settings(passkey, self.context_length, self.corpus["tokenizer"])
         self.passkey_note: str | None = None  # what the held-out text left out of the grid (results.json's passkey)
         check_local_corpus(self.corpus)  # corpus=local: a path matching nothing stops here too
         self.groups: list[PreparedGroup] = []
@@ -268,7 +275,7 @@ class LanguageModelDataModule(L.LightningDataModule):
     @property
     def vocab_size(self) -> int:
         """257 for bytes; a bpe vocabulary is known once the tokenizer is trained (so this prepares the corpus)."""
-        if self.corpus.get("tokenizer", "bytes") == "bytes":
+        if self.corpus["tokenizer"] == "bytes":
             return BYTE_VOCAB
         self.setup()
         return int(self.groups[0].meta["vocab_size"])
@@ -281,10 +288,10 @@ class LanguageModelDataModule(L.LightningDataModule):
         """UTF-8 bytes per token of each group's validation split, in the groups' order (1 for bytes, where the
         separator counts as one byte; known without the data, as the byte vocabulary is): converts a loss per
         token to bits per byte."""
-        if self.corpus.get("tokenizer", "bytes") == "bytes" and not self.groups:
+        if self.corpus["tokenizer"] == "bytes" and not self.groups:
             return {str(name): 1.0 for name in self.corpus["groups"]}  # prepare_corpus keeps this order
         self.setup()
-        if self.corpus.get("tokenizer", "bytes") == "bytes":
+        if self.corpus["tokenizer"] == "bytes":
             return {g.name: 1.0 for g in self.groups}
         split = {g.name: g.meta["splits"]["validation"] for g in self.groups}
         return {name: s["bytes"] / max(1, s["tokens"]) for name, s in split.items()}

@@ -40,6 +40,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from poslab.errors import ConfigError
+from poslab.settings import root_defaults, task_defaults, yaml_defaults
 
 IGNORE = -100  # target value of unscored positions (cross_entropy's ignore_index)
 #: the selection sets' seed is the evaluation seed plus this: sequences of their own, never a test set's
@@ -141,7 +142,7 @@ class Lag(Task):
 
     name: ClassVar[str] = "lag"
     shortest: ClassVar[str] = "k positions without an answer, then one with"
-    k: int = 3
+    k: int
 
     def validate(self, lengths: Sequence[int] = ()) -> None:
         if self.vocab_size < 2:
@@ -327,9 +328,9 @@ class FlipFlop(Task):
     shortest: ClassVar[str] = "a write and its bit, a read and its bit"
     WRITE, IGNORE_OP, READ, PAD = 2, 3, 4, 5  # the paper's instructions w, i, r (ids, not settings)
 
-    p_write: float = 0.1
-    p_ignore: float = 0.8
-    p_read: float = 0.1
+    p_write: float
+    p_ignore: float
+    p_read: float
 
     @property
     def min_length(self) -> int:
@@ -425,8 +426,8 @@ class Counting(Task):
     EQUALS, SEMICOLON, PASS, INCREMENT, PRINT, FIRST_VARIABLE = 11, 12, 13, 14, 15, 16  # ids, not settings
     WEIGHTS: ClassVar[dict[str, int]] = {"set": 1, "pass": 50, "increment": 7}
 
-    num_variables: int = 3
-    program_length: int | None = None
+    num_variables: int
+    program_length: int | None  # null: the program fills the whole length
 
     @property
     def min_length(self) -> int:
@@ -534,7 +535,8 @@ class Counting(Task):
 
 def make_task(name: str, vocab_size: int, **settings: Any) -> Task:
     """The registered task ``name`` with its settings. A setting another task declares is left to that task
-    (every task's YAML inherits lag's ``k``); one no task declares is refused."""
+    (every task's YAML inherits lag's ``k``); one no task declares is refused; one left out (a task made in Python)
+    takes its value in the task's YAML (``conf/task/<name>.yaml``, its one home)."""
     if name not in TASKS:
         raise ConfigError(f"unknown synthetic task {name!r}; allowed: {', '.join(TASKS)}.")
     cls = TASKS[name]
@@ -546,7 +548,8 @@ def make_task(name: str, vocab_size: int, **settings: Any) -> Task:
                 f"task.{key} is not a setting of any synthetic task; allowed for {name}: "
                 f"{', '.join(sorted(own)) or 'none besides vocab_size'}."
             )
-    return cls(vocab_size, **{key: value for key, value in settings.items() if key in own})
+    given = {**task_defaults()[name], **settings}
+    return cls(vocab_size, **{key: value for key, value in given.items() if key in own})
 
 
 SyntheticTask = make_task  # its former name, the one ``SyntheticTask(name, vocab_size, k)`` callers use
@@ -649,6 +652,11 @@ class EvaluationSet(Dataset):
         return self.tokens[i], self.targets[i]
 
 
+#: the settings every synthetic task's YAML takes from ``conf/task/lag.yaml`` (their one home), and the root's
+#: (``conf/train.yaml``): what a datamodule made without them takes
+SYNTHETIC, ROOT = yaml_defaults("task", "lag"), root_defaults()
+
+
 class SyntheticDataModule(L.LightningDataModule):
     def __init__(
         self,
@@ -656,15 +664,17 @@ class SyntheticDataModule(L.LightningDataModule):
         vocab_size: int,
         train_length: int,
         eval_lengths: list[int],
-        batch_size: int = 64,
-        eval_size: int = 256,
-        eval_batch_size: int = 256,
-        eval_seed: int = 12_345,
-        seed: int = 0,
-        train_lengths: Sequence[int] | None = None,
+        batch_size: int = SYNTHETIC["batch_size"],
+        eval_size: int = SYNTHETIC["eval_size"],
+        eval_batch_size: int = SYNTHETIC["eval_batch_size"],
+        eval_seed: int = SYNTHETIC["eval_seed"],
+        seed: int = ROOT["seed"],
+        train_lengths: Sequence[int] | None = SYNTHETIC["train_lengths"],
         **settings: Any,
     ) -> None:
-        """``settings``: the task's own (lag's ``k``, flip_flop's probabilities, counting's ``num_variables``).
+        """A setting not given (a datamodule made in Python, an older run's config) takes its YAML value
+        (``SYNTHETIC``, ``ROOT``). ``settings``: the task's own (lag's ``k``, flip_flop's probabilities, counting's
+        ``num_variables``).
         ``train_lengths``: null (every training batch at ``train_length``) or ``[low, high]``, each batch's length
         drawn from it; ``train_length`` must then be ``high``, and stays the longest length trained on."""
         super().__init__()

@@ -25,7 +25,7 @@ from filelock import FileLock
 
 from poslab.datamodules.codec import BYTE_VOCAB, SEPARATOR, decode_text, encode_bytes, utf8_lengths
 from poslab.errors import ConfigError
-from poslab.settings import TOKENIZERS
+from poslab.settings import TOKENIZERS, corpus_setting
 
 BPE_SEPARATOR = "<|sep|>"
 MAX_VOCAB = 65536  # the token array is uint16
@@ -78,7 +78,7 @@ class BpeTokenizer(Tokenizer):
 
 
 def check_tokenizer(corpus: dict[str, Any]) -> tuple[str, int | None]:
-    kind = corpus.get("tokenizer", "bytes")
+    kind = corpus_setting(corpus, "tokenizer")  # one built by hand may leave it out
     if kind not in TOKENIZERS:
         raise ConfigError(f"corpus.tokenizer={kind!r} is not available; allowed: {', '.join(TOKENIZERS)}.")
     if kind == "bytes":

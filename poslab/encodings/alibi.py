@@ -22,7 +22,7 @@ class AlibiEncoding(PositionEncoding):
     summary = "ALiBi: each head subtracts its slope times the query-key distance from the attention scores."
     attention_paths = ("sdpa", "explicit", "flex")  # the bias as a mask, or as its score_mod inside FlexAttention
 
-    def __init__(self, shape: ModelShape, slopes: list[float] | None = None) -> None:
+    def __init__(self, shape: ModelShape, slopes: list[float] | None) -> None:  # null: the geometric series
         super().__init__(shape)
         values = [float(s) for s in slopes] if slopes is not None else geometric_slopes(shape.n_heads)
         self.register_buffer("slopes", torch.tensor(values, dtype=torch.float32), persistent=False)

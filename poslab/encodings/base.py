@@ -104,7 +104,7 @@ import torch
 from torch import Tensor, nn
 
 from poslab.errors import ConfigError
-from poslab.settings import BACKENDS
+from poslab.settings import BACKENDS, encoding_defaults, encoding_values, yaml_defaults
 
 
 @dataclass
@@ -233,7 +233,29 @@ class PositionEncoding(nn.Module):
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
-        """Raise ``ConfigError`` if ``settings`` cannot work with this model and the longest evaluation length."""
+        """Raise ``ConfigError`` if ``settings`` cannot work with this model and the longest evaluation length.
+        ``settings`` has every setting the encoding's YAML declares (``own_settings`` fills those left out)."""
+
+    #: for an encoding class with no YAML of its own (a base like ``RotaryEncoding``): the file under
+    #: ``conf/encoding/`` whose settings its subclasses share (``shared/rotary``)
+    shared_settings: ClassVar[str | None] = None
+
+    @classmethod
+    def yaml_settings(cls) -> dict[str, Any]:
+        """The values the encoding's YAML gives (``conf/encoding/<name>.yaml``, the one home of its defaults), a
+        fresh copy without ``name``: what a config that leaves settings out takes. An encoding with no YAML (one a
+        test registers) takes its nearest base's (a rotary one: ``conf/encoding/shared/rotary.yaml``)."""
+        for klass in cls.__mro__:
+            name, shared = vars(klass).get("name"), vars(klass).get("shared_settings")
+            if isinstance(name, str) and name in encoding_defaults():
+                values = encoding_values(name)
+            elif shared is not None:
+                values = yaml_defaults("encoding", shared)
+            else:
+                continue
+            values.pop("name", None)
+            return values
+        return {}
 
     def untrained_at_test(self, train_length: int, max_length: int) -> list[str]:
         """One sentence per part of the encoding's trained parameters (or learned function) that evaluation at
@@ -393,10 +415,12 @@ def accepted_settings(cls: type[PositionEncoding]) -> list[str]:
 
 
 def own_settings(settings: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """(the encoding's name, its constructor's settings) from an ``encoding`` config."""
+    """(the encoding's name, its constructor's settings) from an ``encoding`` config; a setting it leaves out (a
+    config built by hand, an older run's record) takes its YAML value (``PositionEncoding.yaml_settings``)."""
     settings = dict(settings)
     settings.pop("_target_", None)
-    return str(settings.pop("name", None)), settings
+    name = str(settings.pop("name", None))
+    return name, {**encoding_class(name).yaml_settings(), **settings}
 
 
 def fill_length_settings(

@@ -66,7 +66,7 @@ PLACEMENTS = ("before_scale", "after_scale")
 class ContextualPositions(nn.Module):
     """One layer's CoPE: the position table ``E [max_pos, head_dim]`` (shared by the heads) and its term."""
 
-    def __init__(self, max_pos: int, head_dim: int, position_logits: str = "before_scale") -> None:
+    def __init__(self, max_pos: int, head_dim: int, position_logits: str) -> None:
         super().__init__()
         self.max_pos = max_pos
         self.table = nn.Parameter(torch.zeros(max_pos, head_dim))  # zero: no term at start, as the paper's code
@@ -103,9 +103,7 @@ class CopeEncoding(ContentTermEncoding):
 
     train_length_settings = {"max_pos": (1.0, 1)}  # null: the training length + 1, the authors' block_size + 1
 
-    def __init__(
-        self, shape: ModelShape, max_pos: int = 33, position_logits: str = "before_scale", **inner_and_rotary: Any
-    ) -> None:
+    def __init__(self, shape: ModelShape, max_pos: int, position_logits: str, **inner_and_rotary: Any) -> None:
         super().__init__(shape, **inner_and_rotary)  # inner; base, pairing, rotary_dim
         self.max_pos, self.position_logits = int(max_pos), position_logits
         self.layers = nn.ModuleList(
@@ -119,8 +117,8 @@ class CopeEncoding(ContentTermEncoding):
             "the rows of each layer's position table; contextual positions past max_pos - 1 share the last row; "
             "null: the training length + 1 (the authors' block_size + 1)"
         )
-        check_whole("encoding.max_pos", settings.get("max_pos", 33), 1, meaning)
-        check_choice("encoding.position_logits", settings.get("position_logits", "before_scale"), PLACEMENTS)
+        check_whole("encoding.max_pos", settings["max_pos"], 1, meaning)
+        check_choice("encoding.position_logits", settings["position_logits"], PLACEMENTS)
 
     def score_term(self, context: LayerContext, q: Tensor, k: Tensor) -> Tensor:
         return self.layers[context.layer](q, k)
@@ -140,5 +138,7 @@ class CopeEncoding(ContentTermEncoding):
         return notes
 
     def label(self) -> str:
-        placement = "" if self.position_logits == "before_scale" else ":after_scale"
+        placement = (
+            "" if self.position_logits == self.yaml_settings()["position_logits"] else f":{self.position_logits}"
+        )
         return f"cope:{self.max_pos}{placement}{self.inner_label()}"

@@ -91,10 +91,10 @@ class FireEncoding(PositionEncoding):
     def __init__(
         self,
         shape: ModelShape,
-        hidden: int = 32,
-        c: float = 0.1,
-        threshold: float = 16.0,
-        per_layer: bool = False,
+        hidden: int,
+        c: float,
+        threshold: float,  # null in the YAML: filled with half the training length (train_length_settings)
+        per_layer: bool,
     ) -> None:
         super().__init__(shape)
         self.per_layer = bool(per_layer)
@@ -103,12 +103,12 @@ class FireEncoding(PositionEncoding):
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
-        check_whole("encoding.hidden", settings.get("hidden", 32), 1, "the MLP's width; the paper: 32")
-        check_number("encoding.c", settings.get("c", 0.1), 0, meaning="psi(x) = log(c x + 1); the paper starts at 0.1")
-        threshold = settings.get("threshold", 16.0)
+        check_whole("encoding.hidden", settings["hidden"], 1, "the MLP's width; the paper: 32")
+        check_number("encoding.c", settings["c"], 0, meaning="psi(x) = log(c x + 1); the paper starts at 0.1")
+        threshold = settings["threshold"]
         meaning = "L, the normaliser's floor; null: half the training length (the paper: 512)"
         check_number("encoding.threshold", threshold, 0, meaning=meaning)
-        per_layer = settings.get("per_layer", False)
+        per_layer = settings["per_layer"]
         if not isinstance(per_layer, bool):
             raise ConfigError(f"encoding.per_layer={per_layer!r} must be true (one FIRE per layer) or false (shared).")
 

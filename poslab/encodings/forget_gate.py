@@ -53,7 +53,7 @@ class ForgetGateEncoding(ContentTermEncoding):
         "by the product of the gates after it up to the query; over NoPE or RoPE (inner)."
     )
 
-    def __init__(self, shape: ModelShape, bias_init: float = 0.0, **inner_and_rotary: Any) -> None:
+    def __init__(self, shape: ModelShape, bias_init: float, **inner_and_rotary: Any) -> None:
         super().__init__(shape, **inner_and_rotary)  # inner; base, pairing, rotary_dim
         self.bias_init = float(bias_init)
         self.gates = nn.ModuleList(nn.Linear(shape.d_model, shape.n_heads) for _ in range(shape.n_layers))
@@ -65,7 +65,7 @@ class ForgetGateEncoding(ContentTermEncoding):
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         super().validate(settings, shape, max_length)
         meaning = "the gates' starting bias; 0: FoX, f near 1/2; 5: x-transformers, f near 0.993"
-        check_number("encoding.bias_init", settings.get("bias_init", 0.0), meaning=meaning)
+        check_number("encoding.bias_init", settings["bias_init"], meaning=meaning)
 
     def log_forget(self, layer: int, hidden: Tensor) -> Tensor:
         """``log f [B, H, T]`` (fp32) of layer ``layer`` from its input ``hidden [B, T, D]``."""

@@ -160,8 +160,8 @@ class HRopeEncoding(RotaryEncoding):
     def __init__(
         self,
         shape: ModelShape,
-        blocks: Sequence[int] | None = None,
-        frequencies: str = "split",
+        blocks: Sequence[int] | None,  # null: thirds (default_blocks)
+        frequencies: str,
         **rotary: Any,
     ) -> None:
         super().__init__(shape, **rotary)  # base, pairing, rotary_dim
@@ -175,7 +175,7 @@ class HRopeEncoding(RotaryEncoding):
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         super().validate(settings, shape, max_length)
         rotary_dim = settings.get("rotary_dim") or shape.head_dim
-        frequencies = settings.get("frequencies", "split")
+        frequencies = settings["frequencies"]
         check_choice("encoding.frequencies", frequencies, FREQUENCIES)
         blocks = settings.get("blocks")
         if blocks is None:
@@ -215,7 +215,7 @@ class HRopeEncoding(RotaryEncoding):
 
     def label(self) -> str:
         label = super().label()
-        return label if self.frequencies == "split" else f"{label}:{self.frequencies}"
+        return label if self.frequencies == self.yaml_settings()["frequencies"] else f"{label}:{self.frequencies}"
 
 
 @register("rand_axial")
@@ -230,8 +230,8 @@ class RandAxialEncoding(HRopeEncoding):
     def __init__(
         self,
         shape: ModelShape,
-        paragraph_density: float | None = None,
-        eval_paragraphs: str = "real",
+        paragraph_density: float | None,  # null: the corpus fills it in (corpus_settings)
+        eval_paragraphs: str,
         **hrope: Any,
     ) -> None:
         super().__init__(shape, **hrope)  # base, pairing, rotary_dim, blocks, frequencies
@@ -242,7 +242,7 @@ class RandAxialEncoding(HRopeEncoding):
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         super().validate(settings, shape, max_length)
         check_density(settings)
-        mode = settings.get("eval_paragraphs", "real")
+        mode = settings["eval_paragraphs"]
         check_choice("encoding.eval_paragraphs", mode, EVAL_PARAGRAPHS)
 
     def random_paragraphs(self, inputs: PositionInputs, generator: torch.Generator | None = None) -> Tensor:
@@ -288,7 +288,7 @@ class PeriodAxialEncoding(HRopeEncoding):
     def __init__(
         self,
         shape: ModelShape,
-        paragraph_density: float | None = None,
+        paragraph_density: float | None,  # null: the corpus fills it in (corpus_settings)
         **hrope: Any,
     ) -> None:
         super().__init__(shape, **hrope)  # base, pairing, rotary_dim, blocks, frequencies

@@ -83,11 +83,11 @@ def increments_from_positions(positions: Tensor) -> Tensor:
 
 
 def check_delta_hidden(settings: dict[str, Any]) -> None:
-    hidden = settings.get("delta_hidden", 64)
+    hidden = settings["delta_hidden"]
     if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
         raise ConfigError(
             f"encoding.delta_hidden={hidden!r} must be a whole number of at least 1 "
-            f"(the width of the DeltaMLP's hidden layer; default 64)."
+            f"(the width of the DeltaMLP's hidden layer)."
         )
 
 
@@ -97,7 +97,7 @@ class IncrementsSharedEncoding(RotaryEncoding):
 
     summary = "RoPE at learned positions: a small network gives each token a step, the same in every layer."
 
-    def __init__(self, shape: ModelShape, delta_hidden: int = 64, **rotary: Any) -> None:
+    def __init__(self, shape: ModelShape, delta_hidden: int, **rotary: Any) -> None:
         super().__init__(shape, **rotary)  # base, pairing, rotary_dim
         self.delta = DeltaMLP(shape.d_model, delta_hidden)
 
@@ -120,7 +120,11 @@ class IncrementsLayerEncoding(RotaryEncoding):
     optional_settings = ("max_delta",)  # null: no bound (the write-up: positions then tend to explode)
 
     def __init__(
-        self, shape: ModelShape, delta_hidden: int = 64, max_delta: float | None = 10.0, **rotary: Any
+        self,
+        shape: ModelShape,
+        delta_hidden: int,
+        max_delta: float | None,  # null: no bound
+        **rotary: Any,
     ) -> None:
         super().__init__(shape, **rotary)  # base, pairing, rotary_dim
         self.max_delta = None if max_delta is None else float(max_delta)
@@ -133,7 +137,7 @@ class IncrementsLayerEncoding(RotaryEncoding):
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         super().validate(settings, shape, max_length)
         check_delta_hidden(settings)
-        max_delta = settings.get("max_delta", 10.0)
+        max_delta = settings["max_delta"]
         if max_delta is None:
             return  # unbounded: softplus alone
         if isinstance(max_delta, bool) or not isinstance(max_delta, (int, float)) or not 1 < max_delta < math.inf:

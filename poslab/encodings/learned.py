@@ -22,7 +22,7 @@ class LearnedEncoding(PositionEncoding):
     attention_paths = ("sdpa", "explicit", "flex")  # added before the layers: attention is plain
     length_settings = ("max_positions",)  # null: as many rows as the longest sequence the run uses
 
-    def __init__(self, shape: ModelShape, max_positions: int = 128, init_std: float | None = None) -> None:
+    def __init__(self, shape: ModelShape, max_positions: int, init_std: float | None) -> None:
         super().__init__(shape)
         self.table = nn.Embedding(max_positions, shape.d_model)
         if init_std is not None:  # None keeps PyTorch's N(0, 1), as the write-up's model does

@@ -75,9 +75,9 @@ class RandomizedRopeEncoding(RotaryEncoding):
     def __init__(
         self,
         shape: ModelShape,
-        max_position: int = 2048,
-        eval_positions: str = "sampled",
-        eval_draws: int = 8,
+        max_position: int,  # null in the YAML: filled in (length_settings, length_floors)
+        eval_positions: str,
+        eval_draws: int,
         **rotary: Any,
     ) -> None:
         super().__init__(shape, **rotary)  # base, pairing, rotary_dim
@@ -87,9 +87,9 @@ class RandomizedRopeEncoding(RotaryEncoding):
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         super().validate(settings, shape, max_length)
-        check_choice("encoding.eval_positions", settings.get("eval_positions", "sampled"), EVAL_POSITIONS)
-        check_whole("encoding.eval_draws", settings.get("eval_draws", 8), 1, "position draws evaluation averages over")
-        max_position = settings.get("max_position", 2048)
+        check_choice("encoding.eval_positions", settings["eval_positions"], EVAL_POSITIONS)
+        check_whole("encoding.eval_draws", settings["eval_draws"], 1, "position draws evaluation averages over")
+        max_position = settings["max_position"]
         whole = isinstance(max_position, int) or (isinstance(max_position, float) and max_position.is_integer())
         if isinstance(max_position, bool) or not whole or max_position < max_length:
             raise ConfigError(
@@ -136,4 +136,8 @@ class RandomizedRopeEncoding(RotaryEncoding):
 
     def label(self) -> str:
         label = f"{super().label()}:{self.max_position}"
-        return label if self.eval_positions == "sampled" else f"{label}:eval_arange"
+        return (
+            label
+            if self.eval_positions == self.yaml_settings()["eval_positions"]
+            else f"{label}:eval_{self.eval_positions}"
+        )

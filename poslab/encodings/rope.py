@@ -31,7 +31,7 @@ class RopeEncoding(RotaryEncoding):
         "rule (linear, ntk, dynamic, yarn, llama3) in training or at test time, and p-RoPE (partial_fraction)."
     )
 
-    def __init__(self, shape: ModelShape, partial_fraction: float = 1.0, **rotary: Any) -> None:
+    def __init__(self, shape: ModelShape, partial_fraction: float, **rotary: Any) -> None:
         super().__init__(shape, **rotary)  # base, pairing, rotary_dim, the scaling rules
         self.partial_fraction = float(partial_fraction)
         if self.partial_fraction < 1.0:
@@ -40,7 +40,7 @@ class RopeEncoding(RotaryEncoding):
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         super().validate(settings, shape, max_length)
-        fraction = settings.get("partial_fraction", 1.0)
+        fraction = settings["partial_fraction"]
         try:
             ok = 0.0 < float(fraction) <= 1.0
         except (TypeError, ValueError):

@@ -30,13 +30,17 @@ from poslab.encodings.base import LayerContext, ModelShape, PositionInputs, Quer
 from poslab.encodings.rope_scaling import plain
 from poslab.encodings.rotary import RotaryEncoding
 from poslab.errors import ConfigError
+from poslab.settings import yaml_defaults
 
-DEFAULT_BASE = 10_000.0
+
+def rope_base() -> float:
+    """RoPE's base, what ``base: null`` means: the value ``conf/encoding/shared/rotary.yaml`` gives (10000)."""
+    return float(yaml_defaults("encoding", "shared/rotary")["base"])
 
 
 def layer_bases(base: Any, n_layers: int) -> list[Any]:
-    """``base`` (null: RoPE's 10000) as one value per layer."""
-    return per_layer("encoding.base", DEFAULT_BASE if base is None else base, n_layers)
+    """``base`` (null: RoPE's, ``rope_base``) as one value per layer."""
+    return per_layer("encoding.base", rope_base() if base is None else base, n_layers)
 
 
 @register("rope_nope_mix")
@@ -48,7 +52,7 @@ class RopeNopeMixEncoding(RotaryEncoding):
         "base once or per layer."
     )
 
-    def __init__(self, shape: ModelShape, nope_every: int = 4, base: Any = None, **rotary: Any) -> None:
+    def __init__(self, shape: ModelShape, nope_every: int, base: Any, **rotary: Any) -> None:
         bases = [float(b) for b in layer_bases(base, shape.n_layers)]
         super().__init__(shape, base=bases[0], **rotary)  # pairing, rotary_dim
         self.bases = bases
@@ -57,14 +61,14 @@ class RopeNopeMixEncoding(RotaryEncoding):
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
-        nope_every = settings.get("nope_every", 4)
+        nope_every = settings["nope_every"]
         whole = isinstance(nope_every, int) or (isinstance(nope_every, float) and nope_every.is_integer())
         if isinstance(nope_every, bool) or not whole or nope_every < 1:
             raise ConfigError(
                 f"encoding.nope_every={nope_every!r} must be an integer of at least 1: every nope_every-th layer is "
                 f"NoPE (1: every layer; more than the {shape.n_layers} layers: none, plain RoPE)."
             )
-        for base in layer_bases(settings.get("base"), shape.n_layers):
+        for base in layer_bases(settings["base"], shape.n_layers):
             super().validate({**settings, "base": base}, shape, max_length)
 
     def is_nope(self, layer: int) -> bool:
@@ -91,6 +95,6 @@ class RopeNopeMixEncoding(RotaryEncoding):
 
     def label(self) -> str:
         label = f"{self.name}:nope{self.nope_every}"
-        if any(b != DEFAULT_BASE for b in self.bases):
+        if any(b != rope_base() for b in self.bases):
             label += ":" + "/".join(f"{b:g}" for b in dict.fromkeys(self.bases))  # the distinct bases, in order
         return label + self.scaling_label()

@@ -40,25 +40,27 @@ import torch
 from torch import Tensor
 
 from poslab.errors import ConfigError
-from poslab.settings import check_choice, check_number
+from poslab.settings import check_choice, check_number, yaml_defaults
 
 #: (theta, rotary_dim, base, factor, original_length, length, settings) -> (inverse frequencies, attention factor)
 RuleFunction = Callable[[Tensor, int, float, float, "int | None", "int | None", dict[str, Any]], tuple[Tensor, float]]
 
-#: the rules' own settings and their defaults, the one home of each (the YAML, ``conf/encoding/shared/rotary.yaml``,
-#: repeats them so a config is typed and a run records the values it ran with; a test checks they agree)
-RULE_DEFAULTS: dict[str, float] = {
-    "beta_fast": 32.0,  # yarn: pairs with more than beta_fast rotations over L kept (the paper: 32)
-    "beta_slow": 1.0,  # yarn: pairs with fewer than beta_slow rotations over L interpolated (the paper: 1)
-    "low_freq_factor": 1.0,  # llama3: wavelengths above L / low_freq_factor divided by s (Llama 3.1: 1)
-    "high_freq_factor": 4.0,  # llama3: wavelengths below L / high_freq_factor kept (Llama 3.1: 4)
-}
+#: the rules' own settings (yarn: beta_fast, beta_slow; llama3: low_freq_factor, high_freq_factor); their defaults
+#: live in ``conf/encoding/shared/rotary.yaml`` (which every rotary encoding's YAML includes): ``rule_defaults``
+RULE_SETTINGS = ("beta_fast", "beta_slow", "low_freq_factor", "high_freq_factor")
+
+
+def rule_defaults() -> dict[str, float]:
+    """Each rule setting's value in ``conf/encoding/shared/rotary.yaml``, its one home: what a rule called with
+    settings left out (a test, ``scaled_frequencies`` from Python) takes. A built encoding has them all."""
+    shared = yaml_defaults("encoding", "shared/rotary")
+    return {key: float(shared[key]) for key in RULE_SETTINGS}
 
 
 def rule_setting(settings: dict[str, Any], key: str) -> float:
-    """A rule's setting as given, else its default (``RULE_DEFAULTS``)."""
+    """A rule's setting as given, else its YAML value (``rule_defaults``)."""
     value = settings.get(key)
-    return RULE_DEFAULTS[key] if value is None else float(value)
+    return rule_defaults()[key] if value is None else float(value)
 
 
 def plain(rotary_dim: int, base: float) -> Tensor:
@@ -184,7 +186,7 @@ def keep_fraction(inv_freq: Tensor, fraction: float) -> Tensor:
 
 
 def check_factor(settings: dict[str, Any], rule: str) -> None:
-    check_number("encoding.scaling_factor", settings.get("scaling_factor", 1.0), at_least=1.0)
+    check_number("encoding.scaling_factor", settings["scaling_factor"], at_least=1.0)
 
 
 def check_original(settings: dict[str, Any], rule: str) -> None:
@@ -214,8 +216,8 @@ def validate_with_length(settings: dict[str, Any], rule: str) -> None:
 
 
 def check_ordered(settings: dict[str, Any], low: str, high: str, why: str) -> None:
-    """Two positive settings with ``low`` < ``high`` (a rule's pair of bounds; unset: ``RULE_DEFAULTS``)."""
-    given = {key: RULE_DEFAULTS[key] if settings.get(key) is None else settings[key] for key in (low, high)}
+    """Two positive settings with ``low`` < ``high`` (a rule's pair of bounds; unset: ``rule_defaults``)."""
+    given = {key: rule_defaults()[key] if settings.get(key) is None else settings[key] for key in (low, high)}
     first = check_number(f"encoding.{low}", given[low], 0)
     second = check_number(f"encoding.{high}", given[high], 0)
     if first >= second:
@@ -270,7 +272,7 @@ TEST_RULES = ("none", "linear", "ntk", "yarn", "llama3")
 def validate_scaling(settings: dict[str, Any]) -> None:
     """A rotary encoding's scaling settings: one rule in training (``scaling``, with ``scaling_factor``) or one at
     test time (``test_scaling``, which needs ``original_length``), each rule's own settings checked."""
-    scaling, test = settings.get("scaling", "none"), settings.get("test_scaling", "none")
+    scaling, test = settings["scaling"], settings["test_scaling"]
     if settings.get("original_length") is not None:  # given or filled: the training length, whatever reads it
         check_original(settings, "any")
     validate_rule(scaling, settings, "encoding.scaling")

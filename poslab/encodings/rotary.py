@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -40,9 +40,9 @@ from poslab.encodings.base import (
     QueryKeyTransform,
     Scaled,
 )
-from poslab.encodings.rope_scaling import RULE_DEFAULTS, TEST_RULES, plain, scaled_frequencies, validate_scaling
+from poslab.encodings.rope_scaling import RULE_SETTINGS, TEST_RULES, plain, scaled_frequencies, validate_scaling
 from poslab.errors import ConfigError
-from poslab.settings import check_choice
+from poslab.settings import check_choice, yaml_defaults
 
 PAIRINGS = ("interleaved", "half")
 
@@ -136,44 +136,42 @@ class RotaryEncoding(PositionEncoding):
     """
 
     attention_paths = ("sdpa", "explicit", "flex")  # q and k rotated before any kernel: every path
-    #: rotate (q, k) pairs as RoFormer does (2i, 2i+1) or as HF Llama does (i, i + d/2)
-    pairing: str = "interleaved"
+    shared_settings = "shared/rotary"  # conf/encoding/shared/rotary.yaml: every rotary encoding's YAML includes it
 
     def __init__(
         self,
         shape: ModelShape,
-        base: float = 10_000.0,
-        pairing: str = "interleaved",
-        rotary_dim: int | None = None,
-        scaling: str = "none",
-        scaling_factor: float = 1.0,
-        original_length: int | None = None,
-        beta_fast: float = RULE_DEFAULTS["beta_fast"],
-        beta_slow: float = RULE_DEFAULTS["beta_slow"],
-        low_freq_factor: float = RULE_DEFAULTS["low_freq_factor"],
-        high_freq_factor: float = RULE_DEFAULTS["high_freq_factor"],
-        test_scaling: str = "none",
+        base: float,
+        pairing: str,  # rotate (q, k) pairs as RoFormer does (2i, 2i+1), or as HF Llama does (i, i + d/2)
+        rotary_dim: int | None,  # null: the whole head dimension
+        scaling: str,
+        scaling_factor: float,
+        original_length: int | None,  # null: unknown (a model built outside a run, with no rule that reads it)
+        beta_fast: float,
+        beta_slow: float,
+        low_freq_factor: float,
+        high_freq_factor: float,
+        test_scaling: str,
     ) -> None:
+        """Every setting comes from the config (``build_encoding`` fills those it leaves out from the YAML, their
+        one home: ``conf/encoding/shared/rotary.yaml``), so none has a default here."""
         super().__init__(shape)
         self.base = float(base)
         self.pairing = pairing
         self.rotary_dim = rotary_dim or shape.head_dim
         self.scaling, self.scaling_factor, self.test_scaling = scaling, float(scaling_factor), test_scaling
         self.original_length = None if original_length is None else int(original_length)
-        self.rule_settings = {
-            "beta_fast": float(beta_fast),
-            "beta_slow": float(beta_slow),
-            "low_freq_factor": float(low_freq_factor),
-            "high_freq_factor": float(high_freq_factor),
-        }
+        given = {"beta_fast": beta_fast, "beta_slow": beta_slow}
+        given |= {"low_freq_factor": low_freq_factor, "high_freq_factor": high_freq_factor}
+        self.rule_settings = {key: float(given[key]) for key in RULE_SETTINGS}
         self.register_buffer("inv_freq", inverse_frequencies(self.rotary_dim, self.base), persistent=False)
         self.set_frequencies(plain(self.rotary_dim, self.base))
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
-        pairing = settings.get("pairing", "interleaved")
+        pairing = settings["pairing"]
         check_choice("encoding.pairing", pairing, PAIRINGS)
-        base = settings.get("base", 10_000.0)
+        base = settings["base"]
         if not base or float(base) <= 1.0:
             raise ConfigError(f"encoding.base={base!r} must be a number greater than 1 (e.g. 10000 or 1000000).")
         rotary_dim = settings.get("rotary_dim") or shape.head_dim
@@ -316,7 +314,9 @@ class RotaryEncoding(PositionEncoding):
         return f":test_{self.test_scaling}" if self.test_scaling != "none" else ""
 
     def label(self) -> str:
-        base = "" if self.base == 10_000.0 else f":{int(self.base) if self.base.is_integer() else self.base}"
+        """The name, the base where it is not the YAML's (``:500000``), and the rule (``scaling_label``)."""
+        usual = float(yaml_defaults("encoding", "shared/rotary")["base"])
+        base = "" if self.base == usual else f":{int(self.base) if self.base.is_integer() else self.base}"
         return f"{self.name}{base}{self.scaling_label()}"  # type: ignore[attr-defined]
 
 
@@ -327,23 +327,27 @@ INNERS = ("none", "rope")
 class OptionalRotation(RotaryEncoding):
     """Base of the encodings that add a mechanism of their own (a score term, a score scale) over NoPE or RoPE:
     ``inner: none`` transforms nothing, ``inner: rope`` rotates by the token index as ``RotaryEncoding`` does (its
-    ``base``, ``pairing``, ``rotary_dim`` and scaling rules, read only then). ``default_inner``: each encoding's
-    paper's choice. A scaling rule changes the rotation only; over NoPE there is none to change, so no rule is
-    offered (``test_time_variants``) and one asked for stops at build."""
+    ``base``, ``pairing``, ``rotary_dim`` and scaling rules, read only then). ``default_inner()``: the ``inner``
+    each encoding's YAML gives (its paper's choice). A scaling rule changes the rotation only; over NoPE there is
+    none to change, so no rule is offered (``test_time_variants``) and one asked for stops at build."""
 
-    default_inner: ClassVar[str] = "none"
-
-    def __init__(self, shape: ModelShape, inner: str | None = None, **rotary: Any) -> None:
+    def __init__(self, shape: ModelShape, inner: str, **rotary: Any) -> None:
         super().__init__(shape, **rotary)
-        self.inner = self.default_inner if inner is None else inner
+        self.inner = inner
+
+    @classmethod
+    def default_inner(cls) -> str:
+        """The ``inner`` the encoding's YAML gives, its one home (``conf/encoding/<name>.yaml``)."""
+        return str(cls.yaml_settings()["inner"])
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         super().validate(settings, shape, max_length)
-        allowed = (cls.default_inner, *(inner for inner in INNERS if inner != cls.default_inner))  # the default first
-        inner = settings.get("inner", cls.default_inner)
+        usual = cls.default_inner()
+        allowed = (usual, *(inner for inner in INNERS if inner != usual))  # the default first
+        inner = settings["inner"]
         check_choice("encoding.inner", inner, allowed)
-        rules = {key: settings.get(key, "none") for key in ("scaling", "test_scaling")}
+        rules = {key: settings[key] for key in ("scaling", "test_scaling")}
         asked = [f"encoding.{key}={rule}" for key, rule in rules.items() if rule != "none"]
         if inner == "none" and asked:
             verb = "rescales" if len(asked) == 1 else "rescale"
@@ -364,7 +368,7 @@ class OptionalRotation(RotaryEncoding):
         """The inner's name only where it is not the default (``":rope"`` on a NoPE default, ``":none"`` on a RoPE
         one), RoPE's base where it is not 10,000 (``":rope:500000"``; ``":500000"`` on a RoPE default) and its
         scaling rule (``":rope:yarn4"``)."""
-        named = "" if self.inner == self.default_inner else f":{self.inner}"
+        named = "" if self.inner == self.default_inner() else f":{self.inner}"
         if self.inner == "none":
             return named
         return named + RotaryEncoding.label(self).removeprefix(self.name)  # type: ignore[attr-defined]

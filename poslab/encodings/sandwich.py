@@ -42,7 +42,7 @@ class SandwichEncoding(PositionEncoding):
     )
     attention_paths = ("sdpa", "explicit", "flex")
 
-    def __init__(self, shape: ModelShape, dim: int = 128) -> None:
+    def __init__(self, shape: ModelShape, dim: int) -> None:
         super().__init__(shape)
         self.dim = int(dim)
         frequencies = torch.tensor(sandwich_frequencies(self.dim), dtype=torch.float32)
@@ -50,7 +50,7 @@ class SandwichEncoding(PositionEncoding):
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
-        dim = settings.get("dim", 128)
+        dim = settings["dim"]
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2:
             raise ConfigError(
                 f"encoding.dim={dim!r} must be an even whole number of at least 2: d', the width of the sinusoidal "
@@ -81,4 +81,4 @@ class SandwichEncoding(PositionEncoding):
         return sandwich
 
     def label(self) -> str:
-        return self.name if self.dim == 128 else f"{self.name}:{self.dim}"  # type: ignore[attr-defined]
+        return self.name if self.dim == self.yaml_settings()["dim"] else f"{self.name}:{self.dim}"  # type: ignore[attr-defined]

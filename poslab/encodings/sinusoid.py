@@ -25,7 +25,7 @@ class SinusoidEncoding(PositionEncoding):
     summary = "Fixed sine and cosine waves of the absolute position added to the token embeddings."
     attention_paths = ("sdpa", "explicit", "flex")  # added before the layers: attention is plain
 
-    def __init__(self, shape: ModelShape, base: float = 10_000.0) -> None:
+    def __init__(self, shape: ModelShape, base: float) -> None:
         super().__init__(shape)
         self.base = float(base)
 

@@ -42,16 +42,15 @@ class SsmaxEncoding(OptionalRotation):
         "over RoPE (inner: rope) or NoPE (inner: none)."
     )
     no_weight_decay = ("s",)
-    default_inner = "rope"  # the paper's models use RoPE
 
-    def __init__(self, shape: ModelShape, s_init: float = 0.43, **inner_and_rotary: Any) -> None:
+    def __init__(self, shape: ModelShape, s_init: float, **inner_and_rotary: Any) -> None:
         super().__init__(shape, **inner_and_rotary)  # inner; base, pairing, rotary_dim
         self.s = nn.Parameter(torch.full((shape.n_layers, shape.n_heads), float(s_init)))
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         super().validate(settings, shape, max_length)
-        s_init = settings.get("s_init", 0.43)
+        s_init = settings["s_init"]
         check_number("encoding.s_init", s_init, 0, meaning="the starting s of s * log(n); the paper: 0.43")
 
     def query_key_transform(self, context: LayerContext, previous: QueryKeyTransform | None) -> Scaled:

@@ -39,7 +39,7 @@ from poslab.encodings.base import ModelShape, PositionEncoding, ScoreMod, regist
 from poslab.settings import check_whole
 
 
-def relative_position_bucket(relative_position: Tensor, num_buckets: int = 32, max_distance: int = 128) -> Tensor:
+def relative_position_bucket(relative_position: Tensor, num_buckets: int, max_distance: int) -> Tensor:
     """T5's causal bucket of ``relative_position = key - query`` (integers; positive ones, keys after the query,
     are bucket 0), the same values as transformers' ``_relative_position_bucket(bidirectional=False)``."""
     n = -torch.minimum(relative_position, torch.zeros_like(relative_position))  # t - s, 0 for keys after the query
@@ -58,7 +58,7 @@ class T5BiasEncoding(PositionEncoding):
     train_length_settings = {"max_distance": (1.0, 0)}  # null: the training length
     no_weight_decay = ("table",)  # a bucket training never reads keeps its initial value, as a learned row
 
-    def __init__(self, shape: ModelShape, num_buckets: int = 32, max_distance: int = 128) -> None:
+    def __init__(self, shape: ModelShape, num_buckets: int, max_distance: int) -> None:
         super().__init__(shape)
         self.num_buckets, self.max_distance = int(num_buckets), int(max_distance)
         # [num_buckets, H], the layout of T5's and x-transformers' nn.Embedding: their weights copy over as they are
@@ -66,9 +66,9 @@ class T5BiasEncoding(PositionEncoding):
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
-        buckets = settings.get("num_buckets", 32)
+        buckets = settings["num_buckets"]
         check_whole("encoding.num_buckets", buckets, 2, "T5: 32")
-        distance = settings.get("max_distance", 128)
+        distance = settings["max_distance"]
         check_whole(
             "encoding.max_distance",
             distance,
@@ -108,6 +108,6 @@ class T5BiasEncoding(PositionEncoding):
         return t5
 
     def label(self) -> str:
-        if self.num_buckets == 32:  # T5's count; max_distance follows the training length unless given
+        if self.num_buckets == self.yaml_settings()["num_buckets"]:  # max_distance follows the training length
             return self.name  # type: ignore[attr-defined]
         return f"{self.name}:{self.num_buckets}x{self.max_distance}"  # type: ignore[attr-defined]

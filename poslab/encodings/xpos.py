@@ -80,7 +80,7 @@ class XposEncoding(RotaryEncoding):
         "so each pair's score decays as zeta^(distance/scale_base)."
     )
 
-    def __init__(self, shape: ModelShape, scale_base: float = 512.0, zeta_ratio: float = 0.4, **rotary: Any) -> None:
+    def __init__(self, shape: ModelShape, scale_base: float, zeta_ratio: float, **rotary: Any) -> None:
         super().__init__(shape, **rotary)  # base, pairing, rotary_dim
         self.scale_base, self.zeta_ratio = float(scale_base), float(zeta_ratio)
         self.longest = longest_length(self.scale_base, self.zeta_ratio)
@@ -88,8 +88,8 @@ class XposEncoding(RotaryEncoding):
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         super().validate(settings, shape, max_length)
-        scale_base = check_number("encoding.scale_base", settings.get("scale_base", 512.0), 0)
-        zeta_ratio = check_number("encoding.zeta_ratio", settings.get("zeta_ratio", 0.4), 0)
+        scale_base = check_number("encoding.scale_base", settings["scale_base"], 0)
+        zeta_ratio = check_number("encoding.zeta_ratio", settings["zeta_ratio"], 0)
         if max_length > longest_length(scale_base, zeta_ratio):
             raise too_long(max_length, scale_base, zeta_ratio)
 

@@ -14,7 +14,7 @@ from torch import Tensor
 from poslab.errors import DivergedError
 from poslab.model import ModelConfig, Transformer
 from poslab.rng import rng_states, set_rng_states
-from poslab.settings import check_precision
+from poslab.settings import check_precision, default_option, yaml_defaults
 
 
 def clip_gradient_norm(optimizer: torch.optim.Optimizer, max_norm: float, scaler: Any = None) -> Tensor:
@@ -67,11 +67,18 @@ def lr_factor(step: int, warmup_steps: int, total_steps: int, schedule: str, min
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def optimizer_settings(given: dict[str, Any]) -> dict[str, Any]:
+    """The ``optimizer`` config, the settings it leaves out (a module built by hand: ``{"lr": 1e-3}``) taken from
+    the YAML a run takes by default (``conf/optimizer/adamw.yaml``, their one home); a composed config has them
+    all. ``total_steps`` interpolates ``trainer.max_steps``: None here, when nothing gave it."""
+    return {**yaml_defaults("optimizer", default_option("optimizer")), **given}
+
+
 class TransformerModule(L.LightningModule):
     def __init__(self, model: ModelConfig, optimizer: dict[str, Any], max_length: int) -> None:
         super().__init__()
         self.automatic_optimization = False
-        self.model_config, self.optimizer_config = model, dict(optimizer)
+        self.model_config, self.optimizer_config = model, optimizer_settings(optimizer)
         self.model = Transformer(model, max_length)
         self._rng_states_to_restore: dict[str, Any] | None = None
 
@@ -103,7 +110,7 @@ class TransformerModule(L.LightningModule):
         # backward of an op autocast left in fp32 (the increments' DeltaMLP) would then run its products in bf16
         with torch.autocast(self.device.type, enabled=False):
             self.manual_backward(loss)
-        clip = self.optimizer_config.get("grad_clip")
+        clip = self.optimizer_config["grad_clip"]
         if clip:  # not self.clip_gradients: Lightning refuses it under mixed precision with fused AdamW
             norm = clip_gradient_norm(optimizer, float(clip), self.trainer.scaler)
         if self.is_log_step():  # the learning rate this step used, beside its loss
@@ -119,12 +126,12 @@ class TransformerModule(L.LightningModule):
         """A non-finite training loss: skip this step (no update) while ``optimizer.skip_nonfinite_steps`` allows,
         else stop the run as diverged, naming the step and the usual causes."""
         self._nonfinite_steps = getattr(self, "_nonfinite_steps", 0) + 1
-        allowed = int(self.optimizer_config.get("skip_nonfinite_steps") or 0)
+        allowed = int(self.optimizer_config["skip_nonfinite_steps"])
         step = int(self.global_step)
         if self._nonfinite_steps <= allowed:
             self.log("train/skipped_nonfinite_steps", float(self._nonfinite_steps))
             return loss.detach()
-        lr = self.optimizer_config.get("lr")
+        lr = self.optimizer_config["lr"]
         raise DivergedError(
             f"the training loss is {float(loss)} at step {step}: the run diverged and stops here (skipped "
             f"non-finite steps so far: {self._nonfinite_steps - 1} of optimizer.skip_nonfinite_steps={allowed}); "
@@ -186,22 +193,18 @@ class TransformerModule(L.LightningModule):
         skip = self.model.no_weight_decay_parameters()
         named = [(f"{name}", p) for name, p in self.model.named_parameters() if p.requires_grad]
         groups = [
-            {"params": [p for n, p in named if n not in skip], "weight_decay": cfg.get("weight_decay", 0.01)},
+            {"params": [p for n, p in named if n not in skip], "weight_decay": cfg["weight_decay"]},
             {"params": [p for n, p in named if n in skip], "weight_decay": 0.0},
         ]
+        betas = {} if cfg["betas"] is None else {"betas": tuple(cfg["betas"])}  # null: PyTorch's own
         # fused AdamW: one kernel for the whole update instead of a few per tensor (supported on CPU and CUDA)
         optimizer = torch.optim.AdamW(
-            [g for g in groups if g["params"]],
-            lr=cfg["lr"],
-            betas=tuple(cfg.get("betas", (0.9, 0.999))),
-            eps=cfg.get("eps", 1e-8),
-            fused=cfg.get("fused", True),
+            [g for g in groups if g["params"]], lr=cfg["lr"], eps=cfg["eps"], fused=cfg["fused"], **betas
         )
-        total = int(cfg.get("total_steps") or 1)  # the schedule's length; the configs tie it to trainer.max_steps
-        schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer,
-            lambda step: lr_factor(
-                step, cfg.get("warmup_steps", 0), total, cfg.get("schedule", "constant"), cfg.get("min_lr_ratio", 0.0)
-            ),
+        # the schedule's length; the configs tie it to trainer.max_steps (None: a module built by hand, no trainer)
+        total = int(cfg["total_steps"] or 1)
+        warmup, schedule, min_ratio = cfg["warmup_steps"], cfg["schedule"], cfg["min_lr_ratio"]
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: lr_factor(step, warmup, total, schedule, min_ratio)
         )
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

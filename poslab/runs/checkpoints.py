@@ -36,8 +36,10 @@ CONFIG_KEY = "poslab_config"
 #: the sections of a config that define what is trained: a resume must not change them unless told to
 MODEL_DEFINING = ("encoding", "model", "task", "corpus")
 #: keys of those sections that say where files are, not what is trained (a resume from another directory
-#: resolves them differently), or repeat another section (``task.corpus`` is ``corpus``)
-NOT_MODEL_DEFINING = ("task.data_dir", "task.cache_dir", "task.corpus")
+#: resolves them differently), repeat another section (``task.corpus`` is ``corpus``), or say how the model is
+#: computed, not what it is (``model.compile``: the same weights, under the same names; a checkpoint of model/hrope
+#: from before its YAML gave it has none)
+NOT_MODEL_DEFINING = ("task.data_dir", "task.cache_dir", "task.corpus", "model.compile")
 
 
 def uncompiled_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

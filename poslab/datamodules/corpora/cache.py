@@ -30,6 +30,7 @@ from poslab.datamodules.corpora.sources import SPLITS
 from poslab.datamodules.corpora.writer import CHECKSUM, _array_files, _digest, _write_group
 from poslab.datamodules.tokenization import BpeTokenizer, Tokenizer, load_tokenizer
 from poslab.errors import ConfigError, DataError
+from poslab.settings import with_corpus_defaults
 
 log = logging.getLogger("poslab")
 
@@ -269,10 +270,11 @@ def load_prepared(directory: Path, weight: float = 1.0, verify: str = "first_use
 
 def prepare_corpus(corpus: dict[str, Any], data_dir: str | Path, cache_dir: str | Path) -> list[PreparedGroup]:
     """Resolve and prepare every source group of a corpus config (``conf/corpus/*.yaml``)."""
+    corpus = with_corpus_defaults(corpus)  # one built by hand may leave the shared settings out
     resolved = resolve_corpus(corpus, data_dir)
     # one tokenizer for all groups (a shared vocabulary), trained on their training documents
     tokenizer = load_tokenizer(corpus, Path(cache_dir), resolved.fingerprint(), resolved.training_texts)
-    fraction, verify = resolved.validation_fraction, str(corpus.get("verify_cache", "first_use"))
+    fraction, verify = resolved.validation_fraction, str(corpus["verify_cache"])
     return [
         prepare_group(resolved.name, group, Path(cache_dir), fraction, tokenizer, verify) for group in resolved.groups
     ]
@@ -281,7 +283,7 @@ def prepare_corpus(corpus: dict[str, Any], data_dir: str | Path, cache_dir: str 
 def corpus_tokenizer(prepared: list[PreparedGroup], cache_dir: str | Path) -> Tokenizer:
     """The tokenizer a prepared corpus was written with (to decode its tokens)."""
     meta = prepared[0].meta
-    if meta.get("tokenizer", "bytes") == "bytes":
+    if meta.get("tokenizer", "bytes") == "bytes":  # a cache from before bpe records no tokenizer: bytes
         return Tokenizer()
 
     fingerprint = meta["tokenizer_fingerprint"]

@@ -27,7 +27,7 @@ from poslab.errors import DataError
 
 
 def _jsonl_documents(
-    path: Path, text_field: str, decode_errors: str = "strict", replaced: dict[str, int] | None = None
+    path: Path, text_field: str, decode_errors: str, replaced: dict[str, int] | None = None
 ) -> Iterator[str]:
     for number, line in enumerate(_lines(path, decode_errors, replaced), start=1):
         if not line.strip():
@@ -64,7 +64,7 @@ def _lines(path: Path, decode_errors: str, replaced: dict[str, int] | None) -> I
 
 
 def _text_documents(
-    path: Path, document_start: str | None, decode_errors: str = "strict", replaced: dict[str, int] | None = None
+    path: Path, document_start: str | None, decode_errors: str, replaced: dict[str, int] | None = None
 ) -> Iterator[str]:
     """A plain-text file: one document, or several when ``document_start`` marks where each begins."""
     start = re.compile(document_start) if document_start else None
@@ -89,7 +89,7 @@ def _parquet_documents(path: Path, text_field: str) -> Iterator[str]:
 
 
 def local_documents(
-    source: LocalSource, path: Path, decode_errors: str = "strict", replaced: dict[str, int] | None = None
+    source: LocalSource, path: Path, decode_errors: str, replaced: dict[str, int] | None = None
 ) -> Iterator[str]:
     """The documents of one local file. ``decode_errors`` (``corpus.decode_errors``) says what invalid UTF-8 does in
     every text format (jsonl, text, wikitext, python); ``replaced`` counts the replacements per file. Parquet

@@ -20,7 +20,7 @@ from poslab.datamodules.corpora.sources import LocalSource, format_mismatch, glo
 from poslab.datamodules.segmentation import STYLES
 from poslab.errors import ConfigError
 from poslab.overrides import quoted
-from poslab.settings import FORMATS, VERIFY_CACHE
+from poslab.settings import FORMATS, VERIFY_CACHE, with_corpus_defaults
 
 #: the files a directory given as corpus.path contributes, by corpus.format
 LOCAL_SUFFIX = {"text": "txt", "jsonl": "jsonl", "wikitext": "raw", "python": "py", "parquet": "parquet"}
@@ -121,13 +121,14 @@ def _other_formats(directory: Path, kind: str) -> str:
 
 def check_cache_settings(corpus: dict[str, Any]) -> None:
     """``corpus.decode_errors`` and ``corpus.verify_cache`` are known values, or one sentence saying which are."""
-    decode_errors = corpus.get("decode_errors", "strict")
+    corpus = with_corpus_defaults(corpus)  # one built by hand may leave the shared settings out
+    decode_errors = corpus["decode_errors"]
     if decode_errors not in DECODE_ERRORS:
         raise ConfigError(
             f"corpus.decode_errors={decode_errors!r} is not a decoding policy; allowed: strict (invalid UTF-8 stops "
             f"with the file and byte offset) or replace (read as U+FFFD, counted and logged)."
         )
-    verify = corpus.get("verify_cache", "first_use")
+    verify = corpus["verify_cache"]
     if verify not in VERIFY_CACHE:
         raise ConfigError(
             f"corpus.verify_cache={verify!r} is not a checksum policy; allowed: first_use (once per cache directory "

@@ -25,7 +25,7 @@ from poslab.datamodules.corpora.local import check_local_corpus
 from poslab.datamodules.corpora.provenance import LISTED_FILES, file_sha256, is_test_file, split_of
 from poslab.datamodules.corpora.sources import STDLIB, LocalSource, SourceGroup, format_mismatch, hub_is_offline
 from poslab.errors import ConfigError
-from poslab.settings import FORMATS
+from poslab.settings import FORMATS, with_corpus_defaults
 
 
 @dataclass
@@ -35,7 +35,7 @@ class ResolvedGroup:
     group: SourceGroup
     files: list[tuple[LocalSource, Path]]
     use_hub: bool
-    decode_errors: str = "strict"  # corpus.decode_errors: invalid UTF-8 stops (strict) or is replaced and counted
+    decode_errors: str  # corpus.decode_errors: invalid UTF-8 stops (strict) or is replaced and counted
     replaced: dict[str, int] = field(default_factory=dict)  # file -> invalid sequences replaced, in the last pass
     empty: list[str] = field(default_factory=list)  # files that gave no document (empty, blank), in the last pass
     plan: SplitPlan | None = None  # the split of the last pass (documents)
@@ -136,7 +136,7 @@ class ResolvedGroup:
             yield CorpusDocument(tail.split, last + 1, tail.style, tail.text)
 
 
-def resolve_group(corpus: str, group: SourceGroup, data_dir: Path, decode_errors: str = "strict") -> ResolvedGroup:
+def resolve_group(corpus: str, group: SourceGroup, data_dir: Path, decode_errors: str) -> ResolvedGroup:
     files = [(source, path) for source in group.local for path in source.files(data_dir)]
     for source, path in files:
         wrong = format_mismatch(source.format, path)
@@ -181,15 +181,16 @@ class ResolvedCorpus:
 
 def resolve_corpus(corpus: dict[str, Any], data_dir: str | Path) -> ResolvedCorpus:
     """Parse and resolve every source group of a corpus config (``conf/corpus/*.yaml``'s ``corpus:``)."""
+    corpus = with_corpus_defaults(corpus)  # one built by hand may leave the shared settings out
     name = corpus["name"]
     check_local_corpus(corpus)  # and the cache and decoding settings of every corpus
     groups = corpus.get("groups") or {}
     if not groups:
         raise ConfigError(f"corpus {name!r} names no source groups (corpus.groups); see conf/corpus/ for examples.")
-    fraction = float(corpus.get("validation_fraction", 0.02))
+    fraction = float(corpus["validation_fraction"])
     if not 0.0 < fraction < 1.0:
         raise ConfigError(f"corpus.validation_fraction={fraction} must be between 0 and 1 (exclusive).")
-    decode_errors = str(corpus.get("decode_errors", "strict"))
+    decode_errors = str(corpus["decode_errors"])
     resolved = [
         resolve_group(name, SourceGroup.from_config(g, s), Path(data_dir), decode_errors) for g, s in groups.items()
     ]
