@@ -96,14 +96,7 @@ def _add_increments(analyses: argparse._SubParsersAction) -> None:
     increments.add_argument(
         "run_dir", nargs="?", metavar="RUN_DIR", help="a finished train.py run directory (has model.pt)"
     )
-    increments.add_argument(
-        "--from",
-        dest="from_summary",
-        default=None,
-        metavar="SUMMARY",
-        help="re-render the report, CSVs and PNGs from an increments_analysis.json this analysis wrote, without a "
-        "run or a model (default: analyse RUN_DIR)",
-    )
+    _add_from(increments, "increments_analysis.json", "a run or a model")
     increments.add_argument(
         "--text", default=None, metavar="FILE", help="text file for the category table (default: held-out data)"
     )

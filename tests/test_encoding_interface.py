@@ -73,27 +73,24 @@ def registered(name: str, cls: type[PositionEncoding]) -> Iterator[type[Position
 
 # ---- the attention of before, frozen: written plainly from the code this interface replaced ------------------
 class FrozenRotation:
-    """The rotation of before: its cis (or cos and sin) computed once from fp32 angles, applied to q and k alike."""
+    """The rotation of before: the turn (complex for interleaved pairs ``(2i, 2i+1)``, cos and sin for half pairs
+    ``(i, i+P)``) computed once from fp32 angles and shared by q and k (so gradients meet where they did); the product
+    in fp32, rounded once; features past ``2P`` pass unrotated."""
 
     def __init__(self, angles: Tensor, pairing: str) -> None:
-        self.pairing, self.pairs = pairing, angles.shape[-1]
-        angles = angles.float()[:, None]
-        if pairing == "interleaved":
-            self.cis = torch.polar(torch.ones_like(angles), angles)
-        else:
-            self.cos, self.sin = angles.cos(), angles.sin()
+        theta = angles.float()[:, None]
+        self.pairing, self.n_rot = pairing, 2 * theta.shape[-1]
+        interleaved = pairing == "interleaved"
+        self.turn = torch.polar(torch.ones_like(theta), theta) if interleaved else (theta.cos(), theta.sin())
 
     def __call__(self, x: Tensor) -> Tensor:
-        n_rot = 2 * self.pairs
-        rot = x[..., :n_rot].float()
+        head = x[..., : self.n_rot].float()
         if self.pairing == "interleaved":
-            rotated = torch.view_as_real(torch.view_as_complex(rot.unflatten(-1, (self.pairs, 2))) * self.cis)
-            rotated = rotated.flatten(-2)
+            turned = torch.view_as_real(torch.view_as_complex(head.unflatten(-1, (-1, 2))) * self.turn).flatten(-2)
         else:
-            x1, x2 = rot[..., : self.pairs], rot[..., self.pairs :]
-            rotated = torch.cat((x1 * self.cos - x2 * self.sin, x1 * self.sin + x2 * self.cos), dim=-1)
-        rotated = rotated.to(x.dtype)
-        return rotated if n_rot == x.shape[-1] else torch.cat((rotated, x[..., n_rot:]), dim=-1)
+            (cos, sin), (first, second) = self.turn, head.chunk(2, dim=-1)
+            turned = torch.cat((first * cos - second * sin, first * sin + second * cos), dim=-1)
+        return torch.cat((turned.to(x.dtype), x[..., self.n_rot :]), dim=-1)
 
 
 def frozen_rotate(x: Tensor, angles: Tensor, pairing: str) -> Tensor:

@@ -19,10 +19,26 @@ ENCODINGS = sorted(p.stem for p in (CONF / "encoding").glob("*.yaml"))
 CORPORA = ["wikitext2", "python_code"]
 
 
-def lm_zoo(overrides: list[str] = ()):
+def experiment(name: str, overrides: list[str] = ()):
+    """``experiment=name`` composed with Hydra's own settings (its sweeper's parameters)."""
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="train", overrides=["experiment=lm_zoo", *overrides], return_hydra_config=True)
+        return compose(config_name="train", overrides=[f"experiment={name}", *overrides], return_hydra_config=True)
+
+
+def lm_zoo(overrides: list[str] = ()):
+    return experiment("lm_zoo", overrides)
+
+
+def tiny_job(name: str, tmp_path, *overrides: str) -> dict:
+    """One job of ``experiment=name`` trained on a tiny local corpus (one 16x window held out), its results."""
+    write_corpus(tmp_path / "corpus")
+    run_dir = tmp_path / "run"
+    corpus = ["corpus=local", f"corpus.path={tmp_path / 'corpus'}", "task.val_windows=16", "task.eval_batch_size=4"]
+    done = run_train([f"experiment={name}", *corpus, *overrides, f"hydra.run.dir={run_dir}"], tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+    return json.loads((run_dir / "results.json").read_text())
 
 
 def test_the_multirun_is_126_jobs_seed_first_and_the_wandb_sweep_is_the_same_grid():
@@ -75,39 +91,18 @@ def write_corpus(directory, n_documents: int = 40, seed: int = 0) -> None:
 @pytest.mark.slow
 def test_one_zoo_job_runs_tiny_on_a_local_corpus(tmp_path):
     """The experiment's settings end to end (bf16, checkpoints, ckpt_path=auto, 16x evaluation), two steps."""
-    write_corpus(tmp_path / "corpus")
-    run_dir = tmp_path / "run"
-    args = [
-        "experiment=lm_zoo",
-        "corpus=local",
-        f"corpus.path={tmp_path / 'corpus'}",
-        "encoding=alibi",
-        "trainer.max_steps=2",
-        "task.val_windows=16",  # 2,048 tokens: one window at 16x
-        "task.eval_batch_size=4",
-        f"hydra.run.dir={run_dir}",
-    ]
-    done = run_train(args, tmp_path, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads((run_dir / "results.json").read_text())
+    results = tiny_job("lm_zoo", tmp_path, "encoding=alibi", "trainer.max_steps=2")
     assert results["status"] == "success" and results["steps"] == 2
     figures = results["figures"]
     assert {str(128 * m) for m in (1, 2, 4, 8, 16)} <= set(figures)
     assert all(np.isfinite(figures[str(128 * m)]["bpb"]) for m in (1, 2, 4, 8, 16))
-    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     assert results["config"]["trainer"]["precision"] == "bf16-mixed"
-
-
-def lm_passkey(overrides: list[str] = ()):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="train", overrides=["experiment=lm_passkey", *overrides], return_hydra_config=True)
 
 
 def test_the_passkey_arm_changes_only_its_named_deviations_from_the_lm_zoo():
     """experiment=lm_passkey: every encoding on prose, one seed, the synthetic zoo's model family at the lm_zoo's
     width, a copying warm-up then one window in ten with a pair, twice the steps; all else the lm_zoo's."""
-    arm, zoo = lm_passkey(["encoding=rope"]), lm_zoo(["encoding=rope"])
+    arm, zoo = experiment("lm_passkey", ["encoding=rope"]), lm_zoo(["encoding=rope"])
     params = {key: str(value).split(",") for key, value in arm.hydra.sweeper.params.items()}
     assert params["seed"] == ["0"] and params["corpus"] == ["wikitext2"] and sorted(params["encoding"]) == ENCODINGS
     assert (arm.model.n_layers, arm.model.n_heads, arm.model.d_model) == (4, 4, 128)
@@ -133,24 +128,8 @@ def test_train_py_checks_accept_the_passkey_arm(tmp_path, monkeypatch):
 def test_one_passkey_arm_job_runs_tiny_with_its_warmup_on_a_local_corpus(tmp_path):
     """The arm's own settings end to end (its model, the warm-up into train_fraction, passkey at validation), four
     steps: two of warm-up, two after."""
-    write_corpus(tmp_path / "corpus")
-    run_dir = tmp_path / "run"
-    args = [
-        "experiment=lm_passkey",
-        "corpus=local",
-        f"corpus.path={tmp_path / 'corpus'}",
-        "encoding=rope",
-        "trainer.max_steps=4",
-        "task.passkey.warmup_steps=2",
-        "task.val_every_n_steps=2",
-        "task.passkey.trials=1",
-        "task.val_windows=16",
-        "task.eval_batch_size=4",
-        f"hydra.run.dir={run_dir}",
-    ]
-    done = run_train(args, tmp_path, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads((run_dir / "results.json").read_text())
+    steps = ["trainer.max_steps=4", "task.passkey.warmup_steps=2", "task.val_every_n_steps=2", "task.passkey.trials=1"]
+    results = tiny_job("lm_passkey", tmp_path, "encoding=rope", *steps)
     assert results["status"] == "success" and results["steps"] == 4
     assert [entry["step"] for entry in results["passkey_by_step"]] == [2, 4]
     assert results["passkey"]["settings"]["warmup_steps"] == 2

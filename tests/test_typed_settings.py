@@ -44,7 +44,7 @@ BAD_COMMANDS = [
     (["model.compile=yes"], ["model.compile", "'yes'"]),
     (["encodng=rope"], ["encodng=rope", "did you mean encoding"]),
     (["encoding=ropee"], ["encoding=ropee", "did you mean rope"]),
-    (["model=huge"], ["model=huge", "allowed: byte, hrope, hrope_cpu, lm_zoo, tiny, zoo."]),
+    (["model=huge"], ["model=huge", "allowed: byte, hrope, hrope_cpu, lm_copy, lm_zoo, tiny, zoo."]),
     (["experiment=hrope"], ["experiment=hrope", "hrope_axial"]),
     (["encoding=rope", "encoding.base=abc"], ["encoding.base", "'abc'", "number"]),
     (["encoding=rope", "encoding.bas=3"], ["encoding.bas=3", "did you mean base"]),
