@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from poslab.config import available_devices
-
-from .conftest import run_train
+from tests.conftest import run_train
 
 FAST = ["debug=fast", "~callbacks.progress_bar", "threads=1"]
 CORES = available_devices("cpu")

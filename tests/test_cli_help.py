@@ -8,8 +8,7 @@ import re
 import pytest
 
 from poslab.cli import build_parser, command_parser, encoding_lines, main, subcommands
-
-from .conftest import CONF
+from tests.conftest import CONF
 
 RST = re.compile(r"``|:(class|func|meth|mod|attr):`")
 

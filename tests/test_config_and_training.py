@@ -11,8 +11,7 @@ from omegaconf import OmegaConf
 from poslab.builders import build_datamodule, build_module
 from poslab.errors import ConfigError
 from poslab.training import run
-
-from .conftest import CONF, compose_config, fit_quietly, run_train
+from tests.conftest import CONF, compose_config, fit_quietly, run_train
 
 ENCODINGS = sorted(p.stem for p in (CONF / "encoding").glob("*.yaml"))
 
@@ -78,7 +77,7 @@ def test_other_groups_compose(group, tmp_path):
 
 
 def test_extrapolation_grid_sweeps_28_runs(tmp_path):
-    from .conftest import GlobalHydra, compose, initialize_config_dir
+    from tests.conftest import GlobalHydra, compose, initialize_config_dir
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
@@ -197,7 +196,7 @@ def test_scale_out_and_logger_configs_compose(overrides, tmp_path):
 
 
 def test_slurm_and_local_parallel_launchers_compose(tmp_path):
-    from .conftest import GlobalHydra, compose, initialize_config_dir
+    from tests.conftest import GlobalHydra, compose, initialize_config_dir
 
     for launcher, target in (("slurm", "SlurmLauncher"), ("local_parallel", "JoblibLauncher")):
         GlobalHydra.instance().clear()

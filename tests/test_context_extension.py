@@ -15,8 +15,7 @@ import torch
 
 from poslab.extension import extended_config
 from poslab.settings import shortest_eval_length
-
-from .conftest import compose_config, run_train
+from tests.conftest import compose_config, run_train
 
 #: a parent small enough for a few CPU seconds: the where_am_i model on 16-byte windows
 SMALL = [

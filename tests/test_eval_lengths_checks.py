@@ -12,8 +12,7 @@ import pytest
 from poslab.checks import check_eval_lengths
 from poslab.config import compose_config
 from poslab.precheck import check_command_line
-
-from .conftest import run_train
+from tests.conftest import run_train
 
 FAST = ["debug=fast", "~logger", "threads=1", "trainer.max_steps=2"]
 

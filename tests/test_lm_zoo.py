@@ -12,8 +12,7 @@ import yaml
 
 from poslab.precheck import check_command_line, job_overrides
 from poslab.settings import lm_eval_lengths
-
-from .conftest import CONF, ROOT, GlobalHydra, compose, initialize_config_dir, run_train
+from tests.conftest import CONF, ROOT, GlobalHydra, compose, initialize_config_dir, run_train
 
 ENCODINGS = sorted(p.stem for p in (CONF / "encoding").glob("*.yaml"))
 CORPORA = ["wikitext2", "python_code"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import run_train
+from tests.conftest import run_train
 
 ROOT = Path(__file__).resolve().parents[1]
 MAKE = shutil.which("make")

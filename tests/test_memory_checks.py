@@ -9,8 +9,7 @@ import pytest
 
 from poslab.config import compose_config
 from poslab.errors import ConfigError
-
-from .conftest import run_train
+from tests.conftest import run_train
 
 GB = 10**9
 SYNTHETIC = ["task.train_length=1024", "task.eval_lengths=[1024]", "task.batch_size=32", "task.eval_size=16"]

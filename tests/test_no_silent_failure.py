@@ -13,9 +13,8 @@ import torch
 from omegaconf import OmegaConf
 
 from poslab.cli import main as poslab_main
-
-from .conftest import compose_config, job_dir, run_train
-from .test_corpora import make_corpus
+from tests.conftest import compose_config, job_dir, run_train
+from tests.datamodules.test_corpora import make_corpus
 
 FAST = ["debug=fast", "~callbacks.progress_bar", "threads=1", "trainer.max_steps=4"]
 CHECKPOINTS = ["callbacks.checkpoint.every_n_train_steps=2"]

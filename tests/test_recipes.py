@@ -14,7 +14,7 @@ compile settings. Only these change:
   (``paths.data_dir``; a ``{stdlib}`` pattern is pointed at the fixture's own Python files), with a quarter of
   the documents held out;
 - ``model.attention=flex`` (FlexAttention has no backward on a CPU) trains with ``sdpa``: the same function
-  (tests/test_speed_options.py checks they agree), said in the test's id.
+  (tests/lightning_modules/test_speed_options.py checks they agree), said in the test's id.
 
 Which analysis a recipe gets follows from its config, not its name: a recipe that is a sweep (``hydra.sweeper
 .params``) trains its first and last jobs and gets ``poslab report grid``; a language model with a BPE
@@ -43,8 +43,7 @@ from poslab.config import SYNTHETIC_TASKS
 from poslab.datamodules.corpora import STDLIB, LocalSource
 from poslab.runs.files import MODEL_FILE, RESULTS_FILE
 from poslab.training import run
-
-from .conftest import CONF, compose_config
+from tests.conftest import CONF, compose_config
 
 # context_extension continues a trained parent run: tests/test_context_extension.py runs it from one
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem != "context_extension")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, run_train
+from tests.conftest import ROOT, run_train
 
 #: (id, arguments, environment, words the message must hold); ``{tmp}`` is the test's directory, where
 #: ``{tmp}/file`` is a regular file and ``{tmp}/corpus`` a folder of two small text files

@@ -14,8 +14,7 @@ from poslab import config
 from poslab.builders import build_datamodule, build_model_config, build_module
 from poslab.checks import check_config
 from poslab.model import Transformer
-
-from .conftest import CONF, ROOT, compose_config
+from tests.conftest import CONF, ROOT, compose_config
 
 SWEEPS = sorted((ROOT / "sweeps").glob("*.yaml"))
 MISSING = object()

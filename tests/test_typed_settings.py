@@ -10,8 +10,7 @@ from poslab.config import compose_config
 from poslab.errors import ConfigError
 from poslab.precheck import check_command_line, config_groups, help_text, option_description
 from poslab.settings import CONF_DIR, check_settings, describe, schema_types, value_fits
-
-from .conftest import run_train
+from tests.conftest import run_train
 
 # (command line, what the message must name: the key or option, and the value)
 BAD_COMMANDS = [

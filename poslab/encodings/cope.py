@@ -28,9 +28,9 @@ variant, the term added after the scaling (the authors' ``--cope-nodiv``, x-tran
 ``position_logits: after_scale``; with ``max_pos: 16`` it is the zoo's first CoPE.
 
 Compared with x-transformers' ``CoPE(dim=head_dim, heads=H, max_pos)`` (the default interpolation, not
-``soft_onehot``): the same term for every ``(t, s <= t)`` (``tests/test_content_positions.py``). poslab writes the
-interpolation as ``z[floor p] + (p - floor p) * (z[floor p + 1] - z[floor p])``, the same number (``ceil p = floor
-p + 1`` whenever ``p`` is not whole, and the weight is 0 when it is), so one index tensor serves both reads.
+``soft_onehot``): the same term for every ``(t, s <= t)`` (``tests/encodings/test_content_positions.py``). poslab
+writes the interpolation as ``z[floor p] + (p - floor p) * (z[floor p + 1] - z[floor p])``, the same number (``ceil p
+= floor p + 1`` whenever ``p`` is not whole, and the weight is 0 when it is), so one index tensor serves both reads.
 Everything is computed in fp32 with autocast off: a bf16 sum of 100 gates moves in steps of 0.5.
 
 Scaling rules (``scaling``, ``test_scaling``, the test-time variants; ``rotary.RotaryEncoding``), with ``inner:

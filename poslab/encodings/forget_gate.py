@@ -21,8 +21,9 @@ Initialisation as FoX's code for its data-dependent ("full") gate: ``w ~ N(0, 0.
 default; ``inner: rope`` adds RoPE at the token index (FoX's ``use_rope`` option).
 
 Compared with x-transformers' ``DataDependentAlibi(dim, heads)`` (causal, ``post_log_scale = 1``) given the RMS-normed
-input and these weights: the same term for every ``t >= s`` (``tests/test_content_positions.py``). The gates and
-their cumulative sum are computed in fp32 with autocast off: a bf16 sum over 256 tokens moves in steps of 0.5 or more.
+input and these weights: the same term for every ``t >= s`` (``tests/encodings/test_content_positions.py``). The
+gates and their cumulative sum are computed in fp32 with autocast off: a bf16 sum over 256 tokens moves in steps of
+0.5 or more.
 
 Scaling rules (``scaling``, ``test_scaling``, the test-time variants; ``rotary.RotaryEncoding``), with ``inner:
 rope``: the rotation's frequencies only, as ``rope``'s; the gates read the hidden state and are as without a rule.

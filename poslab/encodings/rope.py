@@ -3,7 +3,7 @@
 The scaling rules (``rope_scaling.RULES``: linear, ntk, dynamic, yarn, llama3) are settings of every rotary
 encoding (``rotary.RotaryEncoding``: ``scaling`` with ``scaling_factor`` in training, ``test_scaling`` or the
 test-time variants at longer lengths, factor ``L_test / L_train``); here they change RoPE's ladder
-``theta_i = base^(-2i/d)``, as ``transformers`` does (``tests/test_rope_scaling.py``), and every other setting
+``theta_i = base^(-2i/d)``, as ``transformers`` does (``tests/encodings/test_rope_scaling.py``), and every other setting
 (base, pairing, rotary_dim) means the same under each.
 
 p-RoPE (``partial_fraction < 1``) is ``rope``'s own setting (``rope_scaling.keep_fraction``): the lowest

@@ -17,7 +17,7 @@ ladder's pair index ``i`` (NTK's ``theta_i s^(-2i/(d-2))``, YaRN's ramp) read it
 (hRoPE's ``full`` blocks). A frequency 0 (a pair p-RoPE leaves unrotated) stays 0 under every rule, so p-RoPE
 before a rule is p-RoPE after it.
 
-``tests/test_rope_scaling.py`` checks every rule against ``transformers.modeling_rope_utils`` to 1e-6. Where
+``tests/encodings/test_rope_scaling.py`` checks every rule against ``transformers.modeling_rope_utils`` to 1e-6. Where
 ``transformers`` and a paper could be read differently, the rule's docstring says which poslab follows.
 
 At test time (``TEST_RULES``, the rotary encodings' ``test_scaling`` and ``test_time_variants``) a rule runs at each
@@ -118,8 +118,8 @@ def dynamic_rule(theta, rotary_dim, base, factor, original_length, length, setti
 
     Not a test-time rule (``TEST_RULES``): a model trained without scaling and evaluated under dynamic NTK (factor
     1, as ``transformers`` loads one) has the ratio ``n / L`` at length ``n``, which is ``ntk`` with factor
-    ``n / L``: ``test_ntk`` exactly (``tests/test_test_time_variants.py``). With the test-time factor ``s = n / L``
-    in the formula instead, the ratio would be ``s^2 - s + 1``: the length counted twice."""
+    ``n / L``: ``test_ntk`` exactly (``tests/encodings/test_test_time_variants.py``). With the test-time factor
+    ``s = n / L`` in the formula instead, the ratio would be ``s^2 - s + 1``: the length counted twice."""
     return ntk_frequencies(theta, rotary_dim, base, dynamic_ratio(factor, original_length, length)), 1.0
 
 

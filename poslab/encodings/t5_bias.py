@@ -13,10 +13,11 @@ so the first half of the buckets are single distances and the rest widen logarit
 every farther distance shares the last bucket. One table for all layers, as T5 (its first layer's bias is reused by
 the others) and poslab's ``score_bias``. The score is T5's: the table value itself, not scaled.
 
-References compared with (``tests/test_distance_biases.py``): transformers' ``T5Attention._relative_position_bucket``
-(``bidirectional=False``), the same bucket for every distance; x-transformers' ``RelativePositionBias(scale=1,
-causal=True)``, the same bias given the same table. x-transformers multiplies its table by ``scale``, which its
-attention layers set to ``sqrt(dim_head)`` (a reparametrisation of an N(0, 1) table); ``scale=1`` is T5's bias.
+References compared with (``tests/encodings/test_distance_biases.py``): transformers'
+``T5Attention._relative_position_bucket`` (``bidirectional=False``), the same bucket for every distance;
+x-transformers' ``RelativePositionBias(scale=1, causal=True)``, the same bias given the same table. x-transformers
+multiplies its table by ``scale``, which its attention layers set to ``sqrt(dim_head)`` (a reparametrisation of an
+N(0, 1) table); ``scale=1`` is T5's bias.
 
 Initialisation as transformers' ``T5PreTrainedModel._init_weights``: ``table ~ N(0, d_model ** -0.5)``.
 

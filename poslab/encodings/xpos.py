@@ -9,7 +9,7 @@ per pair (both features of pair ``i`` by ``zeta_i``; unrotated features, with ``
 ``gamma = scale_base`` (512 in the paper and x-transformers), so each pair's contribution to ``score[t, s]`` carries
 ``zeta_i ** ((t - s) / gamma)``: it depends only on the distance and decays with it (``zeta_i < 1``, ``t >= s``).
 
-The reference compared with (tests/test_rotary_variants.py, to 1e-5): x-transformers' ``RotaryEmbedding(dim,
+The reference compared with (tests/encodings/test_rotary_variants.py, to 1e-5): x-transformers' ``RotaryEmbedding(dim,
 use_xpos=True, scale_base=gamma)`` and ``apply_rotary_pos_emb`` (keys with ``scale ** -1``). Its conventions:
 
 - the centre ``c = (max position + 1) // 2``, here as there: the score does not depend on ``c`` (it cancels in

@@ -492,7 +492,7 @@ def differing_settings(runs: list[FinishedRun], row: Callable[[FinishedRun], Has
 
     Only values two runs both record can differ: a setting one run records and another does not is a setting
     added after the other was run, and every setting added to poslab keeps the earlier behaviour as its default
-    (``tests/test_resume_added_settings.py``), so its absence is no difference (and rows do not split between
+    (``tests/runs/test_resume_added_settings.py``), so its absence is no difference (and rows do not split between
     runs of two versions)."""
     rows: dict[Hashable, list[FinishedRun]] = defaultdict(list)
     for run in runs:

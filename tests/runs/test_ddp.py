@@ -1,0 +1,114 @@
+"""A 2-process DDP run on the CPU (trainer=ddp_cpu) ends with the figures of a 1-process run on the same
+global batches and writes one set of outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from tests.conftest import run_train
+
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+STEPS = 20
+
+
+def one_and_two_processes(args: list[str], tmp_path) -> tuple:
+    """``train.py args`` once in one process and once with trainer=ddp_cpu; their run directories and the
+    DDP run's CompletedProcess."""
+    single, ddp = tmp_path / "single", tmp_path / "ddp"
+    one = run_train([*args, f"hydra.run.dir={single}"], tmp_path)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = run_train([*args, "trainer=ddp_cpu", f"hydra.run.dir={ddp}"], tmp_path, timeout=600)
+    assert two.returncode == 0, two.stderr[-3000:]
+    return single, ddp, two
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CORES < 2, reason="trainer=ddp_cpu runs 2 processes: needs 2 CPU cores")
+def test_two_process_ddp_cpu_run_matches_one_process_run_and_writes_one_results_file(tmp_path):
+    # lag, rope: every row of a batch has the same number of scored positions, so the mean of the two
+    # ranks' mean gradients is the global batch's mean gradient; only summation order differs
+    base = ["debug=fast", "encoding=rope", f"trainer.max_steps={STEPS}", "~callbacks.progress_bar", "threads=1"]
+    single, ddp, two = one_and_two_processes(base, tmp_path)
+    assert "Starting with 2 processes" in two.stdout + two.stderr
+
+    a = json.loads((single / "results.json").read_text())
+    b = json.loads((ddp / "results.json").read_text())
+    assert b["steps"] == a["steps"] == STEPS
+    assert b["config"]["trainer"]["devices"] == 2 and b["config"]["trainer"]["strategy"] == "ddp"
+    assert a["figures"].keys() == b["figures"].keys()
+    for length, row in a["figures"].items():
+        assert row.keys() == b["figures"][length].keys()
+        for metric, value in row.items():
+            assert abs(value - b["figures"][length][metric]) <= 1e-6, (length, metric, value, b["figures"][length])
+
+    wa = torch.load(single / "model.pt", weights_only=True)["state_dict"]
+    wb = torch.load(ddp / "model.pt", weights_only=True)["state_dict"]
+    assert all(torch.allclose(wa[k], wb[k], rtol=1e-4, atol=1e-4) for k in wa)
+
+    # one rank writes: one results.json, one model.pt, one metrics log, one set of checkpoints, anywhere
+    for name in ("results.json", "model.pt", "metrics.csv", "last.ckpt", "failed.json"):
+        found = [p for p in tmp_path.rglob(name) if ddp in p.parents]
+        assert len(found) == (0 if name == "failed.json" else 1), (name, found)
+    assert not list(tmp_path.glob("logs/**/results.json"))  # the other rank did not write a run directory
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CORES < 2, reason="trainer=ddp_cpu runs 2 processes: needs 2 CPU cores")
+def test_language_model_validation_under_ddp_counts_every_window_once(tmp_path):
+    """3 validation windows on 2 ranks: a DistributedSampler would pad rank 1 with a repeated window and the
+    reduced loss would differ from one process's; with disjoint shards it is the same (weights unchanged:
+    lr 0, so only the evaluation is compared)."""
+    from tests.datamodules.test_corpora import write_jsonl
+
+    data = tmp_path / "data"
+    write_jsonl(data / "web" / "docs.jsonl", [f"Document {i} has some words, {i * 7} of them." * 4 for i in range(40)])
+    base = [
+        "corpus=openwebtext",
+        f"paths.data_dir={data}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        "corpus.groups.main.local=[{pattern: 'web/*.jsonl'}]",
+        "corpus.validation_fraction=0.25",
+        "model=tiny",
+        "encoding=rope",
+        "task.context_length=32",
+        "task.batch_size=4",
+        "task.val_windows=3",
+        "task.eval_batch_size=1",
+        "task.val_every_n_steps=2",
+        "trainer.max_steps=2",
+        "optimizer.lr=0.0",
+        "~callbacks.progress_bar",
+        "~logger",
+        "threads=1",
+    ]
+    single, ddp, two = one_and_two_processes(base, tmp_path)
+    a = json.loads((single / "results.json").read_text())["figures"]
+    b = json.loads((ddp / "results.json").read_text())["figures"]
+    assert abs(a["val_loss"] - b["val_loss"]) <= 1e-6 and abs(a["val_bpb"] - b["val_bpb"]) <= 1e-6, (a, b)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CORES < 2, reason="trainer=ddp_cpu runs 2 processes: needs 2 CPU cores")
+def test_rand_axial_draws_the_same_boundaries_under_ddp_as_in_one_process(tmp_path):
+    """rand_axial's random paragraph boundaries are a function of (seed, step, global row): the 2-process
+    run trains on the same boundaries as the 1-process run and ends with the same figures."""
+    base = [
+        "debug=fast",
+        "encoding=rand_axial",
+        "encoding.paragraph_density=0.2",
+        "trainer.max_steps=6",
+        "~callbacks.progress_bar",
+        "threads=1",
+        "~logger",
+    ]
+    single, ddp, two = one_and_two_processes(base, tmp_path)
+    a = torch.load(single / "model.pt", weights_only=True)["state_dict"]
+    b = torch.load(ddp / "model.pt", weights_only=True)["state_dict"]
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-4  # summation order only
+    fa = json.loads((single / "results.json").read_text())["figures"]
+    fb = json.loads((ddp / "results.json").read_text())["figures"]
+    assert all(abs(v - fb[n][m]) <= 1e-6 for n, row in fa.items() for m, v in row.items()), (fa, fb)
