@@ -43,7 +43,7 @@ test: install ## the whole suite (CPU, offline, random order; 1,598 tests, ~12 m
 	$(PY) -m pytest
 
 # pytest's own options (workers, random order, time limit, durations) are in pyproject.toml's [tool.pytest.ini_options]
-test-fast: install ## the tests not marked slow (CPU, offline; 1,312 tests, ~2 min on 2 cores): the check while working
+test-fast: install ## the tests not marked slow (CPU, offline; 1,151 tests, ~70 s on 2 cores): the check while working
 	$(PY) -m pytest -m "not slow"
 
 lint: install ## ruff

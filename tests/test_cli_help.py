@@ -45,6 +45,7 @@ def test_every_option_has_a_description_and_shows_its_default(path, parser):
     assert parser.description, f"poslab {' '.join(path)}: no description"
 
 
+@pytest.mark.slow
 def test_encodings_prints_one_clean_line_per_registered_encoding(capsys):
     from poslab.encodings import ENCODINGS, PositionEncoding
 

@@ -30,6 +30,7 @@ EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.s
 FAST = ["debug=fast", "trainer.max_steps=3", "~logger", "~callbacks"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("encoding", ENCODINGS)
 @pytest.mark.parametrize("task", ["lag", "seen"])
 def test_every_encoding_and_task_composes_and_builds(encoding, task, tmp_path):
@@ -40,6 +41,7 @@ def test_every_encoding_and_task_composes_and_builds(encoding, task, tmp_path):
     assert module.model.cfg.n_outputs == (16 if task == "lag" else 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_composes(experiment, tmp_path):
     cfg = compose_config([f"experiment={experiment}"], tmp_path)

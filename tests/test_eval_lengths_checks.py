@@ -75,6 +75,7 @@ def test_evaluation_lengths_at_or_past_the_training_length_pass(tmp_path, overri
     check_eval_lengths(compose_config(overrides, tmp_path))
 
 
+@pytest.mark.slow
 def test_the_extrapolation_grid_passes_the_whole_check(capsys):
     check_command_line(["-m", "experiment=extrapolation_grid"])  # 28 jobs, each checked; none refused
     assert capsys.readouterr().err == ""

@@ -47,6 +47,7 @@ def test_sweep_parameters_name_real_groups_and_keys(sweep, tmp_path):
         assert OmegaConf.select(cfg, key, default=MISSING) is not MISSING, f"{sweep.name}: no config key {key}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sweep", SWEEPS, ids=[p.stem for p in SWEEPS])
 def test_sweep_combinations_compose_and_build(sweep, tmp_path, monkeypatch):
     """A spread of the combinations (the first included) composes, passes the config checks and builds its

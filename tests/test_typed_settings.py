@@ -67,6 +67,7 @@ BAD_COMMANDS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("argv", "named"), BAD_COMMANDS, ids=[" ".join(a) for a, _ in BAD_COMMANDS])
 def test_a_bad_command_stops_with_one_short_message_naming_key_and_value(argv, named, capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("POSLAB_LOG_DIR", str(tmp_path))

@@ -348,6 +348,7 @@ def test_every_png_a_report_writes_is_among_the_figures_checked():
     assert drawn >= REPORT_FIGURES
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("figure", list(FIGURES), indirect=True)
 def test_no_text_is_cut_off(figure):
     frame = figure.bbox
@@ -360,6 +361,7 @@ def test_no_text_is_cut_off(figure):
     assert not outside, "\n".join(outside)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("figure", list(FIGURES), indirect=True)
 def test_every_character_drawn_has_a_glyph_in_its_font(figure):
     missing = [

@@ -105,6 +105,7 @@ def test_the_ranking_averages_2x_to_16x_only(report):
     assert all(row["rank_interval"] is not None for row in rows)
 
 
+@pytest.mark.slow
 def test_re_rendering_from_the_summary_alone_gives_the_same_files(report, tmp_path):
     summary = tmp_path / "copy" / "length.json"
     summary.parent.mkdir()

@@ -167,6 +167,7 @@ def test_stdlib_code_corpus_finds_python_files():
     assert any(p.name == "decoder.py" for p in files)
 
 
+@pytest.mark.slow
 def test_python_code_is_the_standard_library_only_without_tests_unless_asked(tmp_path):
     import sysconfig
 

@@ -71,6 +71,7 @@ def test_a_declared_format_the_files_contradict_stops_in_every_corpus(tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_train_py_on_a_jsonl_glob_under_text_exits_2_with_one_sentence_and_leaves_nothing(tmp_path):
     folder = jsonl_folder(tmp_path)
     env = {**os.environ, "POSLAB_LOG_DIR": str(tmp_path / "logs"), "PYTHONWARNINGS": "ignore"}

@@ -89,6 +89,7 @@ def test_every_encoding_builds_on_a_local_corpus(tmp_path, encoding):
         assert module.model.encoding.paragraph_density == pytest.approx(datamodule.paragraph_density)
 
 
+@pytest.mark.slow
 def test_a_path_matching_nothing_stops_train_py_with_one_sentence_and_exit_2(tmp_path):
     env = {**os.environ, "POSLAB_LOG_DIR": str(tmp_path / "logs"), "PYTHONWARNINGS": "ignore"}
     result = subprocess.run(

@@ -82,6 +82,7 @@ def test_the_sweeps_cover_several_tasks_encodings_and_seeds():
     assert "cope" in COPE_ENCODINGS and len(COPE_VARIABLES) >= 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("experiment", "task", "encodings"), CASES, ids=[f"{e}-{'-'.join(t)}" for e, t, _ in CASES])
 def test_every_encoding_of_a_sweep_sees_the_same_training_batches_under_a_seed(
     experiment, task, encodings, tmp_path, restore_seed_variables
@@ -102,6 +103,7 @@ def test_every_encoding_of_a_sweep_sees_the_same_training_batches_under_a_seed(
         assert same_batches(batches, reference), f"{experiment} {task}: encoding={encoding} has other batches"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["lag", COUNTING])
 def test_another_seed_draws_other_batches_for_every_encoding(task, tmp_path, restore_seed_variables):
     """The pairing is by seed: another seed gives other batches (else the seeds would not be replicates), and the
@@ -157,6 +159,7 @@ class RecordBatches(L.Callback):
     ],
     ids=["zoo-lag", "zoo-counting", "variable-lag"],
 )
+@pytest.mark.slow
 def test_tiny_trainings_of_several_encodings_train_on_the_same_batches(
     experiment, task, encodings, tmp_path, restore_seed_variables
 ):

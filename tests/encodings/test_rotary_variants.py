@@ -136,6 +136,7 @@ def test_xpos_scales_are_fp32_under_bf16():
     assert torch.allclose(low.float(), transform.queries(q), rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.slow
 def test_xpos_paths_agree_and_one_transform_per_forward():
     check_paths_agree("xpos", flex=True, scale_base=GAMMA)
     enc = encoding("xpos", n_layers=2)

@@ -23,6 +23,7 @@ def tiny(encoding: str, attention: str, **settings) -> Transformer:
     return tiny_model(encoding, attention, n_heads=4, max_length=512, **{**FLEX_SETTINGS[encoding], **settings})
 
 
+@pytest.mark.slow
 def test_compiled_model_trains_and_its_weights_load_into_an_uncompiled_model(tmp_path):
 
     cfg = compose_config(["encoding=alibi", "model.compile=true", "task.batch_size=8", "trainer.max_steps=3"], tmp_path)
@@ -70,6 +71,7 @@ def test_state_dicts_with_the_orig_mod_prefix_save_and_load(tmp_path):
     [("alibi", {}), ("alibi", {"slopes": [0.5, 0.25, 1.0, 0.0625]}), ("rope", {})],
     ids=["alibi_geometric", "alibi_slopes", "rope"],
 )
+@pytest.mark.slow
 def test_flex_attention_matches_the_bias_mask_path(encoding, settings):
     sdpa, flex = tiny(encoding, "sdpa", **settings), tiny(encoding, "flex", **settings)
     flex.load_state_dict(sdpa.state_dict())
