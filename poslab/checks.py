@@ -37,20 +37,11 @@ from poslab.settings import (
     train_length,
 )
 
-#: the stages, in the order they run
-STAGES = ("settings", "combinations", "encodings", "run directory")
-
 
 def check_configs(configs: Sequence[DictConfig], run_directory: Callable[[DictConfig], None]) -> None:
     """The four stages over ``configs``, stage by stage; ``run_directory`` is stage 4 (``check_run_directory_of``
     for a job whose directory is known; the pre-check's writable directories otherwise)."""
-    stages: tuple[Callable[[DictConfig], None], ...] = (
-        check_typed_settings,
-        check_combined_settings,
-        check_encodings,
-        run_directory,
-    )
-    for stage in stages:
+    for stage in (*COMMON_STAGES.values(), run_directory):
         for cfg in configs:
             stage(cfg)
 
@@ -75,6 +66,15 @@ def check_encodings(cfg: DictConfig) -> None:
     """Stage 3: the encoding's own checks, and a synthetic task's."""
     check_encoding(cfg)
     check_synthetic_task(cfg)
+
+
+#: stages 1 to 3 by name, in the order they run; stage 4 is the caller's (``check_configs``' ``run_directory``)
+COMMON_STAGES: dict[str, Callable[[DictConfig], None]] = {
+    "settings": check_typed_settings,
+    "combinations": check_combined_settings,
+    "encodings": check_encodings,
+}
+STAGES = (*COMMON_STAGES, "run directory")
 
 
 def check_run_directory_of(cfg: DictConfig) -> None:

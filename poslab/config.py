@@ -194,6 +194,11 @@ def requested_devices(devices: Any) -> int | None:
         ) from None
 
 
+def world_size(cfg: DictConfig) -> int:
+    """The processes a run trains in: its devices (1 where unknown, ``auto``) times its nodes."""
+    return (requested_devices(cfg.trainer.devices) or 1) * int(cfg.trainer.num_nodes)
+
+
 def check_devices(trainer: DictConfig) -> None:
     """More devices than the machine has stop here, with the count, rather than deep inside Lightning (GPUs)
     or as an oversubscribed machine (CPU processes: one per core at most)."""
@@ -228,8 +233,7 @@ def check_global_batches(cfg: DictConfig) -> None:
     DistributedSampler shards each evaluation set; it pads a set whose size the processes do not divide with
     repeated sequences, which would count them twice in the figures. Both sizes must be multiples of the
     number of processes, so that a DDP run evaluates exactly what a 1-process run does."""
-    requested = requested_devices(cfg.trainer.devices)
-    world = (requested or 1) * int(cfg.trainer.num_nodes)
+    world = world_size(cfg)
     if world < 2 or cfg.task.name not in SYNTHETIC_TASKS:
         return
     for key in ("batch_size", "eval_size"):

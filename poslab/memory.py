@@ -41,6 +41,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from poslab.config import world_size
 from poslab.errors import ConfigError
 
 VALUE = 4  # bytes of an fp32 value
@@ -160,13 +161,6 @@ def score_bytes(cfg: DictConfig, batch: int, length: int, training: bool) -> int
         return heads * length**2 * VALUE
     kept, working = SCORE_TENSORS[path]
     return ((kept * layers if training else 0) + working) * batch * heads * length**2 * VALUE
-
-
-def world_size(cfg: DictConfig) -> int:
-    from poslab.config import requested_devices
-
-    trainer = cfg.trainer
-    return (requested_devices(trainer.devices) or 1) * int(trainer.num_nodes)
 
 
 def lengths(cfg: DictConfig) -> tuple[int, list[int], str]:

@@ -144,24 +144,21 @@ def check_passkey_settings(
 def _check_planting(values: PasskeySettings, context_length: int, tokenizer: str | None) -> None:
     """Phrases planted in training windows (``train_fraction``, ``warmup_steps``) need windows that hold two of
     them, and bytes read as written."""
-    planted = [
-        f"{k}={v:g}"
-        for k, v in (("train_fraction", values.train_fraction), ("warmup_steps", values.warmup_steps))
-        if v > 0
-    ]
-    if not planted:
+    planting = {"train_fraction": values.train_fraction, "warmup_steps": values.warmup_steps}
+    key = next((key for key, value in planting.items() if value > 0), None)
+    if key is None:
         return
-    setting = f"task.passkey.{planted[0]}"
+    setting = f"task.passkey.{key}={planting[key]:g}"
     if context_length + 1 < 2 * values.phrase_length:
         raise ConfigError(
             f"{setting} plants two {values.phrase_length}-token phrases in a training window, which "
             f"task.context_length={context_length} cannot hold; allowed: a context of at least "
-            f"{2 * values.phrase_length - 1}, or {planted[0].split('=')[0]}=0."
+            f"{2 * values.phrase_length - 1}, or {key}=0."
         )
     if tokenizer not in (None, "bytes"):
         raise ConfigError(
             f"{setting} plants byte phrases in training windows, which only the byte tokenizer reads as written "
-            f"(corpus.tokenizer={tokenizer!r}); set corpus.tokenizer=bytes or {planted[0].split('=')[0]}=0."
+            f"(corpus.tokenizer={tokenizer!r}); set corpus.tokenizer=bytes or {key}=0."
         )
 
 

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from poslab.builders import build_datamodule, build_module, instantiate_all
 from poslab.callbacks import RecordConfig, SaveOnInterrupt, Throughput
 from poslab.checks import check_config
-from poslab.config import requested_devices
+from poslab.config import world_size
 from poslab.errors import DivergedError, PoslabError, RunInterrupted
 from poslab.extension import extended_config, initialise_from_parent
 from poslab.io import write_json_atomic
@@ -111,9 +111,10 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
     log.info("%s %s seed %s: %s parameters", cfg.task.name, label, cfg.seed, f"{module.model.num_parameters():,}")
     for note in untrained_at_test(module, datamodule):
         log.warning("note: %s", note)
-    trainer, interrupt = build_trainer(cfg, datamodule)
+    resolved = OmegaConf.to_container(cfg, resolve=True)  # what every checkpoint, logger and results.json record
+    trainer, interrupt = build_trainer(cfg, datamodule, resolved)
     outcome = fit_and_test(trainer, module, datamodule, ckpt_path, interrupt)
-    results = run_results(cfg, RunParts(trainer, module, datamodule), outcome, label, extension)
+    results = run_results(cfg, RunParts(trainer, module, datamodule, resolved), outcome, label, extension)
     if trainer.is_global_zero:
         write_run_files(cfg, output_dir, module, results)
     if outcome.diverged is not None:
@@ -125,13 +126,14 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
     return results
 
 
-def build_trainer(cfg: DictConfig, datamodule: L.LightningDataModule) -> tuple[L.Trainer, SaveOnInterrupt]:
+def build_trainer(
+    cfg: DictConfig, datamodule: L.LightningDataModule, resolved: Any
+) -> tuple[L.Trainer, SaveOnInterrupt]:
     """The Trainer of ``cfg.trainer`` with the config's loggers and callbacks, poslab's own (the config recorded
     in every checkpoint, Ctrl-C saved at a step's end) and atomic checkpoint writes."""
     if "wandb" in str(cfg.get("logger")).lower():
         wandb_offline_unless_key()
     callbacks = instantiate_all(cfg.get("callbacks"))
-    resolved = OmegaConf.to_container(cfg, resolve=True)
     callbacks.append(RecordConfig(resolved))  # every checkpoint records it: a resume checks it is the same model
     interrupt = SaveOnInterrupt()  # Ctrl-C: the step ends, last.ckpt is saved at it, the run stops (exit status 130)
     callbacks.append(interrupt)
@@ -195,9 +197,13 @@ def fit_and_test(
 
 @dataclass
 class RunParts:
+    """What a run built: its trainer, module and data, and its config resolved (recorded by every checkpoint and
+    logger, and in results.json)."""
+
     trainer: L.Trainer
     module: L.LightningModule
     datamodule: L.LightningDataModule
+    config: Any
 
 
 def run_results(
@@ -228,7 +234,7 @@ def run_results(
         "untrained_at_test": untrained_at_test(module, datamodule),
         "throughput": next((c.summary() for c in trainer.callbacks if isinstance(c, Throughput)), {}),
         "environment": {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "torch": torch.__version__},
-        "config": OmegaConf.to_container(cfg, resolve=True),
+        "config": parts.config,
     }
 
 
@@ -484,9 +490,8 @@ def job_needs_own_process(cfg: DictConfig) -> bool:
     (``poslab.runs.launching``: CUDA_VISIBLE_DEVICES per job; DDP ranks started from that job's command line)."""
     from hydra.core.hydra_config import HydraConfig
 
-    trainer = cfg.trainer
-    world = (requested_devices(trainer.devices) or 1) * int(trainer.num_nodes)
-    uses_gpu = str(trainer.accelerator) in ("gpu", "cuda", "auto")
+    world = world_size(cfg)
+    uses_gpu = str(cfg.trainer.accelerator) in ("gpu", "cuda", "auto")
     return launching.needs_own_process(uses_gpu, world, str(HydraConfig.get().launcher.get("_target_", "")))
 
 
