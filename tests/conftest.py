@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -86,19 +85,18 @@ def tiny_model(
     return Transformer(cfg, max_length=max_length)
 
 
-def run_train(args: list[str], cwd: Path, timeout: int = 300):
-    """Run ``python train.py args`` in a subprocess (as a user would); returns the CompletedProcess."""
-    import subprocess
+def run_train(args: list[str], cwd: Path, timeout: int = 300, env: dict[str, str] | None = None, jobs: int | None = 1):
+    """``python train.py args`` in ``cwd``, as a user would run it (in a forked copy of this process:
+    tests/script_runs.py), logs under ``cwd/logs`` and the environment plus ``env``; the CompletedProcess.
+    ``jobs``: ``POSLAB_JOBS``, how many jobs of a multirun run at once. 1 (most tests): one after another in the
+    run's own process, as ``POSLAB_JOBS=1`` runs them for a user, without starting and importing into a worker
+    process per multirun; None: the launcher's own choice, for the tests of parallel launching."""
+    from tests.script_runs import run_script
 
-    env = {**os.environ, "POSLAB_LOG_DIR": str(cwd / "logs"), "PYTHONWARNINGS": "ignore"}
-    return subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    full = {**os.environ, "POSLAB_LOG_DIR": str(cwd / "logs"), "PYTHONWARNINGS": "ignore"}
+    if jobs is not None:
+        full["POSLAB_JOBS"] = str(jobs)
+    return run_script(ROOT / "train.py", args, cwd, {**full, **(env or {})}, timeout)
 
 
 def fit_quietly(module, datamodule, steps: int, callbacks: list | None = None, **settings):

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_train
+from tests.conftest import run_train
 
 #: (id, arguments, environment, words the message must hold); ``{tmp}`` is the test's directory, where
 #: ``{tmp}/file`` is a regular file and ``{tmp}/corpus`` a folder of two small text files
@@ -51,11 +50,7 @@ BAD_COMMANDS = [
 
 def run_train_with(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     """``run_train`` with environment variables of the test's own (``POSLAB_LOG_DIR`` among them)."""
-    if not env:
-        return run_train(args, cwd, timeout=120)
-    full = {**os.environ, "POSLAB_LOG_DIR": str(cwd / "logs"), "PYTHONWARNINGS": "ignore", **env}
-    command = [sys.executable, str(ROOT / "train.py"), *args]
-    return subprocess.run(command, cwd=cwd, env=full, capture_output=True, text=True, timeout=120)
+    return run_train(args, cwd, timeout=120, env=env)
 
 
 def everything_under(directory: Path) -> set[str]:

@@ -5,9 +5,6 @@ folder of another format's files says which corpus.format reads them; empty file
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +14,7 @@ from omegaconf import OmegaConf
 from poslab.builders import build_datamodule
 from poslab.datamodules.corpora import SourceGroup, decode_bytes, prepare_corpus, resolve_group
 from poslab.errors import ConfigError
-from tests.conftest import ROOT, compose_config
+from tests.conftest import compose_config, run_train
 from tests.datamodules.test_corpora import write_jsonl
 
 
@@ -74,10 +71,8 @@ def test_a_declared_format_the_files_contradict_stops_in_every_corpus(tmp_path):
 @pytest.mark.slow
 def test_train_py_on_a_jsonl_glob_under_text_exits_2_with_one_sentence_and_leaves_nothing(tmp_path):
     folder = jsonl_folder(tmp_path)
-    env = {**os.environ, "POSLAB_LOG_DIR": str(tmp_path / "logs"), "PYTHONWARNINGS": "ignore"}
-    command = [sys.executable, "train.py", "corpus=local", f"corpus.path={folder}/*.jsonl", "trainer.max_steps=2"]
-    command.append(f"paths.cache_dir={tmp_path / 'cache'}")
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    args = ["corpus=local", f"corpus.path={folder}/*.jsonl", "trainer.max_steps=2", f"paths.cache_dir={tmp_path}/cache"]
+    result = run_train(args, tmp_path)
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
     assert len(lines) == 1 and "corpus.format=jsonl" in lines[0], result.stderr

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +12,7 @@ from omegaconf import OmegaConf
 from poslab.builders import build_datamodule, build_module
 from poslab.datamodules.corpora import local_corpus_name, local_pattern, prepare_corpus
 from poslab.errors import ConfigError
-from tests.conftest import ROOT, compose_config
+from tests.conftest import compose_config, run_train
 from tests.datamodules.test_corpora import write_jsonl
 
 SMALL = [  # a model, context and batch small enough for a few CPU seconds
@@ -91,15 +88,7 @@ def test_every_encoding_builds_on_a_local_corpus(tmp_path, encoding):
 
 @pytest.mark.slow
 def test_a_path_matching_nothing_stops_train_py_with_one_sentence_and_exit_2(tmp_path):
-    env = {**os.environ, "POSLAB_LOG_DIR": str(tmp_path / "logs"), "PYTHONWARNINGS": "ignore"}
-    result = subprocess.run(
-        [sys.executable, "train.py", "corpus=local", "corpus.path=/nonexistent/x", "trainer.max_steps=2"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = run_train(["corpus=local", "corpus.path=/nonexistent/x", "trainer.max_steps=2"], tmp_path)
     assert result.returncode == 2, result.stderr
     # one sentence, before anything is built (the datamodule checks the path; no Lightning line before it)
     lines = [line for line in result.stderr.strip().splitlines() if line.strip()]

@@ -15,11 +15,11 @@ CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os
 
 
 def multirun(tmp_path, *args: str, timeout: int = 300):
-    """``train.py -m args`` into ``tmp_path/sweep`` at the smallest size (2 steps, no loggers or callbacks);
-    the sweep directory and the CompletedProcess."""
+    """``train.py -m args`` into ``tmp_path/sweep`` at the smallest size (2 steps, no loggers or callbacks), as
+    many jobs at once as the launcher chooses; the sweep directory and the CompletedProcess."""
     sweep = tmp_path / "sweep"
     small = ["debug=fast", "trainer.max_steps=2", "threads=1", "~logger", "~callbacks", f"hydra.sweep.dir={sweep}"]
-    return sweep, run_train(["-m", *args, *small], tmp_path, timeout=timeout)
+    return sweep, run_train(["-m", *args, *small], tmp_path, timeout=timeout, jobs=None)
 
 
 def test_job_k_gets_gpu_k_mod_n_and_ddp_jobs_consecutive_gpus(monkeypatch):

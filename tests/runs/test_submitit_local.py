@@ -26,7 +26,7 @@ def sweep_results(sweep) -> dict[str, dict]:
 def tiny_multirun(tmp_path, name: str, *args: str):
     sweep = tmp_path / name
     small = ["debug=fast", "trainer.max_steps=3", "threads=1", "~logger", "~callbacks", f"hydra.sweep.dir={sweep}"]
-    return sweep, run_train(["-m", *args, *small], tmp_path, timeout=600)
+    return sweep, run_train(["-m", *args, *small], tmp_path, timeout=600, jobs=None)
 
 
 @pytest.mark.slow
