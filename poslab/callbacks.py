@@ -197,13 +197,15 @@ class SaveOnInterrupt(L.Callback):
         self.in_step = True
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, *args: Any) -> None:
+        # A periodic checkpoint due at this step is written now, while a SIGINT is still held: Lightning runs the
+        # checkpoint callbacks after all others, and a Ctrl-C between this hook and theirs (or during their write)
+        # would stop the run without the checkpoint an uninterrupted run writes. Their own call then finds the
+        # step saved and does nothing.
+        if isinstance(trainer.checkpoint_callback, ModelCheckpoint):
+            trainer.checkpoint_callback.on_train_batch_end(trainer, module, *args)
         self.in_step, self.steps = False, self.steps + 1
         if self.held:
-            # Lightning runs checkpoint callbacks after all others: a periodic checkpoint due at this step is
-            # written first, as an uninterrupted run writes it, then the raise (Lightning's on_exception saves last)
-            if isinstance(trainer.checkpoint_callback, ModelCheckpoint):
-                trainer.checkpoint_callback.on_train_batch_end(trainer, module, *args)
-            raise KeyboardInterrupt
+            raise KeyboardInterrupt  # Lightning's on_exception then saves last.ckpt at this step
 
     def on_train_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         self.restore()  # evaluation after training: Lightning's own handling (nothing to save: last.ckpt is written)

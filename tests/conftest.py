@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -93,10 +94,34 @@ def run_train(args: list[str], cwd: Path, timeout: int = 300, env: dict[str, str
     process per multirun; None: the launcher's own choice, for the tests of parallel launching."""
     from tests.script_runs import run_script
 
+    return run_script(ROOT / "train.py", args, cwd, train_environment(cwd, env, jobs), timeout)
+
+
+def start_train(args: list[str], cwd: Path, console: Path | None = None):
+    """``run_train`` in the background: a process with ``subprocess.Popen``'s methods (stdout and stderr into
+    ``console`` when given, readable while it runs)."""
+    from tests.script_runs import ScriptProcess
+
+    environment = train_environment(cwd, None, 1)
+    if os.environ.get("POSLAB_TEST_EXEC") == "1":
+        import subprocess
+
+        command, streams = [sys.executable, str(ROOT / "train.py"), *args], {"text": True}
+        if console is None:
+            streams.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        else:
+            streams.update(stdout=console.open("w"), stderr=subprocess.STDOUT)
+        return subprocess.Popen(command, cwd=cwd, env=environment, **streams)
+    return ScriptProcess(ROOT / "train.py", args, cwd, environment, console)
+
+
+def train_environment(cwd: Path, env: dict[str, str] | None, jobs: int | None) -> dict[str, str]:
+    """The environment of a train.py run in ``cwd``: this one, logs under ``cwd/logs``, ``POSLAB_JOBS=jobs``
+    unless None, then ``env``."""
     full = {**os.environ, "POSLAB_LOG_DIR": str(cwd / "logs"), "PYTHONWARNINGS": "ignore"}
     if jobs is not None:
         full["POSLAB_JOBS"] = str(jobs)
-    return run_script(ROOT / "train.py", args, cwd, {**full, **(env or {})}, timeout)
+    return {**full, **(env or {})}
 
 
 def fit_quietly(module, datamodule, steps: int, callbacks: list | None = None, **settings):

@@ -26,6 +26,7 @@ import io
 import logging
 import os
 import runpy
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,33 +41,68 @@ from pathlib import Path
 def run_script(script: Path, args: list[str], cwd: Path, env: dict[str, str], timeout: float):
     """``[sys.executable, script, *args]`` in ``cwd`` with exactly ``env``; a ``subprocess.CompletedProcess``
     with text stdout and stderr. Raises ``subprocess.TimeoutExpired`` after ``timeout`` seconds."""
-    command = [sys.executable, str(script), *args]
     if os.environ.get("POSLAB_TEST_EXEC") == "1":
+        command = [sys.executable, str(script), *args]
         return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    with tempfile.TemporaryDirectory(prefix="poslab-run-") as folder:
-        out, err = Path(folder) / "stdout", Path(folder) / "stderr"
+    process = ScriptProcess(script, args, cwd, env)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, *process.communicate())
+
+
+class ScriptProcess:
+    """``python script args`` started in the background, as ``subprocess.Popen`` starts it, in a forked copy of
+    this process: ``pid``, ``poll``, ``wait``, ``send_signal``, ``kill`` and ``communicate`` (the text of stdout
+    and stderr, once it has ended). With a ``console`` file both streams go there, as ``stdout=file,
+    stderr=STDOUT`` send them, and can be read while it runs."""
+
+    def __init__(self, script: Path, args: list[str], cwd: Path, env: dict[str, str], console: Path | None = None):
+        self.args = [sys.executable, str(script), *args]
+        self.returncode: int | None = None
+        self._folder = Path(tempfile.mkdtemp(prefix="poslab-run-"))
+        self._out = console or self._folder / "stdout"
+        self._err = self._out if console else self._folder / "stderr"
         sys.stdout.flush(), sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the child: never returns
-            _run_as_main(script, args, cwd, env, out, err)
-        status = _wait(pid, timeout, command)
-        return subprocess.CompletedProcess(command, status, _read(out), _read(err))
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: never returns
+            _run_as_main(script, args, cwd, env, self._out, self._err)
 
+    def poll(self) -> int | None:
+        """The exit status once the process has ended (a signal's as subprocess gives it: minus its number)."""
+        if self.returncode is None:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+            if done:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
 
-def _wait(pid: int, timeout: float, command: list[str]) -> int:
-    """The child's exit status (a signal's as subprocess gives it: minus its number); past ``timeout`` its whole
-    process group is killed and ``TimeoutExpired`` raised."""
-    deadline = time.monotonic() + timeout
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        if time.monotonic() > deadline:
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def send_signal(self, number: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, number)
+
+    def kill(self) -> None:
+        """SIGKILL to the process and whatever it started (its process group: jobs, DDP ranks), then reap it."""
+        if self.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            raise subprocess.TimeoutExpired(command, timeout)
-        time.sleep(0.02)
+                os.killpg(self.pid, signal.SIGKILL)
+            self.wait()
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        out = _read(self._out)
+        err = "" if self._err == self._out else _read(self._err)
+        shutil.rmtree(self._folder, ignore_errors=True)
+        return out, err
 
 
 def _read(path: Path) -> str:
@@ -102,7 +138,7 @@ def _run_as_main(script: Path, args: list[str], cwd: Path, env: dict[str, str], 
 def _fresh_process_state(cwd: Path, env: dict[str, str], out: Path, err: Path) -> None:
     """What a new interpreter starting ``python script`` in ``cwd`` with ``env`` would have."""
     for fd, path in ((1, out), (2, err)):
-        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # append: one file may take both
         os.dup2(target, fd)
         os.close(target)
     sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True)

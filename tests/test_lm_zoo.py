@@ -90,7 +90,8 @@ def write_corpus(directory, n_documents: int = 40, seed: int = 0) -> None:
 @pytest.mark.slow
 def test_one_zoo_job_runs_tiny_on_a_local_corpus(tmp_path):
     """The experiment's settings end to end (bf16, checkpoints, ckpt_path=auto, 16x evaluation), two steps."""
-    results = tiny_job("lm_zoo", tmp_path, "encoding=alibi", "trainer.max_steps=2")
+    passkey = ["task.passkey.trials=1", "task.passkey.depths=[0.5]"]  # its grid shrunk: 7 keys, not 84
+    results = tiny_job("lm_zoo", tmp_path, "encoding=alibi", "trainer.max_steps=2", *passkey)
     assert results["status"] == "success" and results["steps"] == 2
     figures = results["figures"]
     assert {str(128 * m) for m in (1, 2, 4, 8, 16)} <= set(figures)
@@ -128,6 +129,7 @@ def test_one_passkey_arm_job_runs_tiny_with_its_warmup_on_a_local_corpus(tmp_pat
     """The arm's own settings end to end (its model, the warm-up into train_fraction, passkey at validation), four
     steps: two of warm-up, two after."""
     steps = ["trainer.max_steps=4", "task.passkey.warmup_steps=2", "task.val_every_n_steps=2", "task.passkey.trials=1"]
+    steps += ["task.passkey.depths=[0.5]", "task.eval_lengths=[128,256]"]  # the grid and the lengths shrunk
     results = tiny_job("lm_passkey", tmp_path, "encoding=rope", *steps)
     assert results["status"] == "success" and results["steps"] == 4
     assert [entry["step"] for entry in results["passkey_by_step"]] == [2, 4]

@@ -1,23 +1,21 @@
 """Ctrl-C (SIGINT) stops a run cleanly (issue 24, item 5): the step in progress ends, ``last.ckpt`` is saved at it
 (atomically), one line says how to resume, the process exits with status 130 and no ``results.json`` claims a
-result; the resume it names continues to the same weights as a run never interrupted. Each part is a fresh
-``python train.py`` process, as a user's."""
+result; the resume it names continues to the same weights as a run never interrupted. Each part is a process
+of its own (train.py forked from the test process: tests/script_runs.py), as a user's."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 import shlex
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.conftest import ROOT, compose_config, run_train
+from tests.conftest import compose_config, run_train, start_train
 
 #: a tiny run that would go on for long: it is stopped by the test
 ARGS = ["task=lag", "encoding=rope", "trainer.max_steps=100000", "callbacks.checkpoint.every_n_train_steps=10",
@@ -28,10 +26,7 @@ def start_training(tmp_path: Path, run_dir: Path) -> tuple[subprocess.Popen, Pat
     """``python train.py ARGS`` in the background, its console in a file; returns once its first checkpoint is
     written (a step a resume can continue from)."""
     console = tmp_path / "console.txt"
-    env = {**os.environ, "POSLAB_LOG_DIR": str(tmp_path / "logs"), "PYTHONWARNINGS": "ignore"}
-    command = [sys.executable, str(ROOT / "train.py"), *ARGS, f"hydra.run.dir={run_dir}"]
-    with open(console, "w") as out:
-        process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+    process = start_train([*ARGS, f"hydra.run.dir={run_dir}"], tmp_path, console)
     last = run_dir / "checkpoints" / "last.ckpt"
     deadline = time.monotonic() + 240
     while not last.is_file():
@@ -89,7 +84,7 @@ def test_ctrl_c_saves_the_step_says_how_to_resume_and_the_resume_matches_an_unin
     assert resumed.keys() == straight.keys() and all(torch.equal(resumed[k], straight[k]) for k in resumed)
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == sorted(
         p.name for p in (reference / "checkpoints").iterdir()
-    )  # last.ckpt rewritten, no last-v1.ckpt beside it
+    )  # last.ckpt rewritten, no last-v1.ckpt beside it; the periodic ones as an uninterrupted run writes them
 
 
 @pytest.mark.slow
@@ -125,10 +120,10 @@ def test_ctrl_c_before_anything_was_trained_leaves_no_directory(tmp_path):
     assert not run_dir.exists()
 
 
-def test_ctrl_c_during_a_step_that_ends_on_a_periodic_checkpoint_writes_that_checkpoint_too(tmp_path):
-    """A Ctrl-C held to the end of step 10, with a checkpoint every 5 steps: ``step000010.ckpt`` is written as an
-    uninterrupted run writes it (Lightning runs the checkpoint callback after the others, so the raise at the step's
-    end must not come before it), and ``last.ckpt`` holds step 10. In-process, the signal sent by a callback."""
+def train_with_a_sigint(tmp_path: Path, when: str) -> tuple:
+    """A tiny Lightning run (checkpoints every 5 steps, ``SaveOnInterrupt``) given a SIGINT as the real handler
+    is called: ``when="in step 10"`` (at its start) or ``"in its checkpoint write"`` (while step000010.ckpt is
+    written); the callback, and the checkpoint files written."""
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
     from torch.utils.data import DataLoader, TensorDataset
@@ -148,19 +143,35 @@ def test_ctrl_c_during_a_step_that_ends_on_a_periodic_checkpoint_writes_that_che
 
     class SignalInStep(L.Callback):
         def on_train_batch_start(self, trainer, module, batch, batch_idx):
-            if trainer.global_step == 9:  # the step that ends at global step 10
-                interrupt.on_sigint(signal.SIGINT, None)  # as the handler is called by a real SIGINT
+            if when == "in step 10" and trainer.global_step == 9:  # the step that ends at global step 10
+                interrupt.on_sigint(signal.SIGINT, None)
+
+    class SignalInWrite(ModelCheckpoint):
+        def _save_checkpoint(self, trainer, filepath):
+            if when == "in its checkpoint write" and filepath.endswith("step000010.ckpt"):
+                interrupt.on_sigint(signal.SIGINT, None)  # as Ctrl-C while the periodic checkpoint is written
+            super()._save_checkpoint(trainer, filepath)
 
     torch.manual_seed(0)
     interrupt = SaveOnInterrupt()
-    checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=5, save_top_k=-1, save_last=True,
-                                 filename="step{step:06d}", auto_insert_metric_name=False)  # fmt: skip
+    checkpoint = SignalInWrite(dirpath=tmp_path, every_n_train_steps=5, save_top_k=-1, save_last=True,
+                               filename="step{step:06d}", auto_insert_metric_name=False)  # fmt: skip
     trainer = L.Trainer(max_steps=50, logger=False, enable_progress_bar=False, enable_model_summary=False,
                         accelerator="cpu", callbacks=[interrupt, SignalInStep(), checkpoint])  # fmt: skip
     data = DataLoader(TensorDataset(torch.randn(256, 4)), batch_size=4)
     with contextlib.suppress(SystemExit, KeyboardInterrupt):
         trainer.fit(Linear(), train_dataloaders=data)
     interrupt.restore()
+    return interrupt, sorted(p.name for p in tmp_path.glob("*.ckpt"))
+
+
+@pytest.mark.parametrize("when", ["in step 10", "in its checkpoint write"])
+def test_ctrl_c_in_a_step_that_ends_on_a_periodic_checkpoint_writes_that_checkpoint_too(tmp_path, when):
+    """A Ctrl-C held to the end of step 10, with a checkpoint every 5 steps: ``step000010.ckpt`` is written as an
+    uninterrupted run writes it and ``last.ckpt`` holds step 10. Lightning runs the checkpoint callback after the
+    others, so the raise at the step's end must not come before it; and a Ctrl-C during that write (after the
+    step's other hooks) is held as well, not raised inside it. In-process, the handler called as a SIGINT calls it."""
+    interrupt, written = train_with_a_sigint(tmp_path, when)
     assert interrupt.interruption is not None and interrupt.interruption.step == 10
-    assert sorted(p.name for p in tmp_path.glob("*.ckpt")) == ["last.ckpt", "step000005.ckpt", "step000010.ckpt"]
+    assert written == ["last.ckpt", "step000005.ckpt", "step000010.ckpt"]
     assert checkpoint_step(tmp_path / "last.ckpt") == 10

@@ -4,12 +4,12 @@ uninterrupted one does; checkpoints load with weights_only=True and are written 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,7 +19,7 @@ import torch
 
 from poslab.rng import rng_states, set_rng_states
 from poslab.runs.checkpoints import AtomicCheckpointIO
-from tests.conftest import ROOT, run_train
+from tests.conftest import run_train
 
 N = 30  # steps of the whole run; the interrupted run stops at 2N/3 and a fresh process resumes to N
 EVERY = 10  # checkpoint interval
@@ -142,27 +142,34 @@ def test_checkpoint_write_failure_leaves_the_previous_checkpoint_and_no_temporar
     assert [p.name for p in path.parent.iterdir()] == ["last.ckpt"]
 
 
-KILL_WRITER = """
-import sys, torch
-from poslab.runs.checkpoints import AtomicCheckpointIO
-io, step = AtomicCheckpointIO(), 0
-while True:
-    step += 1  # 16 MB per checkpoint: most of the loop's time is spent writing
-    io.save_checkpoint({"global_step": step, "w": torch.full((4_000_000,), float(step))}, sys.argv[1])
-    print(step, flush=True)
-"""
+def start_checkpoint_writer(path: Path) -> tuple[int, io.TextIOWrapper]:
+    """A forked process writing checkpoints to ``path`` in a loop (16 MB each: most of its time is spent
+    writing), printing each step once its checkpoint is saved; its pid and the read end of those lines."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the writer, until it is killed
+        try:
+            os.close(read_end)
+            writer, step = AtomicCheckpointIO(), 0
+            while True:
+                step += 1
+                writer.save_checkpoint({"global_step": step, "w": torch.full((4_000_000,), float(step))}, path)
+                os.write(write_end, f"{step}\n".encode())
+        finally:
+            os._exit(1)
+    os.close(write_end)
+    return pid, io.TextIOWrapper(io.FileIO(read_end, "r"))
 
 
 @pytest.mark.slow
 def test_sigkill_during_checkpoint_writes_never_leaves_a_corrupt_checkpoint(tmp_path):
     path = tmp_path / "last.ckpt"
     for delay in (0.05, 0.13, 0.29):
-        writer = subprocess.Popen(
-            [sys.executable, "-c", KILL_WRITER, str(path)], cwd=ROOT, stdout=subprocess.PIPE, text=True
-        )
-        assert writer.stdout.readline().strip() == "1"  # one complete checkpoint exists
-        time.sleep(delay)
-        writer.send_signal(signal.SIGKILL)
-        writer.wait()
+        pid, lines = start_checkpoint_writer(path)
+        with lines:
+            assert lines.readline().strip() == "1"  # one complete checkpoint exists
+            time.sleep(delay)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
         saved = AtomicCheckpointIO().load_checkpoint(path)  # weights_only=True; a torn file would not load
         assert saved["global_step"] >= 1 and bool((saved["w"] == saved["global_step"]).all())

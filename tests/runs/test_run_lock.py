@@ -15,21 +15,9 @@ from pathlib import Path
 import pytest
 
 from poslab.runs.files import LOCK_FILE
-from tests.conftest import ROOT, compose_config, run_train
+from tests.conftest import ROOT, compose_config, run_train, start_train
 
 SMALL = ["debug=fast", "threads=1", "~logger", "callbacks.progress_bar.refresh_rate=0"]
-
-
-def start_train(args: list[str], cwd: Path) -> subprocess.Popen:
-    env = {**os.environ, "POSLAB_LOG_DIR": str(cwd / "logs"), "PYTHONWARNINGS": "ignore"}
-    return subprocess.Popen(
-        [sys.executable, str(ROOT / "train.py"), *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def wait_for(condition, process: subprocess.Popen, timeout: float = 240.0) -> None:
