@@ -208,6 +208,8 @@ def shrink(recipe: DictConfig) -> list[str]:
             "task.val_windows=2",
             "task.eval_batch_size=2",
             "task.val_every_n_steps=2",
+            "task.passkey.trials=1",  # the passkey grid: one key per distance, at half depth
+            "task.passkey.depths=[0.5]",
         ]
         if recipe.corpus.get("tokenizer") == "bpe":
             out.append("corpus.vocab_size=320")

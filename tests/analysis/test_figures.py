@@ -350,20 +350,20 @@ def test_every_png_a_report_writes_is_among_the_figures_checked():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("figure", list(FIGURES), indirect=True)
-def test_no_text_is_cut_off(figure):
+def test_no_text_is_cut_off_and_every_character_drawn_has_a_glyph_in_its_font(figure):
+    """Both checks on one drawing of the figure (building and drawing it is this test's time): every piece of text
+    lies inside the frame; every character has a glyph in the fonts its text uses, and drawing warns of none."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        boxes = list(text_boxes(figure))  # draws the figure
     frame = figure.bbox
     outside = [
         f"{what}: {np.round(box.extents, 1).tolist()} not inside {frame.extents.tolist()} (x0, y0, x1, y1 in pixels)"
-        for what, box in text_boxes(figure)
+        for what, box in boxes
         # half a pixel for rounding
         if box.x0 < frame.x0 - 0.5 or box.y0 < frame.y0 - 0.5 or box.x1 > frame.x1 + 0.5 or box.y1 > frame.y1 + 0.5
     ]
     assert not outside, "\n".join(outside)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("figure", list(FIGURES), indirect=True)
-def test_every_character_drawn_has_a_glyph_in_its_font(figure):
     missing = [
         f"{c!r} (U+{ord(c):04X}) in {text.get_text()!r}: none of {fonts_of(text)}"
         for text in drawn_texts(figure)
@@ -371,9 +371,6 @@ def test_every_character_drawn_has_a_glyph_in_its_font(figure):
         if not any(has_glyph(font, c) for font in fonts_of(text))
     ]
     assert not missing, "\n".join(missing)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        figure.canvas.draw()
     assert not [str(w.message) for w in caught if "missing from" in str(w.message)]
 
 

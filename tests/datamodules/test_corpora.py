@@ -136,7 +136,8 @@ def _prepare_in_process(args: tuple[dict, str, str]) -> str:
 def test_two_processes_preparing_the_same_cache_leave_one_valid_cache(tmp_path):
     corpus = make_corpus(tmp_path / "data", n_docs=400)
     args = (corpus, str(tmp_path / "data"), str(tmp_path / "cache"))
-    with multiprocessing.get_context("spawn").Pool(2) as pool:
+    # forked, not spawned: two processes at once without importing poslab twice (what is tested is the race)
+    with multiprocessing.get_context("fork").Pool(2) as pool:
         directories = pool.map(_prepare_in_process, [args, args])
     assert directories[0] == directories[1]
     entries = sorted(p.name for p in (tmp_path / "cache").iterdir() if not p.name.endswith(".lock"))

@@ -76,7 +76,7 @@ def test_flex_attention_matches_the_bias_mask_path(encoding, settings):
     sdpa, flex = tiny(encoding, "sdpa", **settings), tiny(encoding, "flex", **settings)
     flex.load_state_dict(sdpa.state_dict())
     with torch.no_grad():  # FlexAttention has no backward on CPU
-        for length in (100, 200, 256):  # two lengths that are not a multiple of the 128 block
+        for length in (200, 256):  # one length that ends inside a 128 block, one that fills its blocks
             tokens = torch.randint(0, 16, (2, length))
             for score_scale in (1.0, math.log(length) / math.log(64)):
                 expected = sdpa(tokens, score_scale=score_scale).logits

@@ -23,10 +23,12 @@ def sweep_results(sweep) -> dict[str, dict]:
     return found
 
 
-def tiny_multirun(tmp_path, name: str, *args: str):
+def tiny_multirun(tmp_path, name: str, *args: str, jobs: int | None = None):
+    """``train.py -m args`` at the smallest size into ``tmp_path/name``, ``jobs`` at a time (None: the launcher's
+    choice); the sweep directory and the CompletedProcess."""
     sweep = tmp_path / name
     small = ["debug=fast", "trainer.max_steps=3", "threads=1", "~logger", "~callbacks", f"hydra.sweep.dir={sweep}"]
-    return sweep, run_train(["-m", *args, *small], tmp_path, timeout=600, jobs=None)
+    return sweep, run_train(["-m", *args, *small], tmp_path, timeout=600, jobs=jobs)
 
 
 @pytest.mark.slow
@@ -37,7 +39,10 @@ def test_submitit_local_runs_jobs_in_their_own_processes_as_joblib_does(tmp_path
     assert f"multirun {sweep}: 2 jobs, 1 success, 1 failed." in result.stderr, result.stderr[-3000:]
     logs = list((sweep / ".submitit").rglob("*_log.out"))
     assert len(logs) == 2, logs  # submitit ran each job as its own process, with its own logs
-    joblib_sweep, joblib_result = tiny_multirun(tmp_path, "joblib", "hydra/launcher=local_parallel", "ckpt_path=null")
+    # joblib's one-job sweep in the run's own process (its parallel workers: tests/runs/test_launching.py)
+    joblib_sweep, joblib_result = tiny_multirun(
+        tmp_path, "joblib", "hydra/launcher=local_parallel", "ckpt_path=null", jobs=1
+    )
     assert joblib_result.returncode == 0, joblib_result.stderr[-3000:]
     assert sweep_results(sweep) == sweep_results(joblib_sweep)  # the same job, the same figures, either way
     assert list(sweep_results(sweep)) == ["None:0"]
