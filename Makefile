@@ -7,7 +7,7 @@ export WANDB_MODE ?= offline
 export POSLAB_JOBS ?= 2
 
 .DEFAULT_GOAL := help
-.PHONY: help install run grid test test-fast lint format bench clean
+.PHONY: help install run grid test test-fast test-exec lint format bench clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
@@ -45,6 +45,12 @@ test: install ## the whole suite (CPU, offline, random order; 1,598 tests, ~12 m
 # pytest's own options (workers, random order, time limit, durations) are in pyproject.toml's [tool.pytest.ini_options]
 test-fast: install ## the tests not marked slow (CPU, offline; 1,151 tests, ~70 s on 2 cores): the check while working
 	$(PY) -m pytest -m "not slow"
+
+# The suite runs train.py in forked copies of its test process (tests/script_runs.py: no 5 s of imports a run);
+# these tests of the command line run it here in new interpreters, as a user does. .ci/run runs both.
+EXEC_TESTS := tests/test_refusals_leave_nothing.py tests/test_typed_settings.py tests/runs/test_resume.py tests/runs/test_interrupt.py
+test-exec: install ## the command-line tests with train.py in new interpreters (POSLAB_TEST_EXEC=1), as a user runs it
+	POSLAB_TEST_EXEC=1 $(PY) -m pytest $(EXEC_TESTS)
 
 lint: install ## ruff
 	$(VENV)/bin/ruff check .
