@@ -1,6 +1,7 @@
 """bf16-mixed training: gradient clipping with fused AdamW equal to ``clip_grad_norm_``, 16-mixed with its
 GradScaler, unsupported precisions refused at start, positions/angles/ALiBi bias in fp32 under autocast, every
-encoding trained and loaded back (fp32 model.pt), ``model.compile`` and exact resume under bf16."""
+encoding trained and loaded back (fp32 model.pt), and exact resume under bf16 (``model.compile`` under bf16:
+tests/lightning_modules/test_speed_options.py, beside the other compiled run)."""
 
 from __future__ import annotations
 
@@ -261,18 +262,6 @@ def test_every_encoding_trains_under_bf16_mixed_and_loads_back_in_fp32(tmp_path,
     saved = torch.load(tmp_path / MODEL_FILE, map_location="cpu", weights_only=True)["state_dict"]
     assert {v.dtype for v in saved.values() if v.is_floating_point()} == {torch.float32}
     _, module = load_run(tmp_path)
-    assert all(p.dtype == torch.float32 for p in module.parameters())
-
-
-@pytest.mark.slow
-def test_a_compiled_model_trains_under_bf16_mixed(tmp_path):
-    """model.compile with autocast: the rotation (complex fp32), the fp32 DeltaMLP block and the clipping."""
-    overrides = [*tiny(tmp_path, "increments_layer"), "trainer.precision=bf16-mixed", "optimizer.grad_clip=1.0"]
-    # one layer and one evaluation length: compiling (each new shape again) is this test's time
-    settings = ["model.compile=true", "model.n_layers=1", "trainer.max_steps=3", "task.eval_lengths=[32]", "~logger"]
-    results = run(compose_config([*overrides, *settings], tmp_path))
-    assert results["steps"] == 3 and all(v == v for row in results["figures"].values() for v in row.values())
-    _, module = load_run(tmp_path)  # the compiled run's model.pt loads into an uncompiled model
     assert all(p.dtype == torch.float32 for p in module.parameters())
 
 

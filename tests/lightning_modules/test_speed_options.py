@@ -1,5 +1,6 @@
-"""Speed options: ``model.compile`` (and the ``_orig_mod.`` prefix on save/load), and ``model.attention=flex``
-(FlexAttention) computing what the bias-mask path computes."""
+"""Speed options: ``model.compile`` (and the ``_orig_mod.`` prefix on save/load; in fp32 and under bf16-mixed,
+in one module: the compiler's start-up is paid once a worker), and ``model.attention=flex`` (FlexAttention)
+computing what the bias-mask path computes."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from poslab.errors import ConfigError
 from poslab.model import ModelConfig, Transformer
 from poslab.runs.checkpoints import save_model, uncompiled_state_dict
 from poslab.runs.files import MODEL_FILE
+from poslab.training import run
 from tests.conftest import compose_config, fit_quietly, tiny_model
 
 FLEX_SETTINGS = {"alibi": {"slopes": None}, "rope": {"base": 10_000}}
@@ -64,6 +66,19 @@ def test_state_dicts_with_the_orig_mod_prefix_save_and_load(tmp_path):
     torch.save({"state_dict": prefixed, "config": resolved}, tmp_path / MODEL_FILE)
     _, loaded = load_run(tmp_path)
     assert all(torch.equal(loaded.model.state_dict()[k], v) for k, v in module.model.state_dict().items())
+
+
+@pytest.mark.slow
+def test_a_compiled_model_trains_under_bf16_mixed(tmp_path):
+    """model.compile with autocast: the rotation (complex fp32), the fp32 DeltaMLP block and the clipping."""
+    overrides = ["debug=fast", "encoding=increments_layer", "task.batch_size=8", "trainer.precision=bf16-mixed"]
+    overrides.append("optimizer.grad_clip=1.0")
+    # one layer and one evaluation length: compiling (each new shape again) is this test's time
+    settings = ["model.compile=true", "model.n_layers=1", "trainer.max_steps=3", "task.eval_lengths=[32]", "~logger"]
+    results = run(compose_config([*overrides, *settings], tmp_path))
+    assert results["steps"] == 3 and all(v == v for row in results["figures"].values() for v in row.values())
+    _, module = load_run(tmp_path)  # the compiled run's model.pt loads into an uncompiled model
+    assert all(p.dtype == torch.float32 for p in module.parameters())
 
 
 @pytest.mark.parametrize(
