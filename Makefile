@@ -38,8 +38,8 @@ grid: install ## 28 runs in parallel (POSLAB_JOBS at a time), then `poslab repor
 	echo "$(VENV)/bin/poslab report grid $$sweep --reference where_am_i"; \
 	$(VENV)/bin/poslab report grid "$$sweep" --reference where_am_i
 
-# times measured on a clean clone on the 2 cores (README "Tests"); the issue's targets (6 min, 90 s) are not met yet
-test: install ## the whole suite (CPU, offline, random order; 1,598 tests, ~12 min on 2 cores): what CI runs
+# times measured on a clean clone on the 2 cores (README "Tests", docs/tests_profile.md; the target is 6 min)
+test: install ## the whole suite (CPU, offline, random order; 1,570 tests, ~6.5 min on 2 cores): what CI runs
 	$(PY) -m pytest
 
 # pytest's own options (workers, random order, time limit, durations) are in pyproject.toml's [tool.pytest.ini_options]
