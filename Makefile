@@ -43,7 +43,7 @@ test: install ## the whole suite (CPU, offline, random order; 1,570 tests, ~6.5 
 	$(PY) -m pytest
 
 # pytest's own options (workers, random order, time limit, durations) are in pyproject.toml's [tool.pytest.ini_options]
-test-fast: install ## the tests not marked slow (CPU, offline; 1,151 tests, ~70 s on 2 cores): the check while working
+test-fast: install ## the tests not marked slow (CPU, offline; 1,152 tests, ~70 s on 2 cores): the check while working
 	$(PY) -m pytest -m "not slow"
 
 # The suite runs train.py in forked copies of its test process (tests/script_runs.py: no 5 s of imports a run);
