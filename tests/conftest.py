@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -99,20 +98,10 @@ def run_train(args: list[str], cwd: Path, timeout: int = 300, env: dict[str, str
 
 def start_train(args: list[str], cwd: Path, console: Path | None = None):
     """``run_train`` in the background: a process with ``subprocess.Popen``'s methods (stdout and stderr into
-    ``console`` when given, readable while it runs)."""
-    from tests.script_runs import ScriptProcess
+    ``console`` when given, readable while it runs; tests/script_runs.py's ``start_script``)."""
+    from tests.script_runs import start_script
 
-    environment = train_environment(cwd, None, 1)
-    if os.environ.get("POSLAB_TEST_EXEC") == "1":
-        import subprocess
-
-        command, streams = [sys.executable, str(ROOT / "train.py"), *args], {"text": True}
-        if console is None:
-            streams.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        else:
-            streams.update(stdout=console.open("w"), stderr=subprocess.STDOUT)
-        return subprocess.Popen(command, cwd=cwd, env=environment, **streams)
-    return ScriptProcess(ROOT / "train.py", args, cwd, environment, console)
+    return start_script(ROOT / "train.py", args, cwd, train_environment(cwd, None, 1), console)
 
 
 def train_environment(cwd: Path, env: dict[str, str] | None, jobs: int | None) -> dict[str, str]:

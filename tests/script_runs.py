@@ -53,6 +53,17 @@ def run_script(script: Path, args: list[str], cwd: Path, env: dict[str, str], ti
     return subprocess.CompletedProcess(process.args, process.returncode, *process.communicate())
 
 
+def start_script(script: Path, args: list[str], cwd: Path, env: dict[str, str], console: Path | None = None):
+    """``run_script`` in the background: a ``ScriptProcess``, or under ``POSLAB_TEST_EXEC=1`` a
+    ``subprocess.Popen`` of a new interpreter (stdout and stderr into ``console`` when given, else pipes)."""
+    if os.environ.get("POSLAB_TEST_EXEC") != "1":
+        return ScriptProcess(script, args, cwd, env, console)
+    streams: dict = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    if console is not None:
+        streams = {"stdout": console.open("w"), "stderr": subprocess.STDOUT}
+    return subprocess.Popen([sys.executable, str(script), *args], cwd=cwd, env=env, text=True, **streams)
+
+
 class ScriptProcess:
     """``python script args`` started in the background, as ``subprocess.Popen`` starts it, in a forked copy of
     this process: ``pid``, ``poll``, ``wait``, ``send_signal``, ``kill`` and ``communicate`` (the text of stdout
