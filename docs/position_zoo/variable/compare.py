@@ -1,7 +1,8 @@
 """Fixed-length against variable-length training (issue 23's NoPE question): per task and encoding, the
 extrapolation score (accuracy past the training length, 2x-8x) and the 1x accuracy of both arms, and the
 difference variable - fixed with its Welch interval over seeds (the arms train on different batches, so the
-comparison is unpaired), plus each arm's order of the four encodings.
+comparison is unpaired), plus each arm's order of the encodings both arms ran, per task and overall (mean rank over
+the shared tasks with its paired-bootstrap interval, poslab.analysis.stats).
 
     python docs/position_zoo/variable/compare.py FIXED_DIR VARIABLE_DIR > docs/position_zoo/variable/compare.md
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 
-from poslab.analysis.stats import Interval, welch, welch_difference
+from poslab.analysis.stats import Interval, bootstrap_mean_rank, welch, welch_difference
 from poslab.analysis.zoo import ZooRun, load_zoo
 
 
@@ -41,13 +42,24 @@ def main(fixed_dir: str, variable_dir: str) -> None:
         cells += [welch_difference(score_b, score_a).cell(), f"{t:+.2f} ({df:.1f})"]
         print("| " + " | ".join(cells) + " |")
     print()
+    tasks = sorted({task for task, _ in shared})
     for name, cells in (("fixed", fixed), ("variable", variable)):
         print(f"Order by seed-mean score, {name} lengths:")
-        for task in sorted({task for task, _ in shared}):
-            scores = {e: Interval.of([r.score for r in runs]).mean for (t, e), runs in cells.items() if t == task}
+        for task in tasks:
+            scores = {e: Interval.of([r.score for r in cells[(t, e)]]).mean for t, e in shared if t == task}
             print(f"- {task}: " + " > ".join(f"{e} {s:.3f}" for e, s in sorted(scores.items(), key=lambda x: -x[1])))
         print()
-
+    print("Overall: mean rank over the shared tasks [95% paired bootstrap over seeds]\n")
+    print("| place | fixed length | mean rank | variable lengths | mean rank |")
+    print("|---|---|---|---|---|")
+    orders = []
+    for cells in (fixed, variable):
+        per_task = {t: {e: {r.seed: r.score for r in cells[(t, e)]} for tt, e in shared if tt == t} for t in tasks}
+        ranks = bootstrap_mean_rank(per_task)
+        orders.append(sorted(ranks.items(), key=lambda item: item[1][0]))
+    for place, (a, b) in enumerate(zip(*orders), start=1):
+        cell = lambda r: f"{r[1][0]:.2f} [{r[1][1]:.2f}, {r[1][2]:.2f}]"
+        print(f"| {place} | {a[0]} | {cell(a)} | {b[0]} | {cell(b)} |")
 
 if __name__ == "__main__":
     main(*sys.argv[1:3])
