@@ -18,6 +18,9 @@ from poslab.runs.files import MODEL_FILE
 from poslab.training import run
 from tests.conftest import compose_config, tiny_model
 
+# the compiler's start-up in a process (inductor, FlexAttention) is paid once: the module's tests on one worker
+pytestmark = pytest.mark.xdist_group("test_speed_options")
+
 FLEX_SETTINGS = {"alibi": {"slopes": None}, "rope": {"base": 10_000}}
 
 
