@@ -1,8 +1,10 @@
 """The zoo's explanations, measured: the figures behind docs/position_zoo.md's "What the zoo shows".
 
-    python docs/position_zoo/v2/explain.py ZOO_DIR [CHECKS_DIR] > docs/position_zoo/v2/explain.md
+    python docs/position_zoo/v2/explain.py docs/position_zoo/v2/runs docs/position_zoo/checks/runs \
+        > docs/position_zoo/v2/explain.md
 
-ZOO_DIR: the 5-seed zoo (experiment=position_zoo; docs/position_zoo/v2/runs/ holds its results). CHECKS_DIR: the
+ZOO_DIR (first argument): the 5-seed zoo (experiment=position_zoo; docs/position_zoo/v2/runs/ holds its results,
+or its multirun directory). CHECKS_DIR (optional; docs/position_zoo/checks/runs/ holds them): the
 checks run beside it on the same code and seeds, so every comparison with the zoo's runs is paired by seed (every
 encoding sees the same batches under a seed, tests/test_paired_batches.py):
 
@@ -106,7 +108,18 @@ def paired_rows(cells: Cells, a: str, b: str, tasks: list[str]) -> list[list[str
             seeds_cell(list(by_seed(runs_b, score).values())),
             paired_difference(by_seed(runs_a, score), by_seed(runs_b, score)).cell(),
         ])
+    if len(rows) > 1:
+        rows.append(mean_over_tasks(cells, a, b, [row[0] for row in rows]))
     return rows
+
+
+def mean_over_tasks(cells: Cells, a: str, b: str, tasks: list[str]) -> list[str]:
+    """One more row: per seed, the mean score over the tasks (seeds that both arms ran in every task), paired."""
+    seeds = set.intersection(*(set(cells[(t, a)]) & set(cells[(t, b)]) for t in tasks))
+    mean_a = {s: statistics.mean(cells[(t, a)][s].score for t in tasks) for s in sorted(seeds)}
+    mean_b = {s: statistics.mean(cells[(t, b)][s].score for t in tasks) for s in sorted(seeds)}
+    return ["mean over these tasks", str(len(seeds)), "", "", "", seeds_cell(list(mean_a.values())),
+            seeds_cell(list(mean_b.values())), paired_difference(mean_a, mean_b).cell()]
 
 
 def comparison(cells: Cells, a: str, b: str, title: str, tasks: list[str] | None = None) -> None:
