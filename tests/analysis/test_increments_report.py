@@ -220,6 +220,7 @@ def pinned_part(found: Any, expected: Any) -> Any:
     return found
 
 
+@pytest.mark.slow  # builds a module of trained runs
 def test_the_outputs_are_the_pinned_ones(pinned_cases):
     if os.environ.get("POSLAB_UPDATE_PINNED"):  # record them (once, from the code they pin)
         PINNED.parent.mkdir(exist_ok=True)
@@ -238,6 +239,7 @@ def test_the_outputs_are_the_pinned_ones(pinned_cases):
 # ------------------------------------------------------------------------------------ re-rendered from the summary
 
 
+@pytest.mark.slow  # builds a module of trained runs
 def test_the_summary_alone_renders_every_output_again_without_the_model(trained_runs, tmp_path, capsys):
     run_dir = tmp_path / "run"
     shutil.copytree(trained_runs["increments_layer"], run_dir)  # a copy: its checkpoint is deleted below
@@ -259,6 +261,7 @@ def test_the_summary_alone_renders_every_output_again_without_the_model(trained_
         assert (kept / name).read_bytes() == (full / name).read_bytes(), name
 
 
+@pytest.mark.slow  # builds a module of trained runs
 def test_rerendering_imports_no_torch(trained_runs, tmp_path):
     run_dir = trained_runs["increments_shared"]
     assert poslab_main(["analyze", "increments", str(run_dir), "--output-dir", str(tmp_path / "full")]) == 0

@@ -95,6 +95,7 @@ def test_intervals_come_from_the_seeds(multirun, report):
     assert rope["ratio_to_1x"]["2x"]["per_seed"]["0"] == pytest.approx(values[0] / one_x[0])
 
 
+@pytest.mark.slow  # builds a module of trained runs
 def test_the_ranking_averages_2x_to_16x_only(report):
     summary = json.loads(report.files["length.json"])
     rows = summary["corpora"]["my_notes"]["rows"]
@@ -134,6 +135,7 @@ def test_the_command_runs_from_directories_and_from_a_summary(multirun, tmp_path
     shutil.rmtree(empty)
 
 
+@pytest.mark.slow  # builds a module of trained runs
 def test_a_context_extension_is_measured_at_its_parents_multiples_beside_the_rule_at_test_time(multirun, tmp_path):
     """A context extension's row (trained on at 4x its parent's context 16, evaluated from 16 tokens) takes the
     parent's multiples, is named by its rule and factor, and the report sets it beside the parent's ``test_yarn``
@@ -159,6 +161,7 @@ def test_a_context_extension_is_measured_at_its_parents_multiples_beside_the_rul
     assert "context extension (fine-tuned) against the same rule at test time only" in report.report
 
 
+@pytest.mark.slow  # builds a module of trained runs
 def test_the_cost_of_evaluation_is_reported_beside_training(report):
     """Each run records the seconds of its evaluation after training (passkey's part in its grid): the report
     shows them per encoding with the evaluation's share of the run."""
