@@ -69,6 +69,7 @@ def test_a_job_composes_at_the_cpu_size_in_bf16_resumable_and_evaluated_to_16x(c
     assert cfg.name == f"lm_{corpus}_{encoding}"
 
 
+@pytest.mark.slow
 def test_train_py_checks_accept_the_zoo_jobs(tmp_path, monkeypatch):
     """The command line's checks (every job composed, settings, run directories) pass for a spread of the jobs;
     the sweeper's encodings and seeds are narrowed on the command line, which wins over the config's."""

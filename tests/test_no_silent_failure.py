@@ -218,6 +218,7 @@ def test_analyses_refuse_a_run_that_did_not_succeed(tmp_path, lag_run, capsys):
     assert f"1 run(s) left out, their status is not success: {run_dir} (diverged)" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_plain_rope_has_increments_of_exactly_one_once_window_starts_are_left_out(tmp_path, capsys):
     from poslab.training import run
 

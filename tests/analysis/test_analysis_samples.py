@@ -119,6 +119,7 @@ def test_hrope_sample_lines_count_documents_pairs_and_steps(tmp_path):
 
 
 @pytest.mark.parametrize("corpora", [["openwebtext"], ["openwebtext", "wikitext2"]])
+@pytest.mark.slow
 def test_analyze_corpus_says_n_a_where_nothing_could_be_compared(tmp_path, monkeypatch, capsys, corpora):
     cli_corpora(tmp_path, monkeypatch)
     argv = ["analyze", "corpus", *corpora, "--split", "all", "--no-embeddings", "--output-dir", str(tmp_path / "o")]

@@ -37,6 +37,7 @@ def test_analyze_corpus_writes_the_pinned_files(tmp_path, monkeypatch, capsys, n
     assert (out / "corpus_statistics.md").read_text() in printed
 
 
+@pytest.mark.slow
 def test_the_files_render_again_from_the_summary_alone(tmp_path, monkeypatch, capsys):
     """``poslab analyze corpus --from corpus_statistics.json``: the same files, byte for byte (the figure
     included), with the corpora gone and no embedder to load."""

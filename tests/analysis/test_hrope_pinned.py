@@ -161,6 +161,7 @@ def without_tmp(text: str, tmp_path: Path) -> str:
     return text.replace(str(tmp_path), "<tmp>")
 
 
+@pytest.mark.slow
 def test_the_report_of_a_multirun_is_the_pinned_report(tmp_path, monkeypatch):
     root, analyses = pinned_runs(tmp_path)
     monkeypatch.setattr(report, "analyze_run", lambda run, documents, **settings: analyses[str(run)])
@@ -187,6 +188,7 @@ def test_the_tables_of_the_write_ups_runs_are_the_pinned_tables():
     golden("docs_runs/hrope_runs.csv", runs_csv(analyses))
 
 
+@pytest.mark.slow
 def test_the_report_renders_again_from_its_summary_alone(tmp_path, monkeypatch, capsys):
     """``poslab analyze hrope --from hrope.json``: the same files, byte for byte (figures included), with the run
     directories gone (no model, no results.json, nothing to load) and nothing computed."""

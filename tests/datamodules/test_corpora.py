@@ -215,6 +215,7 @@ def test_a_fake_site_packages_inside_stdlib_is_left_out_and_meta_records_version
     assert meta["source_files"] == group.meta["source_files"]
 
 
+@pytest.mark.slow
 def test_a_text_corpus_selects_a_language_model_size_unless_model_or_an_experiment_says_otherwise(tmp_path):
     for corpus in ("wikitext2", "python_code", "openwebtext", "wiki_en_zh", "wikitext2_offline"):
         cfg = compose_config([f"corpus={corpus}", "encoding=hrope_axial"], tmp_path)
@@ -257,6 +258,7 @@ def test_lm_batches_are_windows_of_the_corpus_drawn_by_group_weight(tmp_path):
     assert coordinates["paragraph"].max() > 0 and torch.all(coordinates["sentence"] >= coordinates["paragraph"])
 
 
+@pytest.mark.slow
 def test_every_corpus_and_lm_experiment_composes(tmp_path):
     for corpus in sorted(p.stem for p in (CONF / "corpus").glob("*.yaml")):
         cfg = compose_config([f"corpus={corpus}"], tmp_path)

@@ -47,6 +47,7 @@ def local(path: Path | str, *extra: str, tmp_path: Path) -> list[str]:
     return ["corpus=local", f"corpus.path={path}", cache, "corpus.validation_fraction=0.3", *extra]
 
 
+@pytest.mark.slow
 def test_a_folder_of_text_trains_hrope_axial_names_the_run_and_is_analysed(tmp_path):
     from poslab.cli import main
     from poslab.training import run

@@ -144,6 +144,7 @@ def answers(task, length: int, seed: int, size: int = 2000) -> torch.Tensor:
     return torch.bincount(targets[:, -1], minlength=task.num_classes).float() / size
 
 
+@pytest.mark.slow
 def test_program_length_keeps_the_answers_distribution_across_lengths():
     padded, plain = make_task("counting", 21, program_length=32), make_task("counting", 21)
     distance = 0.5 * (answers(padded, 32, seed=1) - answers(padded, 256, seed=2)).abs().sum()

@@ -28,6 +28,7 @@ def tiny(encoding: str, attention: str, **settings) -> Transformer:
     return tiny_model(encoding, attention, n_heads=4, max_length=512, **{**FLEX_SETTINGS[encoding], **settings})
 
 
+@pytest.mark.slow
 def test_state_dicts_with_the_orig_mod_prefix_save_and_load(tmp_path):
     from omegaconf import OmegaConf
 

@@ -34,6 +34,7 @@ def test_a_finished_run_is_skipped_and_nothing_is_written(tmp_path):
     assert results.read_bytes() == written and (tmp_path / "model.pt").stat().st_mtime_ns == model
 
 
+@pytest.mark.slow
 def test_an_unfinished_run_resumes_from_its_last_checkpoint_and_ends_as_an_uninterrupted_one(tmp_path):
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     base = ["encoding=rope", *SMALL, "callbacks.checkpoint.every_n_train_steps=3", "ckpt_path=auto"]

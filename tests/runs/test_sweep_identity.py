@@ -275,6 +275,7 @@ def test_runs_of_one_seed_with_other_settings_are_no_duplicates(tmp_path):
 BASE = ["encoding=rope", *SMALL, "trainer.max_steps=4", "callbacks.checkpoint.every_n_train_steps=2"]
 
 
+@pytest.mark.slow
 def test_a_damaged_results_file_under_auto_resumes_with_every_resume_check(tmp_path, caplog):
     run_dir = tmp_path / "run"
     run(compose_config([*BASE, "ckpt_path=auto"], run_dir))
