@@ -215,11 +215,15 @@ def bootstrap_ranks(
 
     ``scores[method][seed_id]``. Each round resamples the seed ids with replacement -- the same ids for every
     method, because methods share data under a seed (paired) -- takes each method's mean over the resampled
-    seeds (those it has), and ranks the methods. Deterministic for a given ``seed``.
+    seeds (those it has), and ranks the methods. Deterministic for a given ``seed``. With one seed there is no
+    interval (resampling one seed gives it back): every method gets (1, number of methods), so nothing is separated.
     """
     if not scores:
         return {}
-    _, matrix = _score_matrix(scores)
+    seeds, matrix = _score_matrix(scores)
+    if len(seeds) < 2:  # one seed: resampling it gives it back every round, a spread of 0 that is no interval
+        point = _ranks(_seed_means(matrix), higher_is_better)
+        return {m: (1, len(scores), float(point[i])) for i, m in enumerate(scores)}
     rng = np.random.default_rng(seed)
     ranks = _ranks(_resampled_means(matrix, rounds, rng), higher_is_better)  # methods x rounds
     low = np.percentile(ranks, 2.5, axis=1, method="inverted_cdf")
@@ -256,9 +260,13 @@ def bootstrap_mean_rank(
     ties share the better rank); the overall figure is a method's mean rank over the tasks it was run on. The
     bootstrap resamples seed ids *paired across methods* (they share a task's data under a seed) and
     *independently per task*: a seed id names different data in different tasks, so nothing ties task A's
-    seed 0 to task B's. Deterministic for a given ``seed``.
+    seed 0 to task B's. Deterministic for a given ``seed``. Where a task has one seed there is no interval: every
+    method gets (its mean rank, 1, number of methods).
     """
     methods = sorted({m for scores in per_task.values() for m in scores})
+    point = mean_ranks(per_task, higher_is_better)
+    if any(len(_score_matrix(scores)[0]) < 2 for scores in per_task.values() if scores):
+        return {m: (point[m], 1.0, float(len(methods))) for m in methods}  # a task of one seed: no interval
     rng = np.random.default_rng(seed)
     boot_sum, count = np.zeros((len(methods), rounds)), np.zeros(len(methods))
     for task in sorted(per_task):  # sorted: the draws do not depend on the dict's order
@@ -269,7 +277,6 @@ def bootstrap_mean_rank(
         _, matrix = _score_matrix(scores)
         boot_sum[rows] += _ranks(_resampled_means(matrix, rounds, rng), higher_is_better)
         count[rows] += 1
-    point = mean_ranks(per_task, higher_is_better)
     result = {}
     for i, m in enumerate(methods):
         low, high = np.percentile(boot_sum[i] / count[i], [2.5, 97.5])

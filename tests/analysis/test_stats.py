@@ -97,7 +97,7 @@ def test_bootstrap_ranks_are_paired_over_seeds():
 
 
 def test_ties_share_the_better_rank():
-    scores = {"a": {0: 1.0}, "b": {0: 1.0}, "c": {0: 0.0}}
+    scores = {"a": {0: 1.0, 1: 1.0}, "b": {0: 1.0, 1: 1.0}, "c": {0: 0.0, 1: 0.0}}
     ranks = stats.bootstrap_ranks(scores, rounds=10)
     assert ranks == {"a": (1, 1, 1.0), "b": (1, 1, 1.0), "c": (3, 3, 3.0)}
 
@@ -175,3 +175,19 @@ def test_order_agreement_counts_pairs_ordered_as_the_reference():
     assert same == [("wiki", "web")] and opposite == [("code", "wiki"), ("code", "web")]
     tied = stats.order_agreement({"code": 1.0, "wiki": 1.0, "web": math.nan}, reference)
     assert tied == ([], [], [("code", "wiki")])  # a tie is neither; a NaN leaves its pairs out
+
+
+def test_one_seed_gives_no_rank_interval_and_separates_nothing():
+    """Resampling a single seed returns it every round: a zero spread, which is no interval. Each method's rank
+    interval is then the whole range, so the ranking says that no place is separated."""
+    scores = {"a": {0: 0.9}, "b": {0: 0.5}, "c": {0: 0.1}}
+    ranks = stats.bootstrap_ranks(scores)
+    assert {m: r[:2] for m, r in ranks.items()} == {"a": (1, 3), "b": (1, 3), "c": (1, 3)}
+    assert [r[2] for r in ranks.values()] == [1.0, 2.0, 3.0]  # the point ranks stay
+    assert stats.not_separated({m: r[:2] for m, r in ranks.items()}, ["a", "b", "c"]) == [["a", "b", "c"]]
+    two_seeds = stats.bootstrap_ranks({"a": {0: 0.9, 1: 0.9}, "b": {0: 0.5, 1: 0.5}, "c": {0: 0.1, 1: 0.1}})
+    assert two_seeds["a"][:2] == (1, 1)  # with two seeds that agree, a clear order is separated
+
+    per_task = {"t1": scores, "t2": {"a": {0: 0.8, 1: 0.7}, "b": {0: 0.6, 1: 0.5}, "c": {0: 0.2, 1: 0.1}}}
+    mean_rank = stats.bootstrap_mean_rank(per_task)
+    assert mean_rank["a"] == (1.0, 1.0, 3.0) and mean_rank["c"] == (3.0, 1.0, 3.0)
