@@ -1,0 +1,63 @@
+"""The ALiBi paper's comparison as a shape: cross-entropy at a longer length over cross-entropy at the training length.
+
+    python docs/lm_extrapolation/alibi_shape.py docs/lm_extrapolation/length.json > docs/lm_extrapolation/alibi_shape.md
+
+Reads only the summary of ``poslab report length`` (its ``length.json``). Press et al. (2022), Table 3 (WikiText-103,
+trained at 512 tokens, perplexity at 512 / 1012 / 2512): a perplexity ratio is not comparable across tokenisations,
+but a ratio of log perplexities is a ratio of cross-entropies, which is what poslab's "ratio to 1x" of bits per
+byte is (bits per byte = nats per token x tokens per byte / ln 2: the factor cancels in the ratio). So the paper's
+ln(ppl at L) / ln(ppl at 512) at L = 1012 (1.98x) and 2512 (4.9x) sits beside poslab's ratio at 2x and 4x (and
+8x, 16x). The verdict the issue asks for is about ordering and shape: absolute encodings explode, RoPE rises, T5
+and ALiBi stay flat.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+PAPER = {  # perplexity at 512 / 1012 / 2512, Press et al. (2022), trained at 512
+    "sinusoid": (20.05, 43.54, 132.41),
+    "rope": (20.07, 21.37, 31.58),
+    "t5_bias": (19.65, 18.79, 20.41),
+    "alibi": (19.73, 18.73, 18.41),
+}
+MULTIPLES = ("2x", "4x", "8x", "16x")
+
+
+def paper_ratios(name: str) -> str:
+    if name not in PAPER:
+        return ""
+    at_512, at_1012, at_2512 = (math.log(p) for p in PAPER[name])
+    return f"{at_1012 / at_512:.3f} / {at_2512 / at_512:.3f}"
+
+
+def cell(figure: dict | None) -> str:
+    if not figure or figure.get("mean") is None:
+        return ""
+    text = f"{figure['mean']:.3f}"
+    if figure.get("low") is not None:
+        text += f" [{figure['low']:.2f}, {figure['high']:.2f}]"
+    return text
+
+
+def main(summary_path: str) -> None:
+    summary = json.loads(Path(summary_path).read_text(encoding="utf-8"))
+    for corpus, part in summary["corpora"].items():
+        rows = [row for row in part["rows"] if row["way"] == "plain"]
+        rows.sort(key=lambda row: row["ratio_to_1x"].get("16x", {}).get("mean") or math.inf)
+        print(f"### {corpus}: cross-entropy at L over cross-entropy at the training length (plain evaluation)\n")
+        print("| encoding | seeds | 1x bits/byte | " + " | ".join(MULTIPLES) + " | paper: 1.98x / 4.9x |")
+        print("|---|---|---|" + "---|" * len(MULTIPLES) + "---|")
+        for row in rows:
+            ratios = [cell(row["ratio_to_1x"].get(m)) for m in MULTIPLES]
+            one_x = cell(row["bpb"].get("1x"))
+            cells = [row["encoding"], str(row["seeds"]), one_x, *ratios, paper_ratios(row["encoding"])]
+            print("| " + " | ".join(cells) + " |")
+        print()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
