@@ -50,6 +50,18 @@ def seeded_rngs():
     seed_all()
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks into the --dist loadgroup groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses a module-scoped fixture (a module of tiny trained runs) runs on its module's worker: the
+    fixture is built once a module, not once a worker (``--dist loadgroup`` hands every other test out alone)."""
+    for item in items:
+        fixtures = getattr(item, "_fixtureinfo", None)
+        if fixtures is None:
+            continue
+        if any(defs[-1].scope == "module" for defs in fixtures.name2fixturedefs.values() if defs):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
 def pytest_terminal_summary(terminalreporter, config) -> None:
     """The random order's seed, last (``-q`` hides pytest-randomly's header line, which says it first)."""
     seed = config.getoption("randomly_seed", None)

@@ -17,9 +17,6 @@ from poslab.extension import extended_config
 from poslab.settings import shortest_eval_length
 from tests.conftest import compose_config, run_train
 
-# its module-scoped fixtures (trained runs) are built once: every test of the module on one worker (--dist loadgroup)
-pytestmark = pytest.mark.xdist_group("test_context_extension")
-
 #: a parent small enough for a few CPU seconds: the where_am_i model on 16-byte windows
 SMALL = [
     "model=tiny",

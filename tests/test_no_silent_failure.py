@@ -16,9 +16,6 @@ from poslab.cli import main as poslab_main
 from tests.conftest import compose_config, job_dir, run_train
 from tests.datamodules.test_corpora import make_corpus
 
-# its module-scoped fixtures (trained runs) are built once: every test of the module on one worker (--dist loadgroup)
-pytestmark = pytest.mark.xdist_group("test_no_silent_failure")
-
 FAST = ["debug=fast", "~callbacks.progress_bar", "threads=1", "trainer.max_steps=4"]
 CHECKPOINTS = ["callbacks.checkpoint.every_n_train_steps=2"]
 

@@ -45,9 +45,6 @@ from poslab.runs.files import MODEL_FILE, RESULTS_FILE
 from poslab.training import run
 from tests.conftest import CONF, compose_config
 
-# its module-scoped fixtures (trained runs) are built once: every test of the module on one worker (--dist loadgroup)
-pytestmark = pytest.mark.xdist_group("test_recipes")
-
 # context_extension continues a trained parent run: tests/test_context_extension.py runs it from one
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem != "context_extension")
 CORPORA = sorted(p.stem for p in (CONF / "corpus").glob("*.yaml") if p.stem != "synthetic")

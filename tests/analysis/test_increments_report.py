@@ -19,9 +19,6 @@ from poslab.cli import main as poslab_main
 from tests.conftest import compose_config, make_unwritable
 from tests.datamodules.test_corpora import make_corpus, write_jsonl
 
-# its module-scoped fixtures (trained runs) are built once: every test of the module on one worker (--dist loadgroup)
-pytestmark = pytest.mark.xdist_group("test_increments_report")
-
 ZH = "人工智能是计算机科学的一个分支。它研究如何让机器像人一样思考和学习。自然语言处理是人工智能的重要方向。"
 WIKI = "北京是中华人民共和国的首都，也是全国的政治中心和文化中心。"
 

@@ -20,9 +20,6 @@ from poslab.config import compose_config
 from poslab.training import run
 from tests.datamodules.test_local_corpus import text_folder
 
-# its module-scoped fixtures (trained runs) are built once: every test of the module on one worker (--dist loadgroup)
-pytestmark = pytest.mark.xdist_group("test_length_report")
-
 ENCODINGS, SEEDS = ("rope", "alibi"), (0, 1)
 PNGS = {"length_bpb.png", "length_position.png", "length_passkey_my_notes.png"}
 

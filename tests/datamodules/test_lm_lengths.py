@@ -26,9 +26,6 @@ from tests.conftest import run_train
 from tests.datamodules.test_corpora import make_corpus
 from tests.datamodules.test_local_corpus import text_folder
 
-# its module-scoped fixtures (trained runs) are built once: every test of the module on one worker (--dist loadgroup)
-pytestmark = pytest.mark.xdist_group("test_lm_lengths")
-
 CONTEXT = 24  # T5's buckets want a training length past 16; 4x is 96
 TINY = [
     "model=tiny",
