@@ -179,9 +179,14 @@ def welch_difference(a: Sequence[float], b: Sequence[float]) -> Interval:
     return Interval(diff, diff - half, diff + half, len(a) + len(b))
 
 
+def _seed_ids(scores: Mapping[str, Mapping[int, float]]) -> list[int]:
+    """The seed ids any method has, sorted."""
+    return sorted({s for per_seed in scores.values() for s in per_seed})
+
+
 def _score_matrix(scores: Mapping[str, Mapping[int, float]]) -> tuple[list[int], np.ndarray]:
     """Seed ids (the union over methods) and a methods x seeds array, NaN where a method lacks a seed."""
-    seeds = sorted({s for per_seed in scores.values() for s in per_seed})
+    seeds = _seed_ids(scores)
     matrix = np.array([[per_seed.get(s, math.nan) for s in seeds] for per_seed in scores.values()], dtype=float)
     return seeds, matrix.reshape(len(scores), len(seeds))
 
@@ -220,8 +225,8 @@ def bootstrap_ranks(
     """
     if not scores:
         return {}
-    seeds, matrix = _score_matrix(scores)
-    if len(seeds) < 2:  # one seed: resampling it gives it back every round, a spread of 0 that is no interval
+    _, matrix = _score_matrix(scores)
+    if len(_seed_ids(scores)) < 2:  # one seed: resampling gives it back every round, a spread of 0, no interval
         point = _ranks(_seed_means(matrix), higher_is_better)
         return {m: (1, len(scores), float(point[i])) for i, m in enumerate(scores)}
     rng = np.random.default_rng(seed)
@@ -265,7 +270,7 @@ def bootstrap_mean_rank(
     """
     methods = sorted({m for scores in per_task.values() for m in scores})
     point = mean_ranks(per_task, higher_is_better)
-    if any(len(_score_matrix(scores)[0]) < 2 for scores in per_task.values() if scores):
+    if any(len(_seed_ids(scores)) < 2 for scores in per_task.values() if scores):
         return {m: (point[m], 1.0, float(len(methods))) for m in methods}  # a task of one seed: no interval
     rng = np.random.default_rng(seed)
     boot_sum, count = np.zeros((len(methods), rounds)), np.zeros(len(methods))
