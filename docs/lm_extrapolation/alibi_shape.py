@@ -18,6 +18,8 @@ import math
 import sys
 from pathlib import Path
 
+from poslab.analysis.stats import Interval, paired_difference
+
 PAPER = {  # perplexity at 512 / 1012 / 2512, Press et al. (2022), trained at 512
     "sinusoid": (20.05, 43.54, 132.41),
     "rope": (20.07, 21.37, 31.58),
@@ -25,6 +27,18 @@ PAPER = {  # perplexity at 512 / 1012 / 2512, Press et al. (2022), trained at 51
     "alibi": (19.73, 18.73, 18.41),
 }
 MULTIPLES = ("2x", "4x", "8x", "16x")
+# The paper's claims as paired contrasts of ratios (seeds share the corpus and the held-out bytes): "A - B" at a
+# multiple is A's ratio to 1x minus B's; "A - 1" asks whether A is flat.
+CONTRASTS = (
+    ("alibi", None),
+    ("t5_bias", None),
+    ("rope", None),
+    ("sinusoid", None),
+    ("sinusoid", "rope"),
+    ("rope", "alibi"),
+    ("t5_bias", "alibi"),
+    ("rope", "t5_bias"),
+)
 
 
 def paper_ratios(name: str) -> str:
@@ -43,6 +57,32 @@ def cell(figure: dict | None) -> str:
     return text
 
 
+def per_seed(row: dict, multiple: str) -> dict[int, float]:
+    return {int(seed): value for seed, value in row["ratio_to_1x"].get(multiple, {}).get("per_seed", {}).items()}
+
+
+def contrast_table(rows: list[dict]) -> None:
+    """Each claim of the paper's shape as an interval over seeds: a ratio minus 1 (flat?) or A's minus B's."""
+    by_name = {row["encoding"]: row for row in rows}
+    print("Paired over seeds (mean [95% t-interval]; n/a: fewer than two seeds in common):\n")
+    print("| contrast | " + " | ".join(MULTIPLES) + " |")
+    print("|---|" + "---|" * len(MULTIPLES))
+    for first, second in CONTRASTS:
+        if first not in by_name or (second is not None and second not in by_name):
+            continue
+        cells = []
+        for multiple in MULTIPLES:
+            a = per_seed(by_name[first], multiple)
+            if second is None:
+                interval = Interval.of(value - 1.0 for value in a.values())
+            else:
+                interval = paired_difference(a, per_seed(by_name[second], multiple))
+            cells.append(f"{interval.cell(3)} (n={interval.n})")
+        label = f"{first} - 1" if second is None else f"{first} - {second}"
+        print(f"| {label} | " + " | ".join(cells) + " |")
+    print()
+
+
 def main(summary_path: str) -> None:
     summary = json.loads(Path(summary_path).read_text(encoding="utf-8"))
     for corpus, part in summary["corpora"].items():
@@ -57,6 +97,7 @@ def main(summary_path: str) -> None:
             cells = [row["encoding"], str(row["seeds"]), one_x, *ratios, paper_ratios(row["encoding"])]
             print("| " + " | ".join(cells) + " |")
         print()
+        contrast_table(rows)
 
 
 if __name__ == "__main__":

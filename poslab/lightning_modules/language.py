@@ -219,8 +219,11 @@ class LanguageModelModule(TransformerModule):
         figures: dict[str, Any] = {}
         curves: dict[str, dict[str, Any]] = {}
         for length in self.eval_lengths:
-            sums = self.totals[str(length)].sums()
-            self.totals[str(length)].reset()
+            totals = self.totals[str(length)]
+            if not totals.update_called:  # a length the held-out text cannot hold: no batch came (no warning)
+                continue
+            sums = totals.sums()
+            totals.reset()
             if float(sums["tokens"][0].sum()) == 0:
                 continue
             figures[str(length)] = self.length_row(length, sums)

@@ -26,8 +26,8 @@ from poslab.analysis.hrope.plots import plot_wells
 from poslab.analysis.hrope.runs import RunAnalysis
 from poslab.analysis.increments import render as increments_render
 from poslab.analysis.increments.compute import DEFAULT_SENTENCES, positions_learned
-from poslab.analysis.increments.readings import positions_from_deltas
-from poslab.analysis.increments.render import positions_figure, positions_title
+from poslab.analysis.increments.readings import CategoryRow, positions_from_deltas
+from poslab.analysis.increments.render import format_category_table, positions_figure, positions_title
 from poslab.analysis.increments.text import byte_categories
 from poslab.analysis.length import LengthRun, length_summary
 from poslab.analysis.length_render import plot_bpb, plot_positions
@@ -514,6 +514,27 @@ def test_the_increments_picture_of_plain_rope_is_not_titled_learned_positions():
     assert "learned positions" not in title and "not learned" in title and "δ = 1" in title, title
     title = positions_title("increments_layer", learned=True, unit_steps=False, steps="50 of 2000")
     assert title.startswith("increments_layer: positions learned") and "50 of 2000" in title, title
+
+
+def test_the_increments_picture_draws_every_character_apart_when_positions_start_at_zero():
+    """Plain RoPE counts 0, 1, 2, ...: δ_0 = 0, so the first character must not be drawn where the second is."""
+    text = "Artificial"
+    tokens = list(text.encode("utf-8"))
+    positions = np.arange(len(tokens), dtype=float)[None]  # what token_increments' δ sum to for RoPE
+    fig = positions_figure(text, tokens, positions, layer_names=["shared"])
+    (ax,) = fig.axes
+    xs = [t.get_position()[0] for t in ax.texts]
+    assert [t.get_text() for t in ax.texts] == list(text)
+    assert all(b - a == pytest.approx(1.0) for a, b in zip(xs, xs[1:])), xs
+    low, high = ax.get_xlim()
+    assert low < xs[0] and xs[-1] < high
+    plt.close(fig)
+
+
+def test_the_increments_table_of_plain_rope_is_not_headed_learned():
+    rows = [CategoryRow(layer="shared", category="en_lower", count=3, mean=1.0, range_min=1.0, range_max=1.0)]
+    assert format_category_table(rows, learned=False).splitlines()[0] == "Counted increment δ, not learned (shared)"
+    assert format_category_table(rows).splitlines()[0] == "Learned Increment δ (shared)"
 
 
 @pytest.mark.parametrize("figure", [name for name in FIGURES if name.startswith("passkey_heatmap")], indirect=True)

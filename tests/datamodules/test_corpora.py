@@ -156,6 +156,17 @@ def test_missing_corpus_says_what_was_looked_for_where_and_how_to_provide_it(tmp
     assert "POSLAB_DATA_DIR" in message and "wikimedia/wikipedia" in message and "HF_HUB_OFFLINE" in message
 
 
+def test_missing_files_of_a_group_without_a_hub_copy_do_not_send_the_user_online(tmp_path, monkeypatch):
+    """wikitext2_offline's groups have no hub copy: the message says so, and neither tells of a hub to try."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = compose_config(["corpus=wikitext2_offline", "paths.data_dir=" + str(tmp_path / "nothing")], tmp_path)
+    with pytest.raises(ConfigError) as info:
+        build_datamodule(cfg).setup()
+    message = str(info.value)
+    assert "has no hub copy" in message and str(tmp_path / "nothing") in message
+    assert "go online" not in message and "no hub dataset is not" not in message
+
+
 @pytest.mark.slow
 def test_train_py_with_a_missing_corpus_exits_with_the_message(tmp_path):
     result = run_train(["corpus=openwebtext", f"paths.data_dir={tmp_path}", "trainer.max_steps=2"], tmp_path)

@@ -102,3 +102,10 @@ def test_empty_files_are_counted_logged_and_recorded(tmp_path, caplog):
     assert sources["files"] == 8 and sources["empty_files"] == 2
     assert sorted(Path(p).name for p in sources["empty_listing"]) == ["blank.txt", "empty.txt"]
     assert any("2 of 8 files" in r.getMessage() and "no document" in r.getMessage() for r in caplog.records)
+    caplog.clear()  # the same corpus again, from its cache: the line is said again, once
+    with caplog.at_level(logging.INFO, logger="poslab"):
+        prepare_corpus(local(folder, tmp_path, "corpus.validation_fraction=0.4"), tmp_path, tmp_path / "c")
+    assert [r.getMessage() for r in caplog.records if "no document" in r.getMessage()] == [
+        m for m in [r.getMessage() for r in caplog.records] if "2 of 8 files" in m
+    ]
+    assert sum("2 of 8 files" in r.getMessage() for r in caplog.records) == 1

@@ -12,7 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from poslab.builders import build_datamodule
-from poslab.datamodules.corpora import decode_bytes, prepare_corpus
+from poslab.datamodules.corpora import SPLIT_BY_BYTES, decode_bytes, prepare_corpus
 from tests.conftest import compose_config
 
 
@@ -99,3 +99,6 @@ def test_a_single_document_is_split_by_bytes_its_tail_held_out(tmp_path, caplog)
     assert split["rule"] == "tail" and split["validation_fraction"] == 0.1
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "one document" in said and "split by bytes" in said
+    assert "/main: 1 document," in said  # its tail is not a second document
+    (listed,) = group.meta["source_files"]["listing"]
+    assert listed["split"] == SPLIT_BY_BYTES  # not "by document"

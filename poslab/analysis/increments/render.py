@@ -53,17 +53,24 @@ BYTE_ONLY_LAYERS = ("shared", "L0")
 # Tables and CSVs
 
 
-def format_category_table(rows: Sequence[CategoryRow], sort_by_mean: bool = True) -> str:
+#: the category table's heading per layer, by whether the positions are learned (the write-up's) or counted
+LEARNED_HEADING = "Learned Increment δ"
+COUNTED_HEADING = "Counted increment δ, not learned"
+
+
+def format_category_table(rows: Sequence[CategoryRow], sort_by_mean: bool = True, learned: bool = True) -> str:
     """The table as the write-up prints it: a ``Learned Increment δ (L0)`` header per layer, then one
     ``English (lowercase) 0.68–0.96 (mean 0.79)`` line per category, smallest mean first (as the write-up
-    orders them) unless ``sort_by_mean`` is False."""
+    orders them) unless ``sort_by_mean`` is False. ``learned=False`` (plain RoPE: δ = 1 per byte, counted)
+    heads each layer ``Counted increment δ, not learned``, so the baseline is not read as a learned table."""
     layers = list(dict.fromkeys(r.layer for r in rows))
+    heading = LEARNED_HEADING if learned else COUNTED_HEADING
     lines = []
     for layer in layers:
         mine = [r for r in rows if r.layer == layer]
         if sort_by_mean:
             mine.sort(key=lambda r: r.mean)
-        lines.append(f"Learned Increment δ ({layer})")
+        lines.append(f"{heading} ({layer})")
         lines += [
             f"{CATEGORY_LABELS[r.category]} {r.range_min:.2f}–{r.range_max:.2f} (mean {r.mean:.2f})" for r in mine
         ]
@@ -176,8 +183,11 @@ def character_label(char: str) -> tuple[str, str | None, bool]:
 
 def character_spans(chars: list[tuple[str, int, int]], pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Where each character starts and how wide it is, per layer (``[L, C]`` each): from the position before its
-    first byte (0 for the first token) to the position of its last byte."""
-    before = np.concatenate([np.zeros((pos.shape[0], 1)), pos[:, :-1]], axis=1)  # position before each token
+    first byte to the position of its last byte. The first token has no position before it; it gets the row's
+    median step (counted positions start at 0, so ``before = 0`` would draw the first two characters at one x)."""
+    steps = np.diff(pos, axis=1)
+    typical = np.median(steps, axis=1, keepdims=True) if steps.shape[1] else np.ones((pos.shape[0], 1))
+    before = np.concatenate([pos[:, :1] - typical, pos[:, :-1]], axis=1)  # position before each token
     firsts = np.array([first for _, first, _ in chars])
     lasts = np.array([last for _, _, last in chars])
     return before[:, firsts], pos[:, lasts] - before[:, firsts]
@@ -206,7 +216,9 @@ def _draw_row(
             fontproperties=fonts.get(font),
             parse_math=False,  # a lone '$' is a character, not the start of mathtext
         )
-    ax.set_xlim(-0.02 * row[-1], row[-1] * 1.02)
+    left, right = min(x0 for x0, _ in spans), float(row[-1])
+    pad = 0.02 * (right - left)
+    ax.set_xlim(left - pad, right + pad)
     ax.set_ylim(0, 1)
     ax.set_yticks([])
     ax.set_ylabel(name, rotation=0, ha="right", va="center")
@@ -315,7 +327,7 @@ def report_text(summary: dict[str, Any]) -> str:
         "",
         f"δ by byte category on {text['bytes']:,} held-out bytes ({', '.join(text['streams'])}; each window's first "
         f"byte left out):",
-        format_category_table(category_rows(summary)),
+        format_category_table(category_rows(summary), learned=summary["pictures"]["learned"]),
     ]
     if summary["validation_documents"] is not None:  # held-out text: the validation documents behind the table
         lines.append(

@@ -57,6 +57,7 @@ from poslab.datamodules.corpora.local import (
 from poslab.datamodules.corpora.provenance import (
     LISTED_FILES,
     PYTHON_SUFFIXES,
+    SPLIT_BY_BYTES,
     SPLIT_BY_DOCUMENT,
     data_notes,
     describe,
@@ -114,6 +115,7 @@ __all__ = [
     "ResolvedGroup",
     "SEPARATOR",
     "SPLITS",
+    "SPLIT_BY_BYTES",
     "SPLIT_BY_DOCUMENT",
     "SPLIT_RULE",
     "STDLIB",

@@ -27,7 +27,7 @@ from poslab.datamodules.corpora.documents import SPLIT_RULE
 from poslab.datamodules.corpora.provenance import named_files
 from poslab.datamodules.corpora.resolution import ResolvedGroup, resolve_corpus
 from poslab.datamodules.corpora.sources import SPLITS
-from poslab.datamodules.corpora.writer import CHECKSUM, _array_files, _digest, _write_group
+from poslab.datamodules.corpora.writer import CHECKSUM, _array_files, _digest, _write_group, log_empty
 from poslab.datamodules.tokenization import BpeTokenizer, Tokenizer, load_tokenizer
 from poslab.errors import ConfigError, DataError
 from poslab.settings import with_corpus_defaults
@@ -105,6 +105,7 @@ def prepare_group(
     if prepared.meta.get("split"):  # what the split came out as, whether prepared now or before
         _log_split(f"{corpus}/{group.name}", prepared.meta["split"])
     _log_replaced(f"{corpus}/{group.name}", prepared.meta.get("decode") or {})
+    log_empty(f"{corpus}/{group.name}", prepared.meta.get("source_files") or {})
     return prepared
 
 

@@ -13,6 +13,7 @@ from poslab.datamodules.corpora.sources import LocalSource
 
 LISTED_FILES = 20  # files listed one by one in meta.json and results.json; a larger group shows its first ones
 SPLIT_BY_DOCUMENT = "train+validation (by document)"  # a source not pinned to a split feeds both, per document
+SPLIT_BY_BYTES = "train+validation (by bytes: its tail held out)"  # a group of one document (SplitPlan "tail")
 
 
 def file_sha256(path: Path) -> str:

@@ -151,13 +151,15 @@ def resolve_group(corpus: str, group: SourceGroup, data_dir: Path, decode_errors
     if group.hub is not None and not hub_is_offline():
         return ResolvedGroup(group, [], use_hub=True, decode_errors=decode_errors)
     looked = ", ".join(str(data_dir / s.pattern) for s in group.local) or "(no local patterns)"
-    hub = f"the hub dataset {group.hub.path} ({group.hub.name})" if group.hub else "no hub dataset"
-    offline = " (HF_HUB_OFFLINE is set, so the hub was not tried)" if group.hub and hub_is_offline() else ""
+    if group.hub is not None:  # offline, or the hub would have been used above
+        hub = f"the hub dataset {group.hub.path} ({group.hub.name}) was not tried (HF_HUB_OFFLINE is set)"
+        online = ", or go online (unset HF_HUB_OFFLINE) so that `datasets` can fetch the hub copy"
+    else:
+        hub, online = "this source group has no hub copy", ""
     raise ConfigError(
-        f"corpus {corpus!r}, source group {group.name!r}: no local files matched {looked}, and {hub} is not "
-        f"available{offline}. Put the files there in one of the formats {', '.join(FORMATS)} (e.g. a .jsonl with a "
-        f"'text' field), or point POSLAB_DATA_DIR (paths.data_dir, now {data_dir}) at a directory that has them, "
-        f"or go online so that `datasets` can fetch the hub copy."
+        f"corpus {corpus!r}, source group {group.name!r}: no local files matched {looked}, and {hub}. Put the "
+        f"files there in one of the formats {', '.join(FORMATS)} (e.g. a .jsonl with a 'text' field), or point "
+        f"POSLAB_DATA_DIR (paths.data_dir, now {data_dir}) at a directory that has them{online}."
     )
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from poslab.datamodules.corpora.coordinates import BOUNDARY_ARRAYS, COORDINATES
 from poslab.datamodules.corpora.documents import SplitPlan
-from poslab.datamodules.corpora.provenance import LISTED_FILES
+from poslab.datamodules.corpora.provenance import LISTED_FILES, SPLIT_BY_BYTES, SPLIT_BY_DOCUMENT
 from poslab.datamodules.corpora.resolution import ResolvedGroup
 from poslab.datamodules.corpora.sources import SPLITS
 from poslab.datamodules.segmentation import segment
@@ -128,7 +128,8 @@ class _Progress:
         rate = self.bytes / 1e6 / max(now - self.start, 1e-9)
         of = f" (of {self.total / 1e6:,.1f} MB of files)" if self.total else ""
         elapsed = now - self.start
-        return f"{self.documents:,} documents, {self.bytes / 1e6:,.1f} MB{of} in {elapsed:.0f} s, {rate:.1f} MB/s"
+        documents = f"{self.documents:,} document{'s' if self.documents != 1 else ''}"
+        return f"{documents}, {self.bytes / 1e6:,.1f} MB{of} in {elapsed:.0f} s, {rate:.1f} MB/s"
 
     def update(self, n_bytes: int) -> None:
         self.documents, self.bytes = self.documents + 1, self.bytes + n_bytes
@@ -171,6 +172,10 @@ def _write_into(
     finally:
         for split, writer in writers.items():
             arrays[split] = writer.close()
+    if resolved.plan is not None and resolved.plan.rule == "tail":  # one document, cut in two by bytes
+        progress.documents -= 1  # its tail is not another document
+        for entry in summary.get("listing", []):
+            entry["split"] = SPLIT_BY_BYTES if entry["split"] == SPLIT_BY_DOCUMENT else entry["split"]
     progress.done()
     meta = {
         **settings,
@@ -193,7 +198,6 @@ def _write_into(
     if not resolved.use_hub:  # files that gave no document (empty, blank lines, no text field): counted, listed
         summary["empty_files"] = len(resolved.empty)
         summary["empty_listing"] = resolved.empty[:LISTED_FILES]
-        _log_empty(f"{settings['corpus']}/{settings['group']}", summary)
     meta["split"] = _split_record(resolved.plan, fraction, meta["splits"])
     empty = [split for split, writer in writers.items() if writer.count == 0]
     if empty:
@@ -223,7 +227,8 @@ def _split_record(plan: SplitPlan | None, fraction: float, splits: dict[str, dic
     return record
 
 
-def _log_empty(name: str, summary: dict[str, Any]) -> None:
+def log_empty(name: str, summary: dict[str, Any]) -> None:
+    """One line, whether prepared now or before: the files that gave no document (meta.json's source_files)."""
     empty = summary.get("empty_files", 0)
     if empty:
         shown = ", ".join(Path(p).name for p in summary.get("empty_listing", [])[:3])
