@@ -130,12 +130,17 @@ def _legend(fig: Any, axes: list[Any]) -> None:
     fig.legend(labels.values(), labels.keys(), loc="outside right upper", fontsize=6)
 
 
+def line_style(i: int) -> dict[str, Any]:
+    """The i-th line's colour and dash: ten distinct hues, then the same hues dashed, then dotted, so 21 encodings
+    give 21 lines a reader can tell apart (tab20's paired shades are near-twins, and its 21st repeats the 1st)."""
+    return {"color": f"C{i % 10}", "ls": ("-", "--", ":")[(i // 10) % 3]}
+
+
 def plot_bpb(summary: dict[str, Any]) -> Any:
     """Bits per byte by evaluation length, one panel per corpus, a line per plain encoding (seed means, the
     t-interval shaded), the training length marked."""
     lines = max(sum(row["way"] == "plain" for row in part["rows"]) for part in summary["corpora"].values())
     fig, axes = _panels(len(summary["corpora"]), lines)
-    colours = plt.get_cmap("tab20")
     for ax, (corpus, part) in zip(axes, summary["corpora"].items()):
         train = part["train_length"]
         ax.set_xscale("log", base=2)
@@ -144,9 +149,10 @@ def plot_bpb(summary: dict[str, Any]) -> Any:
             multiples = sorted(row["bpb"], key=lambda m: float(m.removesuffix("x")))
             lengths = [float(m.removesuffix("x")) * train for m in multiples]
             cells = [Interval.from_dict(row["bpb"][m]) for m in multiples]
-            ax.plot(lengths, [c.mean for c in cells], "-o", ms=3, lw=1.2, color=colours(i % 20), label=row["name"])
+            style = line_style(i)
+            ax.plot(lengths, [c.mean for c in cells], marker="o", ms=3, lw=1.2, label=row["name"], **style)
             if all(c.has_interval for c in cells):
-                ax.fill_between(lengths, [c.low for c in cells], [c.high for c in cells], color=colours(i % 20),
+                ax.fill_between(lengths, [c.low for c in cells], [c.high for c in cells], color=style["color"],
                                 alpha=0.12)  # fmt: skip
         ax.axvline(train, color="grey", ls="--", lw=1)
         ax.set(xlabel="evaluation length (tokens)", ylabel="bits per byte", title=f"{corpus} (trained at {train})")
@@ -161,12 +167,11 @@ def plot_positions(summary: dict[str, Any]) -> Any:
     marked by a vertical line: past it, positions the models never trained at."""
     lines = max(len(part["loss_by_position"]) for part in summary["corpora"].values()) + 1
     fig, axes = _panels(len(summary["corpora"]), lines)
-    colours = plt.get_cmap("tab20")
     for ax, (corpus, part) in zip(axes, summary["corpora"].items()):
         ax.set_xscale("log", base=2)
         for i, (encoding, curve) in enumerate(sorted(part["loss_by_position"].items())):
             middles = [(start + stop + 1) / 2 for start, stop in zip(curve["start"], curve["stop"])]  # 1-based
-            ax.plot(middles, curve["loss"], lw=1.2, color=colours(i % 20), label=encoding)
+            ax.plot(middles, curve["loss"], lw=1.2, label=encoding, **line_style(i))
         ax.axvline(part["train_length"], color="black", ls="--", lw=1, label="training length")
         ax.set(xlabel="position (tokens, log)", ylabel="loss (nats per token)", title=corpus)
         ax.title.set_fontsize(9)

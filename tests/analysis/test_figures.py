@@ -548,3 +548,18 @@ def test_the_passkey_colour_bar_says_exact_match_inside_the_figure_and_every_pan
     drawn = [ax for ax in panels if ax.axison and not any("not evaluated" in t.get_text() for t in ax.texts)]
     assert drawn and all(len(ax.get_lines()) == 1 for ax in drawn)  # the dashed line: the training context
     assert all(ax.get_xticklabels()[0].get_text() == "1/8" for ax in drawn)
+
+
+WHOLE_ZOO_LINES = [name for name in FIGURES if "whole zoo" in name and name.startswith("length")]
+
+
+@pytest.mark.parametrize("figure", WHOLE_ZOO_LINES, indirect=True)
+def test_every_encoding_of_the_whole_zoo_has_a_line_of_its_own_look(figure):
+    """21 encodings in one panel: no two lines share both colour and dash, so the legend names one line each."""
+    for ax in figure.axes:
+        lines = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
+        lines = [line for line in lines if line.get_label() != "training length"]
+        if not lines:
+            continue
+        looks = {(str(line.get_color()), str(line.get_linestyle())) for line in lines}
+        assert len(looks) == len(lines) >= 21, (len(looks), len(lines))
