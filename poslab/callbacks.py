@@ -136,7 +136,8 @@ class StepProgressBar(TQDMProgressBar):
 
     With the bar off (``refresh_rate: 0``: parallel jobs, whose bars would interleave), a line goes to the log every
     ``log_every_seconds`` instead (``step 360/720 (50%), 0.58 s a step, about 3 min 29 s of training left``), so a
-    job's train.log shows it is moving (conf/callbacks/default.yaml: 120); 0 or null: no lines."""
+    job's train.log shows it is moving (conf/callbacks/default.yaml: 120); 0 or null: no lines. The evaluation after
+    training, which has no bar, logs ``evaluating after training: batch 40 of 120 (33%)`` as often, bar or not."""
 
     def __init__(self, refresh_rate: int = 1, log_every_seconds: float | None = None, **kwargs: Any) -> None:
         super().__init__(refresh_rate=refresh_rate, **kwargs)
@@ -183,6 +184,22 @@ class StepProgressBar(TQDMProgressBar):
 
     def on_train_epoch_start(self, trainer: L.Trainer, *_: Any) -> None:
         pass  # one bar for the whole run, made in on_train_start: the steps, not an epoch's batches
+
+    def on_test_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        super().on_test_start(trainer, module)
+        self.test_logged_at, self.test_batches_done = time.monotonic(), 0
+
+    def on_test_batch_end(self, trainer: L.Trainer, module: L.LightningModule, *args: Any, **kwargs: Any) -> None:
+        """The evaluation after training has no bar (a long one, e.g. many lengths, ways and draws, runs minutes):
+        a line every ``log_every_seconds``, bar or not: batches done of all."""
+        super().on_test_batch_end(trainer, module, *args, **kwargs)
+        self.test_batches_done = getattr(self, "test_batches_done", 0) + 1
+        now = time.monotonic()
+        if self.log_every <= 0 or now - getattr(self, "test_logged_at", now) < self.log_every:
+            return
+        done, total = self.test_batches_done, int(sum(trainer.num_test_batches))
+        log.info("evaluating after training: batch %d of %d (%.0f%%)", done, total, 100 * done / max(total, 1))
+        self.test_logged_at = now
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, *_: Any) -> None:
         self.log_progress(trainer)

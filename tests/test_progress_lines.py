@@ -47,5 +47,8 @@ def test_a_run_without_its_bar_logs_progress_lines(tmp_path):
     result = run_train(args, tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     (run_dir,) = (tmp_path / "logs" / "runs").iterdir()
-    lines = [line for line in (run_dir / "train.log").read_text().splitlines() if " s a step" in line]
+    log = (run_dir / "train.log").read_text().splitlines()
+    lines = [line for line in log if " s a step" in line]
     assert lines and lines[-1].split(" - ")[-1].startswith("step 6/6 (100%)"), lines
+    testing = [line.split(" - ")[-1] for line in log if "evaluating after training" in line]
+    assert testing and testing[-1].endswith("(100%)"), testing  # the evaluation after training too
