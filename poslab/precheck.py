@@ -218,11 +218,12 @@ def check_command_line(argv: list[str], sources: bool = False) -> None:
             check_distinct_jobs(jobs)  # two jobs never share a folder (a job given twice: its seed counted twice)
         configs = [extended(compose_explained(job), job) for job in jobs]
         # the four stages of poslab.checks, stage by stage over the jobs; stage 4 here: the directories each job
-        # writes and the sources it reads (Hydra has not named the run directories yet)
+        # writes and the sources it reads (Hydra has not named the run directories yet), before the encodings'
+        # stage: it needs no torch
         outputs = {
             id(cfg): output_directories(job, cfg, multirun=bool(flags)) for job, cfg in zip(jobs, configs, strict=True)
         }
-        check_configs(configs, lambda cfg: check_directories(cfg, outputs[id(cfg)], sources))
+        check_configs(configs, lambda cfg: check_directories(cfg, outputs[id(cfg)], sources), directories_first=True)
         if not secondary_rank():  # a DDP rank Lightning starts shares the memory rank 0 already checked (and holds)
             from poslab.memory import check_memory  # after the four stages: it builds no encoding that is bad
 

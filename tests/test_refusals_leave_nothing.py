@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,36 @@ def test_a_run_that_trained_keeps_its_directory(tmp_path):
     (run / "csv" / "metrics.csv").unlink()
     assert remove_if_only_hydra_wrote(run, tmp_path / "logs")
     assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (["task=lag"], {"POSLAB_LOG_DIR": "{afile}/logs"}),
+        (["corpus=local", "corpus.path={tmp}/texts"], {"POSLAB_CACHE_DIR": "{afile}/cache"}),
+        (["corpus=wikitext2_offline", "paths.data_dir={tmp}/nothing"], {"HF_HUB_OFFLINE": "1"}),
+    ],
+    ids=["log dir under a file", "cache dir under a file", "data dir that does not exist"],
+)
+def test_paths_are_refused_before_torch_loads(tmp_path, args, env):
+    """Directories and data paths need no torch: the pre-check says them before the encodings' stage imports it
+    (under a second, where torch and Lightning take seconds)."""
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "texts").mkdir()
+    (tmp_path / "texts" / "a.txt").write_text("A short document.\n" * 50)
+    fill = {"afile": str(tmp_path / "afile"), "tmp": str(tmp_path)}
+    probe = (
+        "import sys\n"
+        "from poslab.precheck import check_command_line\n"
+        "try:\n"
+        f"    check_command_line({[a.format(**fill) for a in args]!r}, sources=True)\n"
+        "except SystemExit as stop:\n"
+        "    print('exit', stop.code, 'torch' in sys.modules, 'lightning' in sys.modules)\n"
+    )
+    environment = {**os.environ, **{k: v.format(**fill) for k, v in env.items()}}
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=120
+    )
+    assert result.stdout.strip() == "exit 2 False False", (result.stdout, result.stderr[-1500:])
+    assert "configuration error" in result.stderr
