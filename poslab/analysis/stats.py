@@ -184,6 +184,22 @@ def _seed_ids(scores: Mapping[str, Mapping[int, float]]) -> list[int]:
     return sorted({s for per_seed in scores.values() for s in per_seed})
 
 
+def _shared_seed_ids(scores: Mapping[str, Mapping[int, float]]) -> list[int]:
+    """The seed ids every method has, sorted: what a paired bootstrap may resample. Where methods have different
+    seeds (a sweep still running), resampling the union would give a method with fewer seeds a constant mean, or
+    none (ranked last), in the rounds that draw seeds it lacks."""
+    per_method = [set(per_seed) for per_seed in scores.values()]
+    return sorted(set.intersection(*per_method)) if per_method else []
+
+
+def _shared_matrix(scores: Mapping[str, Mapping[int, float]]) -> np.ndarray:
+    """Methods x shared seeds (``_shared_seed_ids``)."""
+    seeds = _shared_seed_ids(scores)
+    return np.array([[per_seed[s] for s in seeds] for per_seed in scores.values()], dtype=float).reshape(
+        len(scores), len(seeds)
+    )
+
+
 def _score_matrix(scores: Mapping[str, Mapping[int, float]]) -> tuple[list[int], np.ndarray]:
     """Seed ids (the union over methods) and a methods x seeds array, NaN where a method lacks a seed."""
     seeds = _seed_ids(scores)
@@ -220,17 +236,18 @@ def bootstrap_ranks(
 
     ``scores[method][seed_id]``. Each round resamples the seed ids with replacement -- the same ids for every
     method, because methods share data under a seed (paired) -- takes each method's mean over the resampled
-    seeds (those it has), and ranks the methods. Deterministic for a given ``seed``. With one seed there is no
-    interval (resampling one seed gives it back): every method gets (1, number of methods), so nothing is separated.
+    seeds, and ranks the methods. Only the seed ids every method has are resampled (``_shared_seed_ids``: a
+    method's extra seeds count in its point mean, not in the interval). Deterministic for a given ``seed``. With
+    fewer than two shared seeds there is no interval (resampling one seed gives it back): every method gets
+    (1, number of methods), so nothing is separated.
     """
     if not scores:
         return {}
-    _, matrix = _score_matrix(scores)
-    if len(_seed_ids(scores)) < 2:  # one seed: resampling gives it back every round, a spread of 0, no interval
-        point = _ranks(_seed_means(matrix), higher_is_better)
+    if len(_shared_seed_ids(scores)) < 2:  # resampling one seed gives it back every round: a spread of 0
+        point = _ranks(_seed_means(_score_matrix(scores)[1]), higher_is_better)
         return {m: (1, len(scores), float(point[i])) for i, m in enumerate(scores)}
     rng = np.random.default_rng(seed)
-    ranks = _ranks(_resampled_means(matrix, rounds, rng), higher_is_better)  # methods x rounds
+    ranks = _ranks(_resampled_means(_shared_matrix(scores), rounds, rng), higher_is_better)  # methods x rounds
     low = np.percentile(ranks, 2.5, axis=1, method="inverted_cdf")
     high = np.percentile(ranks, 97.5, axis=1, method="inverted_cdf")
     mean_rank = ranks.mean(axis=1)
@@ -265,12 +282,13 @@ def bootstrap_mean_rank(
     ties share the better rank); the overall figure is a method's mean rank over the tasks it was run on. The
     bootstrap resamples seed ids *paired across methods* (they share a task's data under a seed) and
     *independently per task*: a seed id names different data in different tasks, so nothing ties task A's
-    seed 0 to task B's. Deterministic for a given ``seed``. Where a task has one seed there is no interval: every
+    seed 0 to task B's. In a task only the seed ids all its methods have are resampled (``_shared_seed_ids``).
+    Deterministic for a given ``seed``. Where a task has fewer than two such seeds there is no interval: every
     method gets (its mean rank, 1, number of methods).
     """
     methods = sorted({m for scores in per_task.values() for m in scores})
     point = mean_ranks(per_task, higher_is_better)
-    if any(len(_seed_ids(scores)) < 2 for scores in per_task.values() if scores):
+    if any(len(_shared_seed_ids(scores)) < 2 for scores in per_task.values() if scores):
         return {m: (point[m], 1.0, float(len(methods))) for m in methods}  # a task of one seed: no interval
     rng = np.random.default_rng(seed)
     boot_sum, count = np.zeros((len(methods), rounds)), np.zeros(len(methods))
@@ -279,8 +297,7 @@ def bootstrap_mean_rank(
         if not scores:
             continue
         rows = [methods.index(m) for m in scores]
-        _, matrix = _score_matrix(scores)
-        boot_sum[rows] += _ranks(_resampled_means(matrix, rounds, rng), higher_is_better)
+        boot_sum[rows] += _ranks(_resampled_means(_shared_matrix(scores), rounds, rng), higher_is_better)
         count[rows] += 1
     result = {}
     for i, m in enumerate(methods):

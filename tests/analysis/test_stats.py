@@ -96,6 +96,19 @@ def test_bootstrap_ranks_are_paired_over_seeds():
     assert ranks["a"] == (1, 1, 1.0) and ranks["b"] == (2, 2, 2.0)
 
 
+def test_a_method_missing_seeds_is_not_ranked_last_nor_held_constant_in_the_bootstrap():
+    """A sweep still running: c lacks seed 2. Resampling the union gave c no mean (ranked last) in rounds that drew
+    only seed 2, and a constant one where it had one seed; only the shared seeds are resampled."""
+    scores = {"a": {0: 0.5, 1: 0.6, 2: 0.55}, "b": {0: 0.3, 1: 0.4, 2: 0.35}, "c": {0: 0.9, 1: 0.95}}
+    ranks = stats.bootstrap_ranks(scores, rounds=500, seed=1)
+    assert ranks["c"][:2] == (1, 1) and ranks["a"][:2] == (2, 2) and ranks["b"][:2] == (3, 3)
+    one_shared = {"a": {0: 0.5, 1: 0.6, 2: 0.55}, "c": {0: 0.9}}  # one seed in common: no interval for anyone
+    assert {m: r[:2] for m, r in stats.bootstrap_ranks(one_shared, rounds=50).items()} == {"a": (1, 2), "c": (1, 2)}
+    per_task = {"t1": scores, "t2": {"a": {0: 0.1, 1: 0.2}, "b": {0: 0.5, 1: 0.6}, "c": {0: 0.9, 1: 0.8}}}
+    mean_rank = stats.bootstrap_mean_rank(per_task, rounds=300, seed=2)
+    assert mean_rank["c"] == (1.0, 1.0, 1.0)
+
+
 def test_ties_share_the_better_rank():
     scores = {"a": {0: 1.0, 1: 1.0}, "b": {0: 1.0, 1: 1.0}, "c": {0: 0.0, 1: 0.0}}
     ranks = stats.bootstrap_ranks(scores, rounds=10)
