@@ -110,7 +110,11 @@ def load_length_runs(directories: list[str | Path]) -> tuple[list[LengthRun], li
     """Every successful language-model run below ``directories`` that has figures by length, and the notes on
     those left out (failed jobs, damaged files, and runs older than the evaluation by length)."""
     found = collect_runs(list(directories), keep=is_language_model)
-    keys = differing_settings(found.counted, lambda r: (r.result.get("corpus"), r.result.get("label")))
+    # a context extension is a row of its own (its rule and factor name it): the settings it derives from its
+    # parent (context, steps, learning rate, ...) differ from the parent's by design, not as a column of both
+    keys = differing_settings(
+        found.counted, lambda r: (r.result.get("corpus"), r.result.get("label"), extension_of(r.result))
+    )
     keys = [k for k in keys if not k.startswith("task.passkey")]  # the passkey grid is not a model setting
     runs, old = [], []
     for finished in found.counted:

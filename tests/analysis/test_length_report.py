@@ -144,12 +144,15 @@ def test_a_context_extension_is_measured_at_its_parents_multiples_beside_the_rul
     result["context_length"] = 64
     result["parent"] = {"path": str(directory / "0"), "label": "rope", "context_length": 16, "seed": 0}
     result["extension"] = {"rule": "yarn", "factor": 4.0, "context_length": 64}
+    result["config"]["task"]["context_length"] = 64  # what an extension derives from its parent: not columns
+    result["config"]["optimizer"]["lr"] = 0.1 * result["config"]["optimizer"]["lr"]
     (directory / "ext").mkdir()
     (directory / "ext" / "results.json").write_text(json.dumps(result))
     report = report_length([directory])
     (part,) = json.loads(report.files["length.json"])["corpora"].values()
     names = {row["name"] for row in part["rows"]}
-    assert "rope extended yarn x4" in names
+    assert "rope extended yarn x4" in names and "rope" in names, names
+    assert not any("context_length" in name or "optimizer.lr" in name for name in names), names
     extended = next(row for row in part["rows"] if row["name"] == "rope extended yarn x4")
     assert sorted(extended["bpb"]) == ["1x", "2x", "4x"]
     (comparison,) = part["extensions"]
