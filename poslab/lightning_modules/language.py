@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+import warnings
 from statistics import stdev
 from typing import Any
 
@@ -220,9 +221,12 @@ class LanguageModelModule(TransformerModule):
         curves: dict[str, dict[str, Any]] = {}
         for length in self.eval_lengths:
             totals = self.totals[str(length)]
-            if not totals.update_called:  # a length the held-out text cannot hold: no batch came (no warning)
-                continue
-            sums = totals.sums()
+            with warnings.catch_warnings():
+                # every rank reads every length's sums (a collective under DDP, even where this rank got no batch of
+                # it); a length the held-out text cannot hold had no batch anywhere: torchmetrics' "compute before
+                # update" warning says nothing here
+                warnings.filterwarnings("ignore", message=r"(?s).*was called before the ``update`` method")
+                sums = totals.sums()
             totals.reset()
             if float(sums["tokens"][0].sum()) == 0:
                 continue
