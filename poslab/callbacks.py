@@ -143,6 +143,16 @@ class StepProgressBar(TQDMProgressBar):
         super().__init__(refresh_rate=refresh_rate, **kwargs)
         self.log_every = float(log_every_seconds or 0)
         self.logged_at: tuple[float, int] | None = None  # (time, step) of the last line, or of training's start
+        self.test_logged_at, self.test_batches_done = 0.0, 0  # the evaluation after training: its last line, batches
+
+    def due(self, since: float, now: float) -> bool:
+        """Whether a progress line is due: lines are on and ``log_every_seconds`` have passed since ``since``."""
+        return self.log_every > 0 and now - since >= self.log_every
+
+    @staticmethod
+    def total_steps(trainer: L.Trainer) -> int | None:
+        """``trainer.max_steps``, or None where training is not bounded by steps (-1, None)."""
+        return trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
 
     def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         super().on_train_start(trainer, module)
@@ -156,22 +166,20 @@ class StepProgressBar(TQDMProgressBar):
         return f"step {step}/{total} ({share}), {seconds_a_step:.2f} s a step, about {left} of training left"
 
     def log_progress(self, trainer: L.Trainer) -> None:
-        if not self.is_disabled or self.log_every <= 0 or self.logged_at is None:
+        if not self.is_disabled or self.logged_at is None:
             return
         now, step = time.monotonic(), trainer.global_step
         since, at_step = self.logged_at
-        if now - since < self.log_every or step <= at_step:
+        if not self.due(since, now) or step <= at_step:
             return
-        total = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
-        log.info("%s", self.progress_line(step, total, (now - since) / (step - at_step)))
+        log.info("%s", self.progress_line(step, self.total_steps(trainer), (now - since) / (step - at_step)))
         self.logged_at = (now, step)
 
     def init_train_tqdm(self) -> Tqdm:
         trainer = self.trainer
-        total = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
         return Tqdm(
             desc="step",
-            total=total,
+            total=self.total_steps(trainer),
             initial=trainer.global_step,
             position=2 * self.process_position,
             disable=self.is_disabled,
@@ -193,9 +201,9 @@ class StepProgressBar(TQDMProgressBar):
         """The evaluation after training has no bar (a long one, e.g. many lengths, ways and draws, runs minutes):
         a line every ``log_every_seconds``, bar or not: batches done of all."""
         super().on_test_batch_end(trainer, module, *args, **kwargs)
-        self.test_batches_done = getattr(self, "test_batches_done", 0) + 1
+        self.test_batches_done += 1
         now = time.monotonic()
-        if self.log_every <= 0 or now - getattr(self, "test_logged_at", now) < self.log_every:
+        if not self.due(self.test_logged_at, now):
             return
         done, total = self.test_batches_done, int(sum(trainer.num_test_batches))
         log.info("evaluating after training: batch %d of %d (%.0f%%)", done, total, 100 * done / max(total, 1))
