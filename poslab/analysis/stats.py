@@ -193,16 +193,16 @@ def _shared_seed_ids(scores: Mapping[str, Mapping[int, float]]) -> list[int]:
 
 
 def _shared_matrix(scores: Mapping[str, Mapping[int, float]]) -> np.ndarray:
-    """Methods x shared seeds (``_shared_seed_ids``)."""
-    seeds = _shared_seed_ids(scores)
-    return np.array([[per_seed[s] for s in seeds] for per_seed in scores.values()], dtype=float).reshape(
-        len(scores), len(seeds)
-    )
+    """Methods x shared seeds (``_shared_seed_ids``): no NaN."""
+    return _score_matrix(scores, _shared_seed_ids(scores))[1]
 
 
-def _score_matrix(scores: Mapping[str, Mapping[int, float]]) -> tuple[list[int], np.ndarray]:
-    """Seed ids (the union over methods) and a methods x seeds array, NaN where a method lacks a seed."""
-    seeds = _seed_ids(scores)
+def _score_matrix(
+    scores: Mapping[str, Mapping[int, float]], seeds: list[int] | None = None
+) -> tuple[list[int], np.ndarray]:
+    """Seed ids (``seeds``, or the union over methods) and a methods x seeds array, NaN where a method lacks a
+    seed."""
+    seeds = _seed_ids(scores) if seeds is None else seeds
     matrix = np.array([[per_seed.get(s, math.nan) for s in seeds] for per_seed in scores.values()], dtype=float)
     return seeds, matrix.reshape(len(scores), len(seeds))
 
