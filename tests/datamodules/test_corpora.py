@@ -146,23 +146,24 @@ def test_two_processes_preparing_the_same_cache_leave_one_valid_cache(tmp_path):
     assert prepared.meta["splits"]["train"]["documents"] + prepared.meta["splits"]["validation"]["documents"] == 400
 
 
-def test_missing_corpus_says_what_was_looked_for_where_and_how_to_provide_it(tmp_path, monkeypatch):
+def missing_corpus_message(corpus: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The refusal of ``corpus`` offline with a data directory that does not exist (``tmp_path / 'nothing'``)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    cfg = compose_config(["corpus=wiki_en_zh", "paths.data_dir=" + str(tmp_path / "nothing")], tmp_path)
+    cfg = compose_config([f"corpus={corpus}", "paths.data_dir=" + str(tmp_path / "nothing")], tmp_path)
     with pytest.raises(ConfigError) as info:
         build_datamodule(cfg).setup()
-    message = str(info.value)
+    return str(info.value)
+
+
+def test_missing_corpus_says_what_was_looked_for_where_and_how_to_provide_it(tmp_path, monkeypatch):
+    message = missing_corpus_message("wiki_en_zh", tmp_path, monkeypatch)
     assert "enwiki/*.jsonl" in message and str(tmp_path / "nothing") in message
     assert "POSLAB_DATA_DIR" in message and "wikimedia/wikipedia" in message and "HF_HUB_OFFLINE" in message
 
 
 def test_missing_files_of_a_group_without_a_hub_copy_do_not_send_the_user_online(tmp_path, monkeypatch):
     """wikitext2_offline's groups have no hub copy: the message says so, and neither tells of a hub to try."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    cfg = compose_config(["corpus=wikitext2_offline", "paths.data_dir=" + str(tmp_path / "nothing")], tmp_path)
-    with pytest.raises(ConfigError) as info:
-        build_datamodule(cfg).setup()
-    message = str(info.value)
+    message = missing_corpus_message("wikitext2_offline", tmp_path, monkeypatch)
     assert "has no hub copy" in message and str(tmp_path / "nothing") in message
     assert "go online" not in message and "no hub dataset is not" not in message
 
