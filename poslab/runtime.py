@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
+import platform
 import sys
+from pathlib import Path
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
@@ -41,3 +44,28 @@ def wandb_offline_unless_key() -> str:
         has_key = bool(os.environ.get("WANDB_API_KEY")) or (netrc.is_file() and "api.wandb.ai" in netrc.read_text())
         os.environ["WANDB_MODE"] = "online" if has_key else "offline"
     return os.environ["WANDB_MODE"]
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The processor's name (Linux's first ``model name``), else what ``platform`` knows: a run's speed figures
+    (train_seconds, throughput) mean little without the host they were taken on."""
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def environment() -> dict[str, object]:
+    """Where a run ran, for results.json: the visible GPUs, torch, the CPU, its cores and the threads used."""
+    import torch
+
+    return {
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+    }

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 import shutil
 import signal
 import sys
@@ -35,7 +34,7 @@ from poslab.runs.checkpoints import AtomicCheckpointIO, resolve_checkpoint, save
 from poslab.runs.files import AUTO, CHECKPOINT_DIR, FAILURE_FILE, LAST_CHECKPOINT, LOCK_FILE, MODEL_FILE, RESULTS_FILE
 from poslab.runs.folders import earlier_folder_note
 from poslab.runs.guard import RunDirectoryInUse, holding_run_directory, stop
-from poslab.runtime import keep_freed_memory, wandb_offline_unless_key
+from poslab.runtime import environment, keep_freed_memory, wandb_offline_unless_key
 
 log = logging.getLogger("poslab")
 
@@ -233,7 +232,7 @@ def run_results(
         "encoding_settings": module.model.encoding.resolved_settings,
         "untrained_at_test": untrained_at_test(module, datamodule),
         "throughput": next((c.summary() for c in trainer.callbacks if isinstance(c, Throughput)), {}),
-        "environment": {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "torch": torch.__version__},
+        "environment": environment(),
         "config": parts.config,
     }
 

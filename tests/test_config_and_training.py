@@ -130,6 +130,8 @@ def test_tiny_run_writes_results_with_every_figure(tmp_path):
     selection = {"selection_" + way.removeprefix("accuracy_") for way in ways[1:]}  # rope's test-time variants
     assert set(written["figures"]["128"]) == {*ways, *past, *selection, *baselines}
     assert written["config"]["encoding"]["name"] == "rope" and written["steps"] == 3
+    host = written["environment"]  # speed figures are read with the host they were taken on
+    assert host["cpu"] and host["cpu"] != "unknown" and host["threads"] >= 1 and host["cpu_count"] >= 1
     assert all(0.0 <= v <= 1.0 for row in written["figures"].values() for v in row.values())
     assert not list(tmp_path.glob(".results.json.*"))  # no temporary file left behind
 
