@@ -26,6 +26,8 @@ evaluation windows inside one run are not independent replicates of it. Hence:
 * :class:`Difference` / :func:`seed_difference` -- a seed-level comparison A − B with its test, t and degrees of
   freedom: paired by seed where the runs share data under a seed, else Welch's.
 * :func:`order_agreement` -- how many pairs of groups (corpora) a quantity orders as a reference orders them.
+* :func:`spearman` / :func:`rank_correlation_over_seeds` -- how far one ranking predicts another (the synthetic
+  zoo's places against text's): Spearman's rho, and its t-interval over the seeds of the ranking measured anew.
 * :func:`roc_auc` -- how well a score separates two classes (the increments' word boundaries): Mann-Whitney U.
 * :func:`best_auc_given` -- the in-sample ceiling of ``roc_auc`` over every score that is a function of a
   discrete key (the increments' word boundaries: what any function of the lead byte could reach).
@@ -607,3 +609,36 @@ def order_agreement(
     same = [pair for pair in valid if agreement[pair] > 0]
     opposite = [pair for pair in valid if agreement[pair] < 0]
     return same, opposite, valid
+
+
+def _average_ranks(values: Sequence[float]) -> np.ndarray:
+    """Ranks 1..n, ties sharing their mean rank (Spearman's convention)."""
+    array = np.asarray(values, dtype=float)
+    order = np.argsort(array, kind="stable")
+    ranks = np.empty(len(array))
+    ranks[order] = np.arange(1, len(array) + 1)
+    for value in np.unique(array):
+        tied = array == value
+        ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+def spearman(a: Mapping[str, float], b: Mapping[str, float]) -> float:
+    """Spearman's rank correlation of two scorings over the keys both hold with a finite value (NaN when fewer
+    than three keys or when either side is constant): 1 the same order, -1 the reverse."""
+    keys = [k for k in a if k in b and math.isfinite(a[k]) and math.isfinite(b[k])]
+    if len(keys) < 3:
+        return math.nan
+    ranks_a, ranks_b = _average_ranks([a[k] for k in keys]), _average_ranks([b[k] for k in keys])
+    if ranks_a.std() == 0 or ranks_b.std() == 0:
+        return math.nan
+    return float(np.corrcoef(ranks_a, ranks_b)[0, 1])
+
+
+def rank_correlation_over_seeds(by_seed: Mapping[str, Mapping[int, float]], reference: Mapping[str, float]) -> Interval:
+    """Spearman's rho between ``reference`` and each seed's scoring (the seeds every key holds), with the
+    t-interval over those seeds: how far a ranking made elsewhere (``reference``: another experiment's means)
+    predicts this one, with this experiment's seed-to-seed spread. The reference's own uncertainty is not in it."""
+    keys = [k for k in by_seed if k in reference]
+    seeds = sorted(set.intersection(*(set(by_seed[k]) for k in keys))) if keys else []
+    return Interval.of(spearman({k: by_seed[k][seed] for k in keys}, reference) for seed in seeds)

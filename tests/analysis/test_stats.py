@@ -204,3 +204,27 @@ def test_one_seed_gives_no_rank_interval_and_separates_nothing():
     per_task = {"t1": scores, "t2": {"a": {0: 0.8, 1: 0.7}, "b": {0: 0.6, 1: 0.5}, "c": {0: 0.2, 1: 0.1}}}
     mean_rank = stats.bootstrap_mean_rank(per_task)
     assert mean_rank["a"] == (1.0, 1.0, 3.0) and mean_rank["c"] == (3.0, 1.0, 3.0)
+
+
+def test_spearman_is_one_for_the_same_order_minus_one_reversed_and_handles_ties():
+    a = {"x": 1.0, "y": 2.0, "z": 3.0, "w": 4.0}
+    assert stats.spearman(a, {k: 10 * v + 3 for k, v in a.items()}) == pytest.approx(1.0)  # any monotone map
+    assert stats.spearman(a, {k: -(v**3) for k, v in a.items()}) == pytest.approx(-1.0)
+    # ties take their mean rank: (1, 2.5, 2.5, 4) against (1, 2, 3, 4) -> rho = 0.9487
+    assert stats.spearman({"x": 1, "y": 2, "z": 2, "w": 3}, a) == pytest.approx(0.9486833, abs=1e-6)
+    assert math.isnan(stats.spearman({"x": 1.0, "y": 2.0}, a))  # two keys in common: no correlation to speak of
+    assert math.isnan(stats.spearman({"x": 1.0, "y": 1.0, "z": 1.0}, a))  # a constant scoring
+
+
+def test_rank_correlation_over_seeds_takes_one_rho_per_shared_seed():
+    reference = {"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0}
+    by_seed = {  # seed 0 agrees fully, seed 1 swaps the last two, seed 2 is held by "a" alone (left out)
+        "a": {0: 0.1, 1: 0.1, 2: 9.0},
+        "b": {0: 0.2, 1: 0.2},
+        "c": {0: 0.3, 1: 0.4},
+        "d": {0: 0.4, 1: 0.3},
+    }
+    interval = stats.rank_correlation_over_seeds(by_seed, reference)
+    assert interval.n == 2
+    assert interval.mean == pytest.approx((1.0 + 0.8) / 2)
+    assert interval.low < 0.8 and interval.high > 1.0  # a t-interval over two seeds: wide
