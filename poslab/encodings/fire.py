@@ -57,6 +57,7 @@ class FireBias(nn.Module):
         self.c = nn.Parameter(torch.tensor(float(c)))
         self.register_buffer("threshold_init", torch.tensor(float(threshold)))  # L0, fixed
         self.threshold_multiplier = nn.Parameter(torch.tensor(1.0))  # m: L = |m * L0| learns at the scale of m
+        self._last: tuple[tuple, Tensor] | None = None  # (length, device, parameter versions), the bias: see forward
 
     def normalised_distance(self, length: int, device: torch.device) -> Tensor:
         """``psi(t - s) / (psi(max(L, t)) + eps)`` ``[T, T]`` in fp32 (keys after the query: ``|t - s|``, finite)."""
@@ -72,9 +73,24 @@ class FireBias(nn.Module):
         return float(self.normalised_distance(length, torch.device("cpu"))[-1, 0])
 
     def forward(self, length: int, device: torch.device) -> Tensor:
+        """The bias ``[H, T, T]``; outside training (no gradient, eval mode) the last one is reused while the length
+        and the parameters are unchanged: the MLP over every ``T x T`` input costs ~14x a whole lm_zoo model's
+        forward at 2,048, and an evaluation asks for it once per batch and way at the same length and weights."""
+        if self.training or torch.is_grad_enabled() or torch.compiler.is_compiling():
+            return self._bias(length, device)
+        key = (length, str(device), tuple(p._version for p in self.parameters()))  # an in-place update bumps _version
+        if self._last is None or self._last[0] != key:
+            self._last = (key, self._bias(length, device))
+        return self._last[1]
+
+    def _bias(self, length: int, device: torch.device) -> Tensor:
         with torch.autocast(device.type, enabled=False):
             x = self.normalised_distance(length, device)
             return self.mlp(x[..., None]).permute(2, 0, 1)  # [T, T, H] -> [H, T, T]
+
+    def train(self, mode: bool = True) -> FireBias:
+        self._last = None  # a reused bias belongs to one stretch of evaluation
+        return super().train(mode)
 
 
 @register("fire")

@@ -215,6 +215,25 @@ def test_fires_input_stays_in_0_1_so_a_longer_sequence_brings_no_new_input():
     assert far.normalised_distance(256, CPU).max() > far.normalised_distance(32, CPU).max() + 0.2
 
 
+def test_fire_reuses_its_bias_in_evaluation_until_the_length_or_the_weights_change():
+    torch.manual_seed(0)
+    fire = build({"name": "fire", "threshold": 8.0}).fire[0]
+    fire.eval()
+    with torch.no_grad():
+        first = fire(16, CPU)
+        assert fire(16, CPU) is first and torch.equal(first, fire._bias(16, CPU))  # reused, and what it would compute
+        shorter = fire(8, CPU)
+        assert shorter.shape == (SHAPE.n_heads, 8, 8) and torch.equal(shorter, first[:, :8, :8])
+        fire.mlp[0].weight.add_(0.1)  # an optimizer step updates in place: the bias is computed again
+        updated = fire(8, CPU)
+        assert not torch.equal(updated, shorter) and torch.equal(updated, fire._bias(8, CPU))
+    with torch.inference_mode():  # Lightning's evaluation
+        assert fire(8, CPU) is updated
+    fire.train()  # training: a fresh bias with its graph every time, and the kept one dropped
+    trained = fire(8, CPU)
+    assert trained.requires_grad and fire(8, CPU) is not trained and fire._last is None
+
+
 def test_fire_per_layer_gives_each_layer_its_own_bias_through_the_score_term():
     model = tiny(CONFIGS["fire_layer"], "explicit")
     assert model.encoding.score_bias(8, CPU) is None and len(model.encoding.fire) == 2
