@@ -78,7 +78,8 @@ class FireBias(nn.Module):
         forward at 2,048, and an evaluation asks for it once per batch and way at the same length and weights."""
         if self.training or torch.is_grad_enabled() or torch.compiler.is_compiling():
             return self._bias(length, device)
-        key = (length, str(device), tuple(p._version for p in self.parameters()))  # an in-place update bumps _version
+        # an in-place update bumps a parameter's _version; a replaced one (.data = ...) moves its data_ptr
+        key = (length, str(device), tuple((p.data_ptr(), p._version) for p in self.parameters()))
         if self._last is None or self._last[0] != key:
             self._last = (key, self._bias(length, device))
         return self._last[1]

@@ -227,6 +227,9 @@ def test_fire_reuses_its_bias_in_evaluation_until_the_length_or_the_weights_chan
         fire.mlp[0].weight.add_(0.1)  # an optimizer step updates in place: the bias is computed again
         updated = fire(8, CPU)
         assert not torch.equal(updated, shorter) and torch.equal(updated, fire._bias(8, CPU))
+        fire.mlp[2].bias.data = fire.mlp[2].bias + 1.0  # replaced, not updated in place
+        assert torch.equal(fire(8, CPU), updated + 1.0)
+        updated = fire(8, CPU)
     with torch.inference_mode():  # Lightning's evaluation
         assert fire(8, CPU) is updated
     fire.train()  # training: a fresh bias with its graph every time, and the kept one dropped
