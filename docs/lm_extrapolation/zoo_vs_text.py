@@ -6,7 +6,7 @@
 Reads only two report summaries: ``poslab report zoo``'s (the 5-seed synthetic zoo: each encoding's mean rank over
 six tasks, trained at 32 tokens, scored past it) and ``poslab report length``'s (the lm_zoo, plain evaluation). For
 each corpus it asks how well the synthetic mean rank predicts three text rankings, as Spearman's rho per text seed
-with the t-interval over those seeds (``poslab.analysis.stats.rank_correlation_over_seeds``; the synthetic ranks'
+with the t-interval over those seeds (``poslab.analysis.stats.rank_correlation_by_seed``; the synthetic ranks'
 own uncertainty is not in the interval):
 
 - *extrapolation*: mean bits/byte over 2x-16x (the length report's ranking: what the synthetic score measures);
@@ -23,10 +23,11 @@ import json
 import sys
 from pathlib import Path
 
-from poslab.analysis.stats import Interval, paired_difference, rank_correlation_over_seeds, spearman
+from poslab.analysis.stats import Interval, paired_difference, rank_correlation_by_seed, spearman
 
+EXTRAPOLATION = "extrapolation (bits/byte 2x-16x)"
 TEXT_RANKINGS = {  # label: how a row's per-seed value is read
-    "extrapolation (bits/byte 2x-16x)": lambda row: row["score"]["per_seed"],
+    EXTRAPOLATION: lambda row: row["score"]["per_seed"],
     "rise (16x / 1x)": lambda row: row["ratio_to_1x"].get("16x", {}).get("per_seed", {}),
     "1x (bits/byte)": lambda row: row["bpb"].get("1x", {}).get("per_seed", {}),
 }
@@ -54,16 +55,12 @@ def seed_means(by_seed: dict[str, dict[int, float]]) -> dict[str, float]:
     return {name: sum(v.values()) / len(v) for name, v in by_seed.items() if v}
 
 
-def rho_by_seed(rows: list[dict], reference: dict[str, float]) -> tuple[dict[int, float], dict[int, float]]:
-    """Per text seed: rho of the synthetic ranks with the extrapolation ranking, and rho of the trivial predictor
-    a synthetic zoo has to beat (the text's own bits/byte at the training length, which needs no long evaluation)
-    with the same ranking."""
-    score = per_seed(rows, TEXT_RANKINGS["extrapolation (bits/byte 2x-16x)"])
+def baseline_by_seed(rows: list[dict], seeds: list[int]) -> dict[int, float]:
+    """Per text seed, rho of the trivial predictor a synthetic zoo has to beat (the text's own bits/byte at the
+    training length, which needs no long evaluation) with the extrapolation ranking."""
+    score = per_seed(rows, TEXT_RANKINGS[EXTRAPOLATION])
     one_x = per_seed(rows, TEXT_RANKINGS["1x (bits/byte)"])
-    seeds = sorted(set.intersection(*(set(v) for v in score.values()))) if score else []
-    synthetic = {s: spearman({k: v[s] for k, v in score.items()}, reference) for s in seeds}
-    baseline = {s: spearman({k: v[s] for k, v in score.items()}, {k: one_x[k][s] for k in score}) for s in seeds}
-    return synthetic, baseline
+    return {s: spearman({k: v[s] for k, v in score.items()}, {k: one_x[k][s] for k in score}) for s in seeds}
 
 
 def corpus_section(corpus: str, rows: list[dict], reference: dict[str, float]) -> None:
@@ -72,15 +69,16 @@ def corpus_section(corpus: str, rows: list[dict], reference: dict[str, float]) -
     print("t-interval over seeds]; seeds: those every encoding holds):\n")
     print("| text ranking | rho | seeds |")
     print("|---|---|---|")
-    tables = {}
+    tables, rhos = {}, {}
     for label, read in TEXT_RANKINGS.items():
         by_seed = per_seed(rows, read)
-        interval = rank_correlation_over_seeds(by_seed, reference)
+        rhos[label] = rank_correlation_by_seed(by_seed, reference)
+        interval = Interval.of(rhos[label].values())
         print(f"| {label} | {interval.cell(3)} | {interval.n} |")
         tables[label] = places(seed_means(by_seed))
-    synthetic_rho, baseline_rho = rho_by_seed(rows, reference)
+    baseline_rho = baseline_by_seed(rows, list(rhos[EXTRAPOLATION]))  # the same seeds as the synthetic rho
     baseline = Interval.of(baseline_rho.values())
-    gain = paired_difference(synthetic_rho, baseline_rho)
+    gain = paired_difference(rhos[EXTRAPOLATION], baseline_rho)
     print(f"| *baseline*: the text's 1x places predicting its extrapolation | {baseline.cell(3)} | {baseline.n} |")
     print(f"| extrapolation: synthetic zoo minus the baseline (paired by seed) | {gain.cell(3)} | {gain.n} |")
     print("\n(rho 0: no agreement, the chance level.)\n")

@@ -26,8 +26,9 @@ evaluation windows inside one run are not independent replicates of it. Hence:
 * :class:`Difference` / :func:`seed_difference` -- a seed-level comparison A − B with its test, t and degrees of
   freedom: paired by seed where the runs share data under a seed, else Welch's.
 * :func:`order_agreement` -- how many pairs of groups (corpora) a quantity orders as a reference orders them.
-* :func:`spearman` / :func:`rank_correlation_over_seeds` -- how far one ranking predicts another (the synthetic
-  zoo's places against text's): Spearman's rho, and its t-interval over the seeds of the ranking measured anew.
+* :func:`spearman` / :func:`rank_correlation_by_seed` / :func:`rank_correlation_over_seeds` -- how far one
+  ranking predicts another (the synthetic zoo's places against text's): Spearman's rho, per seed of the ranking
+  measured anew, and its t-interval over those seeds.
 * :func:`roc_auc` -- how well a score separates two classes (the increments' word boundaries): Mann-Whitney U.
 * :func:`best_auc_given` -- the in-sample ceiling of ``roc_auc`` over every score that is a function of a
   discrete key (the increments' word boundaries: what any function of the lead byte could reach).
@@ -635,10 +636,17 @@ def spearman(a: Mapping[str, float], b: Mapping[str, float]) -> float:
     return float(np.corrcoef(ranks_a, ranks_b)[0, 1])
 
 
+def rank_correlation_by_seed(
+    by_seed: Mapping[str, Mapping[int, float]], reference: Mapping[str, float]
+) -> dict[int, float]:
+    """Spearman's rho between ``reference`` and each seed's scoring, over the seeds every key of ``reference``
+    holds (``_shared_seed_ids``)."""
+    scores = {k: v for k, v in by_seed.items() if k in reference}
+    return {seed: spearman({k: v[seed] for k, v in scores.items()}, reference) for seed in _shared_seed_ids(scores)}
+
+
 def rank_correlation_over_seeds(by_seed: Mapping[str, Mapping[int, float]], reference: Mapping[str, float]) -> Interval:
-    """Spearman's rho between ``reference`` and each seed's scoring (the seeds every key holds), with the
-    t-interval over those seeds: how far a ranking made elsewhere (``reference``: another experiment's means)
-    predicts this one, with this experiment's seed-to-seed spread. The reference's own uncertainty is not in it."""
-    keys = [k for k in by_seed if k in reference]
-    seeds = sorted(set.intersection(*(set(by_seed[k]) for k in keys))) if keys else []
-    return Interval.of(spearman({k: by_seed[k][seed] for k in keys}, reference) for seed in seeds)
+    """``rank_correlation_by_seed`` with the t-interval over those seeds: how far a ranking made elsewhere
+    (``reference``: another experiment's means) predicts this one, with this experiment's seed-to-seed spread. The
+    reference's own uncertainty is not in it."""
+    return Interval.of(rank_correlation_by_seed(by_seed, reference).values())
