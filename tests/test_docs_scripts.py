@@ -1,8 +1,8 @@
-"""The scripts under docs/ that write a committed table regenerate it byte for byte from committed inputs.
+"""The scripts under docs/ and the committed `poslab report` outputs regenerate byte for byte from committed inputs.
 
-Each script is the command its doc names (the doc's figures come from it); a change to the library that moves one
-of those figures, or breaks the script, fails here instead of leaving the doc silently out of date. Inputs are the
-committed summaries and runs' results.json files only: no corpus, no model, no network.
+Each is the command its doc names (the doc's figures come from it); a change to the library that moves one of those
+figures, or breaks the script, fails here instead of leaving the doc silently out of date. Inputs are the committed
+summaries and runs' results.json files only: no corpus, no model, no network.
 """
 
 from __future__ import annotations
@@ -52,13 +52,35 @@ SLOW = [
 ]
 
 
-def _regenerated(script: str, arguments: list[str]) -> str:
+#: (report, the run directories it reads, the committed directory it wrote): tables compared, PNGs not (fonts and
+#: matplotlib versions move pixels, not figures)
+REPORTS = [
+    ("length", ["docs/lm_extrapolation/runs"], "docs/lm_extrapolation"),
+    ("length", ["docs/lm_extrapolation/passkey/runs"], "docs/lm_extrapolation/passkey"),
+    (
+        "length",  # the fine-tuned runs beside their parents, whose test-time rules are the comparison
+        [
+            "docs/lm_extrapolation/extension/runs",
+            "docs/lm_extrapolation/runs/corpus-wikitext2_encoding-rope_experiment-lm_zoo_seed-0",
+            "docs/lm_extrapolation/runs/corpus-wikitext2_encoding-rope_experiment-lm_zoo_seed-1",
+        ],
+        "docs/lm_extrapolation/extension",
+    ),
+    ("zoo", ["docs/position_zoo/v2/runs"], "docs/position_zoo/v2"),
+    ("zoo", ["docs/position_zoo/variable/runs"], "docs/position_zoo/variable"),
+    ("zoo", ["docs/position_zoo/cope_counting_v2/runs"], "docs/position_zoo/cope_counting_v2"),
+]
+
+
+def _run(command: list[str]) -> str:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
-    done = subprocess.run(
-        [sys.executable, script, *arguments], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, f"{script} failed:\n{done.stderr[-3000:]}"
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{' '.join(command)} failed:\n{done.stderr[-3000:]}"
     return done.stdout
+
+
+def _regenerated(script: str, arguments: list[str]) -> str:
+    return _run([sys.executable, script, *arguments])
 
 
 def _check(script: str, arguments: list[str], written: str) -> None:
@@ -78,6 +100,18 @@ def test_docs_script_regenerates_its_table(script: str, arguments: list[str], wr
 @pytest.mark.parametrize(("script", "arguments", "written"), SLOW, ids=[Path(s).stem for s, _, _ in SLOW])
 def test_slow_docs_script_regenerates_its_table(script: str, arguments: list[str], written: str) -> None:
     _check(script, arguments, written)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("report", "run_dirs", "committed"), REPORTS, ids=[c for _, _, c in REPORTS])
+def test_committed_report_regenerates(report: str, run_dirs: list[str], committed: str, tmp_path: Path) -> None:
+    _run([sys.executable, "-m", "poslab", "report", report, *run_dirs, "--output-dir", str(tmp_path)])
+    tables = sorted(path.name for path in tmp_path.iterdir() if path.suffix in {".md", ".csv", ".json"})
+    assert tables, f"poslab report {report} wrote no table into {tmp_path}"
+    for name in tables:
+        assert (tmp_path / name).read_text(encoding="utf-8") == (ROOT / committed / name).read_text(encoding="utf-8"), (
+            f"{committed}/{name} is not what `poslab report {report} {' '.join(run_dirs)}` writes now"
+        )
 
 
 def test_every_docs_script_is_checked() -> None:
