@@ -20,6 +20,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from poslab.analysis.tables import markdown_table
+
 
 def load(runs_dir: str) -> dict[str, dict[int, dict]]:
     """label: {seed: results} for every run with a passkey curve."""
@@ -44,14 +46,6 @@ def cell(values: list[float | None], digits: int = 2) -> str:
     return " / ".join("" if value is None else f"{value:.{digits}f}" for value in values)
 
 
-def print_table(header: list[str], rows: list[tuple[str, list[str]]]) -> None:
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for label, cells in rows:
-        print(f"| {label} | " + " | ".join(cells) + " |")
-    print()
-
-
 def main(runs_dir: str) -> None:
     runs = load(runs_dir)
     seeds = sorted({seed for per_seed in runs.values() for seed in per_seed})
@@ -60,7 +54,7 @@ def main(runs_dir: str) -> None:
     steps = sorted({step for per_seed in runs.values() for r in per_seed.values() for step in curve(r)})
     # most copying past the context first (the sum over seeds of the exact match at every distance)
     order = sorted(runs, key=lambda label: -sum(sum(by_distance(r)) for r in runs[label].values()))
-    in_seed_order = lambda label: [runs[label].get(seed) for seed in seeds]  # noqa: E731
+    in_seed_order = {label: [runs[label].get(seed) for seed in seeds] for label in order}  # None: no run
 
     print(f"Seeds {', '.join(map(str, seeds))}; every cell gives each seed's figure in that order (blank: no run).\n")
     print(
@@ -68,23 +62,22 @@ def main(runs_dir: str) -> None:
         f"({first['trials'] * len(first['depths'])} trials a cell and seed; chance {first['chance_exact']:g}):\n"
     )
     distance_rows = []
-    for label in order:
-        per_seed = [None if r is None else by_distance(r) for r in in_seed_order(label)]
+    for label, results in in_seed_order.items():
+        per_seed = [None if r is None else by_distance(r) for r in results]
         distance_rows.append(
-            (label, [cell([None if d is None else d[i] for d in per_seed]) for i in range(len(multiples))])
+            [label, *(cell([None if d is None else d[i] for d in per_seed]) for i in range(len(multiples)))]
         )
-    print_table(["encoding", *(f"{m:g}x" for m in multiples)], distance_rows)
+    print(markdown_table(["encoding", *(f"{m:g}x" for m in multiples)], distance_rows) + "\n")
 
     print("Within-context exact match (results.json passkey_by_step) at each validation step; last column: bits/byte")
     print("at 1x at the last step.\n")
     curve_rows = []
-    for label in order:
-        results = in_seed_order(label)
+    for label, results in in_seed_order.items():
         curves = [None if r is None else curve(r) for r in results]
         cells = [cell([None if c is None else c.get(step) for c in curves]) for step in steps]
         bpb = cell([None if r is None else float(r["figures"]["val_bpb"]) for r in results], digits=3)
-        curve_rows.append((label, [*cells, bpb]))
-    print_table(["encoding", *map(str, steps), "bits/byte at 1x"], curve_rows)
+        curve_rows.append([label, *cells, bpb])
+    print(markdown_table(["encoding", *map(str, steps), "bits/byte at 1x"], curve_rows) + "\n")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from poslab.analysis.stats import Interval, paired_difference, rank_correlation_by_seed, spearman
+from poslab.analysis.tables import markdown_table
 
 EXTRAPOLATION = "extrapolation (bits/byte 2x-16x)"
 TEXT_RANKINGS = {  # label: how a row's per-seed value is read
@@ -67,31 +68,29 @@ def corpus_section(corpus: str, rows: list[dict], reference: dict[str, float]) -
     print(f"### {corpus}\n")
     print("Spearman's rho between the synthetic zoo's mean rank and the text's ranking, per text seed (mean [95%")
     print("t-interval over seeds]; seeds: those every encoding holds):\n")
-    print("| text ranking | rho | seeds |")
-    print("|---|---|---|")
-    tables, rhos = {}, {}
+    tables, rhos, rho_rows = {}, {}, []
     for label, read in TEXT_RANKINGS.items():
         by_seed = per_seed(rows, read)
         rhos[label] = rank_correlation_by_seed(by_seed, reference)
         interval = Interval.of(rhos[label].values())
-        print(f"| {label} | {interval.cell(3)} | {interval.n} |")
+        rho_rows.append([label, interval.cell(3), interval.n])
         tables[label] = places(seed_means(by_seed))
     baseline_rho = baseline_by_seed(rows, list(rhos[EXTRAPOLATION]))  # the same seeds as the synthetic rho
     baseline = Interval.of(baseline_rho.values())
     gain = paired_difference(rhos[EXTRAPOLATION], baseline_rho)
-    print(f"| *baseline*: the text's 1x places predicting its extrapolation | {baseline.cell(3)} | {baseline.n} |")
-    print(f"| extrapolation: synthetic zoo minus the baseline (paired by seed) | {gain.cell(3)} | {gain.n} |")
+    rho_rows.append(["*baseline*: the text's 1x places predicting its extrapolation", baseline.cell(3), baseline.n])
+    rho_rows.append(["extrapolation: synthetic zoo minus the baseline (paired by seed)", gain.cell(3), gain.n])
+    print(markdown_table(["text ranking", "rho", "seeds"], rho_rows))
     print("\n(rho 0: no agreement, the chance level.)\n")
     synthetic = places(reference)
     labels = list(TEXT_RANKINGS)
     print("Places (text: by seed means), in the synthetic zoo's order:\n")
-    print("| encoding | synthetic zoo | " + " | ".join(f"text: {label}" for label in labels) + " |")
-    print("|---|---|" + "---|" * len(labels))
-    for name in sorted(synthetic, key=synthetic.get):
-        if name in tables[labels[0]]:
-            cells = [str(tables[label].get(name, "")) for label in labels]
-            print(f"| {name} | {synthetic[name]} | " + " | ".join(cells) + " |")
-    print()
+    place_rows = [
+        [name, synthetic[name], *(tables[label].get(name, "") for label in labels)]
+        for name in sorted(synthetic, key=synthetic.get)
+        if name in tables[labels[0]]
+    ]
+    print(markdown_table(["encoding", "synthetic zoo", *(f"text: {label}" for label in labels)], place_rows) + "\n")
 
 
 def main(zoo_path: str, length_path: str) -> None:
