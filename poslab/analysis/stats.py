@@ -26,9 +26,9 @@ evaluation windows inside one run are not independent replicates of it. Hence:
 * :class:`Difference` / :func:`seed_difference` -- a seed-level comparison A − B with its test, t and degrees of
   freedom: paired by seed where the runs share data under a seed, else Welch's.
 * :func:`order_agreement` -- how many pairs of groups (corpora) a quantity orders as a reference orders them.
-* :func:`spearman` / :func:`rank_correlation_by_seed` / :func:`rank_correlation_over_seeds` -- how far one
-  ranking predicts another (the synthetic zoo's places against text's): Spearman's rho, per seed of the ranking
-  measured anew, and its t-interval over those seeds.
+* :func:`spearman` / :func:`rank_correlation_by_seed` -- how far one ranking predicts another (the synthetic zoo's
+  places against text's): Spearman's rho, per seed of the ranking measured anew (``Interval.of`` its values for
+  the t-interval over those seeds; the reference's own uncertainty is not in it).
 * :func:`roc_auc` -- how well a score separates two classes (the increments' word boundaries): Mann-Whitney U.
 * :func:`best_auc_given` -- the in-sample ceiling of ``roc_auc`` over every score that is a function of a
   discrete key (the increments' word boundaries: what any function of the lead byte could reach).
@@ -643,10 +643,3 @@ def rank_correlation_by_seed(
     holds (``_shared_seed_ids``)."""
     scores = {k: v for k, v in by_seed.items() if k in reference}
     return {seed: spearman({k: v[seed] for k, v in scores.items()}, reference) for seed in _shared_seed_ids(scores)}
-
-
-def rank_correlation_over_seeds(by_seed: Mapping[str, Mapping[int, float]], reference: Mapping[str, float]) -> Interval:
-    """``rank_correlation_by_seed`` with the t-interval over those seeds: how far a ranking made elsewhere
-    (``reference``: another experiment's means) predicts this one, with this experiment's seed-to-seed spread. The
-    reference's own uncertainty is not in it."""
-    return Interval.of(rank_correlation_by_seed(by_seed, reference).values())

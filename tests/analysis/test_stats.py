@@ -216,7 +216,7 @@ def test_spearman_is_one_for_the_same_order_minus_one_reversed_and_handles_ties(
     assert math.isnan(stats.spearman({"x": 1.0, "y": 1.0, "z": 1.0}, a))  # a constant scoring
 
 
-def test_rank_correlation_over_seeds_takes_one_rho_per_shared_seed():
+def test_rank_correlation_by_seed_takes_one_rho_per_shared_seed():
     reference = {"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0}
     by_seed = {  # seed 0 agrees fully, seed 1 swaps the last two, seed 2 is held by "a" alone (left out)
         "a": {0: 0.1, 1: 0.1, 2: 9.0},
@@ -224,7 +224,7 @@ def test_rank_correlation_over_seeds_takes_one_rho_per_shared_seed():
         "c": {0: 0.3, 1: 0.4},
         "d": {0: 0.4, 1: 0.3},
     }
-    interval = stats.rank_correlation_over_seeds(by_seed, reference)
+    interval = Interval.of(stats.rank_correlation_by_seed(by_seed, reference).values())
     assert interval.n == 2
     assert interval.mean == pytest.approx((1.0 + 0.8) / 2)
     assert interval.low < 0.8 and interval.high > 1.0  # a t-interval over two seeds: wide
