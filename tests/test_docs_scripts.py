@@ -14,40 +14,49 @@ from pathlib import Path
 
 import pytest
 
+from poslab.cli import main
+
 ROOT = Path(__file__).resolve().parents[1]
 
-#: (script, its arguments, the markdown it writes) as the docs give the commands
-FAST = [
-    (
+#: (script, its arguments, the markdown it writes) as the docs give the commands; slow: they rebuild evaluation
+#: sets or encodings, or read the zoo's hundreds of runs (2-20 s on the 2 cores)
+SCRIPTS = [
+    pytest.param(
         "docs/lm_extrapolation/alibi_shape.py",
         ["docs/lm_extrapolation/length.json"],
         "docs/lm_extrapolation/alibi_shape.md",
     ),
-    (
+    pytest.param(
         "docs/lm_extrapolation/zoo_vs_text.py",
         ["docs/position_zoo/v2/zoo.json", "docs/lm_extrapolation/length.json"],
         "docs/lm_extrapolation/zoo_vs_text.md",
     ),
-    (
+    pytest.param(
         "docs/lm_extrapolation/passkey_curve.py",
         ["docs/lm_extrapolation/passkey/runs"],
         "docs/lm_extrapolation/passkey/curve.md",
     ),
-    ("docs/reproduction/seed_intervals.py", [], "docs/reproduction/seed_intervals.md"),
-]
-#: these rebuild evaluation sets or encodings, or read the zoo's hundreds of runs (2-20 s on the 2 cores)
-SLOW = [
-    ("docs/position_zoo/first_zoo_baselines.py", [], "docs/position_zoo/first_zoo_baselines.md"),
-    ("docs/position_zoo/hrope_frequencies.py", [], "docs/position_zoo/hrope_frequencies.md"),
-    (
+    pytest.param("docs/reproduction/seed_intervals.py", [], "docs/reproduction/seed_intervals.md"),
+    pytest.param(
+        "docs/position_zoo/first_zoo_baselines.py",
+        [],
+        "docs/position_zoo/first_zoo_baselines.md",
+        marks=pytest.mark.slow,
+    ),
+    pytest.param(
+        "docs/position_zoo/hrope_frequencies.py", [], "docs/position_zoo/hrope_frequencies.md", marks=pytest.mark.slow
+    ),
+    pytest.param(
         "docs/position_zoo/v2/explain.py",
         ["docs/position_zoo/v2/runs", "docs/position_zoo/checks/runs"],
         "docs/position_zoo/v2/explain.md",
+        marks=pytest.mark.slow,
     ),
-    (
+    pytest.param(
         "docs/position_zoo/variable/compare.py",
         ["docs/position_zoo/v2/runs", "docs/position_zoo/variable/runs"],
         "docs/position_zoo/variable/compare.md",
+        marks=pytest.mark.slow,
     ),
 ]
 
@@ -72,40 +81,25 @@ REPORTS = [
 ]
 
 
-def _run(command: list[str]) -> str:
+@pytest.mark.parametrize(("script", "arguments", "written"), SCRIPTS, ids=[Path(c.values[0]).stem for c in SCRIPTS])
+def test_docs_script_regenerates_its_table(script: str, arguments: list[str], written: str) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, f"{' '.join(command)} failed:\n{done.stderr[-3000:]}"
-    return done.stdout
-
-
-def _regenerated(script: str, arguments: list[str]) -> str:
-    return _run([sys.executable, script, *arguments])
-
-
-def _check(script: str, arguments: list[str], written: str) -> None:
-    committed = (ROOT / written).read_text(encoding="utf-8")
-    regenerated = _regenerated(script, arguments)
-    assert regenerated == committed, (
+    done = subprocess.run(
+        [sys.executable, script, *arguments], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, f"{script} failed:\n{done.stderr[-3000:]}"
+    assert done.stdout == (ROOT / written).read_text(encoding="utf-8"), (
         f"{written} is not what `python {script} {' '.join(arguments)}` writes now: rerun it and commit the output"
     )
 
 
-@pytest.mark.parametrize(("script", "arguments", "written"), FAST, ids=[Path(s).stem for s, _, _ in FAST])
-def test_docs_script_regenerates_its_table(script: str, arguments: list[str], written: str) -> None:
-    _check(script, arguments, written)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(("script", "arguments", "written"), SLOW, ids=[Path(s).stem for s, _, _ in SLOW])
-def test_slow_docs_script_regenerates_its_table(script: str, arguments: list[str], written: str) -> None:
-    _check(script, arguments, written)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("report", "run_dirs", "committed"), REPORTS, ids=[c for _, _, c in REPORTS])
-def test_committed_report_regenerates(report: str, run_dirs: list[str], committed: str, tmp_path: Path) -> None:
-    _run([sys.executable, "-m", "poslab", "report", report, *run_dirs, "--output-dir", str(tmp_path)])
+def test_committed_report_regenerates(
+    report: str, run_dirs: list[str], committed: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)  # the run directories as the docs name them, relative to the root
+    assert main(["report", report, *run_dirs, "--output-dir", str(tmp_path)]) == 0
     tables = sorted(path.name for path in tmp_path.iterdir() if path.suffix in {".md", ".csv", ".json"})
     assert tables, f"poslab report {report} wrote no table into {tmp_path}"
     for name in tables:
@@ -116,6 +110,6 @@ def test_committed_report_regenerates(report: str, run_dirs: list[str], committe
 
 def test_every_docs_script_is_checked() -> None:
     """A new script under docs/ joins the lists above (or this test says which one is missing)."""
-    checked = {script for script, _, _ in FAST + SLOW}
+    checked = {case.values[0] for case in SCRIPTS}
     present = {str(path.relative_to(ROOT)) for path in ROOT.glob("docs/**/*.py")}
     assert present == checked, f"docs scripts not regenerated by a test: {sorted(present - checked)}"
