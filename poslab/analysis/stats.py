@@ -29,6 +29,14 @@ evaluation windows inside one run are not independent replicates of it. Hence:
 * :func:`spearman` / :func:`rank_correlation_by_seed` -- how far one ranking predicts another (the synthetic zoo's
   places against text's): Spearman's rho, per seed of the ranking measured anew (``Interval.of`` its values for
   the t-interval over those seeds; the reference's own uncertainty is not in it).
+* :func:`crossed_interval` / :func:`crossed_difference` / :func:`linearised_ratio` -- **text figures: seeds and
+  documents crossed** (every seed's model reads the same held-out documents): the mean of a seeds x documents
+  table with a t-interval whose variance has a seed term and a document term (bits/byte linearised as the ratio it
+  is), paired on both where two methods share seeds and documents. Coverage checked by simulation.
+* :func:`rank_intervals` / :class:`RankInterval` / :func:`seed_tables` -- ranks with known coverage: the places a
+  method's Bonferroni-corrected paired differences with every other allow; always holds its point rank (the
+  percentile bootstrap of :func:`bootstrap_ranks` under-covers at 3 seeds and can exclude it).
+* :func:`t_quantile_at` / :func:`t_cdf` -- Student's t at any level and fractional df (no scipy).
 * :func:`roc_auc` -- how well a score separates two classes (the increments' word boundaries): Mann-Whitney U.
 * :func:`best_auc_given` -- the in-sample ceiling of ``roc_auc`` over every score that is a function of a
   discrete key (the increments' word boundaries: what any function of the lead byte could reach).
@@ -643,3 +651,177 @@ def rank_correlation_by_seed(
     holds (``_shared_seed_ids``)."""
     scores = {k: v for k, v in by_seed.items() if k in reference}
     return {seed: spearman({k: v[seed] for k, v in scores.items()}, reference) for seed in _shared_seed_ids(scores)}
+
+
+# ------------------------------------------------------------------------ seeds x documents: the crossed design
+# Every seed's model of a method reads the same held-out documents, so a text figure is a seeds x documents table:
+# seeds and documents are crossed, not nested. Its grand mean varies with both (another seed, other text):
+#     y[s, d] = mu + a[s] + b[d] + e[s, d],   Var(mean) = var_a / S + var_b / D + var_e / (S D)
+# estimated from the two-way mean squares (E[MS_seeds] = D var_a + var_e, E[MS_documents] = S var_b + var_e) as
+# (MS_seeds + MS_documents) / (S D): that counts var_e / (S D) once more than it is, a small and conservative
+# excess (the "pigeonhole" bootstrap's; Owen 2007) that keeps both terms positive. The t quantile takes the
+# smaller component's degrees of freedom, min(S - 1, D - 1), not Welch-Satterthwaite's: simulated at 3 and 5 seeds,
+# Satterthwaite's df covered 92-95% (liberal when one term has 2 or 4 df), the smaller df 97-100% at an interval
+# about 11% wider at 5 seeds (tests/analysis/test_stats_coverage.py checks coverage by simulation).
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with ``df`` (> 0) degrees of freedom: the regularised incomplete beta function
+    ``I_x(df/2, 1/2)`` at ``x = df / (df + t^2)``, by its continued fraction (Numerical Recipes' betacf)."""
+    x = df / (df + t * t)
+    a, b = df / 2, 0.5
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1) / (a + b + 2):
+        tail = front * _beta_fraction(a, b, x) / a
+    else:
+        tail = 1 - front * _beta_fraction(b, a, 1 - x) / b
+    return 1 - tail / 2 if t >= 0 else tail / 2
+
+
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    c, d = 1.0, 1 - (a + b) * x / (a + 1)
+    d = 1 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):  # fmt: skip
+            d = 1 + numerator * d
+            d = 1 / (d if abs(d) > tiny else tiny)
+            c = 1 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1) < 1e-14:
+            break
+    return h
+
+
+def t_quantile_at(df: float, level: float) -> float:
+    """The two-sided ``level`` quantile of Student's t at any (fractional) ``df`` and any level, by bisection on
+    :func:`t_cdf` (for Bonferroni levels such as 1 - 0.05 / 20, which the 95% table has not)."""
+    target = 1 - (1 - level) / 2
+    low, high = 0.0, 1.0
+    while t_cdf(high, df) < target:
+        high *= 2
+    for _ in range(100):
+        middle = (low + high) / 2
+        low, high = (middle, high) if t_cdf(middle, df) < target else (low, middle)
+    return (low + high) / 2
+
+
+def linearised_ratio(losses: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Per-(seed, document) values whose mean over documents is each seed's ratio ``sum_d loss / sum_d size``
+    (bits per byte: a byte-weighted mean, not a mean of per-document figures), linearised about the grand ratio R:
+    ``R + (loss - R size) / mean size``, so a document's share of the variance is what it moves the ratio."""
+    sizes = np.asarray(sizes, dtype=float)
+    ratio = float(losses.sum() / (sizes.sum() * losses.shape[0]))
+    return ratio + (losses - ratio * sizes[None, :]) / sizes.mean()
+
+
+@dataclass(frozen=True)
+class CrossedInterval:
+    """The mean of a seeds x documents table with its interval (``crossed_interval``): ``seeds`` and ``documents``
+    the table's shape, ``df`` the t quantile's degrees of freedom (the smaller component's), and the two variance
+    terms of the mean (``seed_term`` = MS_seeds / (S D), ``document_term`` = MS_documents / (S D)): which one the
+    width comes from."""
+
+    interval: Interval
+    seeds: int
+    documents: int
+    df: float
+    seed_term: float
+    document_term: float
+
+    def as_dict(self) -> dict[str, Any]:
+        clean = lambda x: None if x != x else x
+        terms = {"df": clean(self.df), "seed_term": clean(self.seed_term), "document_term": clean(self.document_term)}
+        return {**self.interval.as_dict(), "seeds": self.seeds, "documents": self.documents, **terms}
+
+
+def crossed_interval(values: np.ndarray, level: float = LEVEL) -> CrossedInterval:
+    """Mean and ``level`` interval of a seeds x documents table (rows seeds, columns documents; the comment above):
+    t with min(S - 1, D - 1) degrees of freedom on ``(MS_seeds + MS_documents) / (S D)``. One document column: the
+    t-interval over seeds (``Interval.of``, exactly). One seed: no interval (the seed scatter is unknown)."""
+    values = np.asarray(values, dtype=float)
+    seeds, documents = values.shape
+    grand = float(values.mean())
+    if seeds < 2:
+        return CrossedInterval(
+            Interval(grand, math.nan, math.nan, seeds), seeds, documents, math.nan, math.nan, math.nan
+        )
+    ms_seeds = documents * float(np.sum((values.mean(axis=1) - grand) ** 2)) / (seeds - 1)
+    ms_documents = seeds * float(np.sum((values.mean(axis=0) - grand) ** 2)) / (documents - 1) if documents > 1 else 0.0
+    seed_term, document_term = ms_seeds / (seeds * documents), ms_documents / (seeds * documents)
+    variance = seed_term + document_term
+    df = float(min(seeds, documents) - 1) if documents > 1 else float(seeds - 1)  # the module comment: conservative
+    half = t_quantile_at(df, level) * math.sqrt(variance)
+    return CrossedInterval(
+        Interval(grand, grand - half, grand + half, seeds), seeds, documents, df, seed_term, document_term
+    )
+
+
+def crossed_difference(a: np.ndarray, b: np.ndarray, level: float = LEVEL) -> CrossedInterval:
+    """A minus B where both tables hold the same seeds (rows) and documents (columns): paired on both, so what a
+    seed or a document does to both methods cancels."""
+    return crossed_interval(np.asarray(a, dtype=float) - np.asarray(b, dtype=float), level)
+
+
+@dataclass(frozen=True)
+class RankInterval:
+    """A method's place (1 = best) and the places the data allow: ``low`` is 1 plus the methods shown better than
+    it, ``high`` the number of methods less those shown worse, so ``low <= rank <= high`` always."""
+
+    rank: int
+    low: int
+    high: int
+
+    def cell(self) -> str:
+        return str(self.rank) if self.low == self.high else f"{self.rank} [{self.low}-{self.high}]"
+
+
+def rank_intervals(
+    tables: Mapping[str, np.ndarray], higher_is_better: bool = True, level: float = LEVEL
+) -> dict[str, RankInterval]:
+    """Each method's rank with a ``level`` interval, from its paired differences with every other method.
+
+    ``tables[method]``: a seeds x documents table (one column: seeds only), the same seeds and documents in every
+    method. Method i is shown better than j when their ``crossed_difference`` interval at the Bonferroni level
+    ``1 - (1 - level) / (M - 1)`` excludes 0: then, with probability at least ``level``, all of i's M - 1
+    comparisons hold at once and its true rank lies in the interval (a joint-confidence rank set; Klein, Wright &
+    Wieczorek 2020). A rank interval can never exclude its own point rank, unlike a bootstrap's percentiles.
+    """
+    methods = list(tables)
+    if not methods:
+        return {}
+    sign = 1.0 if higher_is_better else -1.0
+    means = {m: sign * float(np.mean(tables[m])) for m in methods}
+    pair_level = 1 - (1 - level) / max(1, len(methods) - 1)
+    better = {m: 0 for m in methods}  # methods shown better than m
+    worse = {m: 0 for m in methods}
+    for a, b in combinations(methods, 2):
+        difference = crossed_difference(tables[a], tables[b], pair_level).interval
+        if not difference.has_interval:
+            continue
+        low, high = sorted((sign * difference.low, sign * difference.high))
+        if low > 0:  # a shown better than b
+            better[b] += 1
+            worse[a] += 1
+        elif high < 0:
+            better[a] += 1
+            worse[b] += 1
+    result = {}
+    for m in methods:
+        rank = 1 + sum(means[o] > means[m] for o in methods)
+        result[m] = RankInterval(rank, 1 + better[m], len(methods) - worse[m])
+    return result
+
+
+def seed_tables(scores: Mapping[str, Mapping[int, float]]) -> dict[str, np.ndarray]:
+    """``scores[method][seed]`` as seeds x 1 tables over the seeds every method has (``_shared_seed_ids``), for
+    :func:`rank_intervals` where a figure has no documents (a synthetic task's accuracy)."""
+    seeds = _shared_seed_ids(scores)
+    return {
+        m: np.array([[per_seed[s]] for s in seeds], dtype=float).reshape(len(seeds), 1)
+        for m, per_seed in scores.items()
+    }
