@@ -55,9 +55,11 @@ __all__ = ["STYLES", "boundary_density", "segment", "utf8_lengths"]  # utf8_leng
 
 #: a sentence ends at . ! ? followed by whitespace, or at 。！？; closing quotes/brackets stay with it, and the
 #: whitespace after it is its separator. The match ends where the next sentence starts (at non-whitespace). Its
-#: lookaheads are causal: ``(?=\s)`` reads the character before that start, ``(?=\S)`` the start itself.
+#: lookaheads are causal: ``(?=\s)`` reads the character before that start, ``(?=\S)`` the start itself. The
+#: Chinese run of ends and closers is taken whole (an atomic group, ``(?=(...))\1``): backtracking into it would
+#: make a trailing ``”`` or second ``。`` start a sentence where nothing follows, but not where text does.
 _CLOSERS = "\"'”’」』）)\\]》"
-_SENTENCE_END = re.compile(rf"(?:[.!?]+[{_CLOSERS}]*(?=\s)|[。！？]+[{_CLOSERS}]*)\s*(?=\S)")
+_SENTENCE_END = re.compile(rf"(?:[.!?]+[{_CLOSERS}]*(?=\s)|(?=([。！？]+[{_CLOSERS}]*))\1)\s*(?=\S)")
 
 
 def _lines(text: str) -> Iterable[tuple[int, str]]:
