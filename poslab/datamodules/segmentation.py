@@ -10,8 +10,8 @@ Conventions, the same in every style:
 - Causal: the indices at byte ``i`` depend on bytes ``0 .. i`` only (a model reads them as inputs at token ``i``;
   docs/causality.md). Every rule decides whether a character starts a unit from that character and those before
   it, never from one after it, and a character's start is marked on its *last* byte: the bytes of a multi-byte
-  character before its last keep the index of the character before (at its first byte ``\xa0`` and ``\xa9``, or
-  ``”`` and ``—``, are not told apart yet). For ASCII text every unit starts at its first character's byte.
+  character before its last keep the index of the character before (at its first byte NBSP, U+00A0, is not yet
+  told from ``©``, U+00A9, nor ``”`` from ``—``). For ASCII text every unit starts at its first character's byte.
   tests/datamodules/test_coordinate_causality.py checks it at every byte.
 - The sentence index counts sentences in the whole document; it does not restart at 0 in each paragraph.
   A model then sees one monotone coordinate per level (as it sees the token index), and a paragraph start
