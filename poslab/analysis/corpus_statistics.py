@@ -67,7 +67,7 @@ import numpy as np
 
 from poslab.analysis.stats import order_agreement
 from poslab.config import CONF_DIR, compose_config
-from poslab.datamodules.codec import byte_length, bytes_text, text_bytes
+from poslab.datamodules.codec import byte_length, bytes_text, text_bytes, utf8_lengths
 from poslab.datamodules.corpora import local_corpus_name, local_overrides, local_path_matches, resolve_corpus
 from poslab.datamodules.segmentation import segment
 from poslab.errors import ConfigError
@@ -108,7 +108,11 @@ def split_paragraphs(text: str, style: str) -> list[str]:
     if not data:
         return []
     paragraph, _ = segment(text, style)
-    cuts = [0, *(np.flatnonzero(np.diff(paragraph)) + 1).tolist(), len(data)]
+    # segment marks a paragraph on its first character's last byte (causal per byte): cut before that character
+    lengths = utf8_lengths(text)
+    char_first = np.cumsum(lengths) - lengths
+    marks = np.flatnonzero(np.diff(paragraph)) + 1
+    cuts = [0, *char_first[np.searchsorted(char_first, marks, side="right") - 1].tolist(), len(data)]
     return [bytes_text(data[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
 
 

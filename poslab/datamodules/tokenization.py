@@ -1,8 +1,11 @@
 """Tokenizers of the prepared cache: ``bytes`` (the default) and ``bpe`` (a byte-level BPE trained on the corpus).
 
-Both map a document to token ids and, per token, the offset of its first UTF-8 byte: a token's paragraph and
-sentence are those of its first byte (``segmentation.segment`` works per byte), so the coordinates of the
-hierarchical encodings exist for either tokenizer.
+Both map a document to token ids and, per token, the offset of its first UTF-8 byte. A token's paragraph and
+sentence are those of its first character, read at that character's last byte (``coordinate_bytes``;
+``segmentation.segment`` works per byte and marks a unit's start on its first character's last byte), or of the
+byte before the next token where the token holds only part of that character: so the coordinates of the
+hierarchical encodings exist for either tokenizer and a token's depend on no later token (a byte token takes its
+own byte's).
 
 ``bpe`` trains a byte-level BPE (the ``tokenizers`` library, GPT-2's pre-tokenizer, ``vocab_size`` symbols
 including the document separator ``<|sep|>``, id 0) on the *training* documents of every source group of the
@@ -75,6 +78,20 @@ class BpeTokenizer(Tokenizer):
 
     def fingerprint(self) -> str:
         return hashlib.sha256(self.path.read_bytes()).hexdigest()[:16]
+
+
+def coordinate_bytes(text: str, first_bytes: np.ndarray) -> np.ndarray:
+    """Per token, the byte whose paragraph and sentence indices it takes: the last byte of its first character, or
+    the byte before the next token where the token ends inside that character (a byte token, a byte-level BPE
+    token holding part of a character, which ``BpeTokenizer.encode`` gives that character's first byte). Never a
+    byte after the token, so a token's indices depend on no later token (``segmentation``: causal per byte);
+    0 for a first token that ends inside the first character."""
+    lengths = utf8_lengths(text)
+    char_last = np.cumsum(lengths) - 1  # each character's last byte
+    first = np.asarray(first_bytes, dtype=np.int64)
+    own = char_last[np.searchsorted(char_last, first)] if len(first) else first  # of the character holding it
+    token_last = np.append(first[1:], int(lengths.sum()))[: len(first)] - 1
+    return np.maximum(np.minimum(own, token_last), 0)
 
 
 def check_tokenizer(corpus: dict[str, Any]) -> tuple[str, int | None]:

@@ -62,10 +62,12 @@ def test_paragraphs_are_the_segmentation_units_with_their_separators_and_exact_b
     code = "import os\n\n\ndef f():\n    return 1\n\n    # same block? no: blank line\nx = 2\n"
     assert split_paragraphs(code, "code") == [
         "import os\n\n\n",
-        "def f():\n    return 1\n\n",
-        "    # same block? no: blank line\nx = 2\n",
+        "def f():\n    return 1\n\n    ",
+        "# same block? no: blank line\nx = 2\n",
     ]
     assert split_paragraphs(" = T = \n \n a b . \n", "wikitext") == [" = T = \n \n ", "a b . \n"]
+    # a paragraph is marked on its first character's last byte; the text is cut before that character
+    assert split_paragraphs("一。\n\n\xa0\xa0二。", "lines") == ["一。\n\n\xa0\xa0", "二。"]
     stats, counts = corpus_statistics([["é" * 5, "x" * 3]])  # bytes, not characters: 10 and 3
     assert stats["length_mean_bytes"] == pytest.approx(6.5)
     assert counts == {"documents": 1, "paragraphs": 2}

@@ -28,6 +28,7 @@ from poslab.datamodules.corpora import (
 from poslab.datamodules.language import EvaluationBatches, LanguageModelDataModule, TrainingWindows
 from poslab.datamodules.segmentation import segment
 from poslab.datamodules.synthetic import batch_generator
+from poslab.datamodules.tokenization import coordinate_bytes
 from poslab.errors import ConfigError
 from tests.conftest import local_corpus
 from tests.datamodules.test_corpora import make_corpus, write_jsonl
@@ -47,7 +48,8 @@ def old_per_token_arrays(corpus: dict, data_dir: Path, tokenizer) -> dict[str, d
         for document in group.documents(resolved.validation_fraction):
             tokens, first_bytes = tokenizer.encode(document.text)
             paragraph, sentence = segment(document.text, document.style)
-            paragraphs, sentences = paragraph[first_bytes], sentence[first_bytes]
+            at = coordinate_bytes(document.text, first_bytes)  # a token's first character, as far as it holds it
+            paragraphs, sentences = paragraph[at], sentence[at]
             n = len(tokens) + 1
             last = (int(paragraphs[-1]), int(sentences[-1])) if len(tokens) else (0, 0)
             split, offset = parts[document.split], offsets[document.split]
@@ -208,7 +210,7 @@ def test_the_cache_stores_tokens_and_boundaries_only_at_about_two_bytes_a_token(
     write_jsonl(tmp_path / "data" / "web" / "docs.jsonl", texts)
     corpus = {"name": "web", "validation_fraction": 0.2, "groups": {"main": {"local": [{"pattern": "web/*.jsonl"}]}}}
     (group,) = prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")
-    assert group.meta["version"] == CACHE_VERSION == 4
+    assert group.meta["version"] == CACHE_VERSION == 5
     files = sorted(p.name for p in group.directory.iterdir() if p.name != "meta.json")
     assert files == sorted(f"{s}.{n}" for s in ("train", "validation") for n in ("tokens.u16", *BOUNDARY_FILES))
     tokens = sum(s["tokens"] for s in group.meta["splits"].values())
@@ -234,10 +236,10 @@ def test_a_cache_of_the_old_layout_is_prepared_again_and_loading_it_directly_say
     meta = {**first.meta, "version": 3, "coordinates": ["documents", "paragraphs", "sentences"]}
     del meta["arrays"]
     (old / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(ConfigError, match="cache version 3, and this poslab reads version 4: delete it"):
+    with pytest.raises(ConfigError, match="cache version 3, and this poslab reads version 5: delete it"):
         load_prepared(old)
     # the version is part of the cache key: a version 3 directory is never picked up, the data are prepared anew
-    assert first.directory.name != old.name and load_prepared(first.directory).meta["version"] == 4
+    assert first.directory.name != old.name and load_prepared(first.directory).meta["version"] == 5
 
 
 def test_a_long_preparation_logs_documents_and_bytes_as_it_goes(tmp_path, monkeypatch, caplog):
@@ -278,3 +280,17 @@ def test_a_split_built_from_per_token_arrays_is_the_split_the_cache_would_store(
     assert split.paragraph_density == 3 / 6 and split.paragraphs.relative(2, 6).tolist() == [0, 1, 1, 2]
     with pytest.raises(ValueError, match="entries for 7 tokens"):
         PreparedSplit(tokens, documents[:3], paragraphs, paragraphs)
+
+
+def test_a_cache_prepared_with_the_segmentation_before_version_5_is_never_reused(tmp_path, monkeypatch):
+    """Version 4 caches hold code coordinates that read ahead (docs/causality.md): the version is part of the cache
+    key, so preparing again makes a new directory, and loading a version 4 directory directly says so."""
+    corpus = make_corpus(tmp_path / "data", n_docs=20)
+    monkeypatch.setattr(corpora.cache, "CACHE_VERSION", 4)
+    old = prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")[0]
+    monkeypatch.undo()
+    new = prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")[0]
+    assert old.meta["version"] == 4 and new.meta["version"] == CACHE_VERSION == 5
+    assert old.directory != new.directory and old.directory.exists()
+    with pytest.raises(ConfigError, match="cache version 4, and this poslab reads version 5: delete it"):
+        load_prepared(old.directory)

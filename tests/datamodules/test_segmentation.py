@@ -91,22 +91,28 @@ CHINESE = "第一回\n\n    话说天下大势，分久必合。“周末七国�
 
 @pytest.mark.parametrize("style", ["blank_lines", "lines"])
 def test_chinese_sentence_ends_need_no_whitespace(style):
-    expect = {
+    expect = {  # at each needle's first character, read in full (its last byte)
         "回": (0, 0),
         "    话": (0, 0),  # a paragraph's indentation is part of the separator before it
         "话说": (1, 1),
         "分久": (1, 1),
         "“周末": (1, 2),
-        "！”": (1, 2),  # the closing quote stays with its sentence
+        "！”": (1, 2),
+        "”及": (1, 2),  # the closing quote stays with its sentence
         "及秦": (1, 3),
         "又并": (1, 4),
         "建宁": (2, 5),
     }
-    paragraph, sentence = check_coordinates(CHINESE, style, expect)
+    paragraph, sentence = segment(CHINESE, style)
+    check_invariants(CHINESE, paragraph, sentence)
     assert len(paragraph) == len(CHINESE.encode())  # per byte: three bytes per character here
     for needle, expected in expect.items():
-        i = at(CHINESE, needle) + 2
-        assert (paragraph[i], sentence[i]) == expected, needle  # every byte of the character
+        i = at(CHINESE, needle) + len(needle[0].encode()) - 1
+        assert (paragraph[i], sentence[i]) == expected, needle
+    # a unit starts on its first character's last byte: before it, "”" and "及" (both 3 bytes) are not told apart
+    for needle, before, start in (("话说", (0, 0), (1, 1)), ("及秦", (1, 2), (1, 3)), ("建宁", (1, 4), (2, 5))):
+        i = at(CHINESE, needle)
+        assert [(paragraph[j], sentence[j]) for j in (i, i + 1, i + 2)] == [before, before, start], needle
 
 
 CODE = "import os\n\n\ndef f(x):\n    return x\n\n    # same block? no: a blank line\nclass A:\n    pass\n"
@@ -117,10 +123,13 @@ def test_code_blocks_and_lines():
         "import": (0, 0),
         "\n\n\n": (0, 0),
         "def": (1, 1),
-        "    return": (1, 2),  # a line starts at its indentation in code
-        "    # same": (2, 3),
+        "    return": (1, 1),  # a line's indentation is part of the separator before it, as in prose
+        "return": (1, 2),
+        "    # same": (1, 2),  # ... whether an indented line is blank is known only at its end
+        "# same": (2, 3),
         "class": (2, 4),
-        "    pass": (2, 5),
+        "    pass": (2, 4),
+        "pass": (2, 5),
     }
     check_coordinates(CODE, "code", expect)
 

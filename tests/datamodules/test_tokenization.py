@@ -7,7 +7,7 @@ import pytest
 
 from poslab.datamodules.corpora import corpus_tokenizer, prepare_corpus
 from poslab.datamodules.segmentation import segment
-from poslab.datamodules.tokenization import BpeTokenizer, Tokenizer, check_tokenizer
+from poslab.datamodules.tokenization import BpeTokenizer, Tokenizer, check_tokenizer, coordinate_bytes
 from poslab.errors import ConfigError
 from tests.datamodules.test_corpora import write_jsonl
 
@@ -56,18 +56,26 @@ def test_bpe_is_trained_on_the_corpus_round_trips_and_is_cached(tmp_path):
     assert len(list((cache / "tokenizers").glob("*.json"))) == 2
 
 
-def test_a_bpe_token_carries_the_coordinates_of_its_first_byte(tmp_path):
+def test_a_bpe_token_carries_the_coordinates_of_its_first_character(tmp_path):
     groups = prepare_corpus(bpe_corpus(tmp_path / "data"), tmp_path / "data", tmp_path / "cache")
     tokenizer = corpus_tokenizer(groups, tmp_path / "cache")
     text = TEXTS[3]
     ids, first_bytes = tokenizer.encode(text)
     paragraph, sentence = segment(text, "blank_lines")
     assert np.all(np.diff(first_bytes) > 0) and first_bytes[0] == 0
-    token_paragraph = paragraph[first_bytes]
+    at = coordinate_bytes(text, first_bytes)
+    assert np.all(at >= first_bytes) and np.all(at < np.append(first_bytes[1:], len(paragraph)))  # inside the token
+    token_paragraph, token_sentence = paragraph[at], sentence[at]
     assert np.all(np.diff(token_paragraph) >= 0) and token_paragraph[-1] == 3
     # every paragraph start in bytes is the first byte of some token: boundaries survive tokenisation
     starts = np.flatnonzero(np.diff(paragraph)) + 1
     assert set(starts.tolist()) <= set(first_bytes.tolist())
+    # "第二句" starts a sentence: segment marks it on the last of 第's three bytes, its token takes it from its first
+    for start in (i for i in range(len(text)) if text.startswith("第二句", i)):
+        first = len(text[:start].encode())
+        assert sentence[first + 2] == sentence[first] + 1
+        assert token_sentence[first_bytes.tolist().index(first)] == sentence[first + 2]
+    assert len(np.flatnonzero(np.diff(sentence))) == 4 * 5 - 1 and text.count("第二句") == 4
     # the stored split: coordinates non-decreasing within a document, reset (relative) per document
     split = groups[0].splits["train"]
     documents = np.asarray(split.documents)

@@ -34,8 +34,9 @@ from poslab.settings import with_corpus_defaults
 
 log = logging.getLogger("poslab")
 
-CACHE_VERSION = 4  # 2: paragraph and sentence coordinates; 3: tokenizers (bytes, bpe), bytes per split;
-# 4: boundary offsets instead of per-token int32 coordinates (14 -> ~2.1 bytes a token)
+CACHE_VERSION = 5  # 2: paragraph and sentence coordinates; 3: tokenizers (bytes, bpe), bytes per split;
+# 4: boundary offsets instead of per-token int32 coordinates (14 -> ~2.1 bytes a token); 5: causal segmentation
+# (a code line starts at its first non-blank, a unit on its first character's last byte: docs/causality.md)
 #: cache directories whose checksums this process has verified (or written), as (path, meta.json inode, mtime): a
 #: directory prepared again by another process is a new entry
 _verified: set[tuple[str, int, int]] = set()

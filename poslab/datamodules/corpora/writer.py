@@ -24,7 +24,7 @@ from poslab.datamodules.corpora.provenance import LISTED_FILES, SPLIT_BY_BYTES, 
 from poslab.datamodules.corpora.resolution import ResolvedGroup
 from poslab.datamodules.corpora.sources import SPLITS
 from poslab.datamodules.segmentation import segment
-from poslab.datamodules.tokenization import Tokenizer
+from poslab.datamodules.tokenization import Tokenizer, coordinate_bytes
 from poslab.errors import ConfigError
 
 log = logging.getLogger("poslab")
@@ -165,9 +165,10 @@ def _write_into(
     try:
         for document in resolved.documents(fraction):
             tokens, first_bytes = tokenizer.encode(document.text)
-            paragraphs, sentences = segment(document.text, document.style)  # per byte; a token: its first byte
+            paragraphs, sentences = segment(document.text, document.style)  # per byte; a token: coordinate_bytes
+            at = coordinate_bytes(document.text, first_bytes)
             writer = writers[document.split]
-            writer.add(document.ordinal, tokens, paragraphs[first_bytes], sentences[first_bytes], len(paragraphs))
+            writer.add(document.ordinal, tokens, paragraphs[at], sentences[at], len(paragraphs))
             progress.update(len(paragraphs))
     finally:
         for split, writer in writers.items():
