@@ -10,9 +10,10 @@ and ``step``, and key every figure by evaluation length L, as the synthetic task
   non-overlapping windows of L + 1 tokens, every group's tokens together (token-weighted);
 - ``loss_sliding`` / ``bpb_sliding`` with ``task.eval_stride``: sliding windows, each scored token with at least
   L - stride tokens of context;
-- past the context, on the same weights and windows: ``loss_log_scaled`` / ``bpb_log_scaled`` (every attention
-  score times log(L) / log(context), Chiang & Cholak 2022) and ``loss_<variant>`` / ``bpb_<variant>`` for each of
-  the encoding's ``test_time_variants()`` (RoPE's rules, factor L / context);
+- past the context, on the same weights and windows: ``loss_log_scaled`` / ``bpb_log_scaled`` (each query's
+  attention scores times max(1, log(t + 1) / log(context)), Chiang & Cholak 2022; ``base.log_length_scale``)
+  and ``loss_<variant>`` / ``bpb_<variant>`` for each of the encoding's ``test_time_variants()`` (RoPE's rules,
+  factor L / context);
 - with two or more source groups, each figure again per group: ``loss[en]``, ``bpb_sliding[zh]``, ...;
 - ``loss_draw_sd`` for an encoding that draws positions in evaluation (``evaluation_draws() > 1``): every figure
   is the mean over its draws, this the spread of the plain loss over them.
