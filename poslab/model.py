@@ -12,8 +12,9 @@ queries() and keys() are layer l's transform of the queries and keys (a
 rotation for the rotary family, identity otherwise), bias is the score bias
 shared by every layer, computed once per forward (ALiBi), and term is layer
 l's own score term, which may read its q, k and hidden state. ``score_scale``
-is 1 in training; at test time it may be log(L)/log(L_train) (Chiang &
-Cholak, 2022).
+is 1 in training; at test time it may be one number or one per query
+position, ``[T]`` (log-length scaling: max(1, log(t + 1) / log(L_train)),
+Chiang & Cholak, 2022; ``poslab.lightning_modules.base.log_length_scale``).
 
 The attention path (``model.attention``, one of the encoding's
 ``attention_paths``, checked when the model is built): ``sdpa`` hands all of
@@ -42,7 +43,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from poslab.encodings import ModelShape, PositionEncoding, PositionInputs, build_encoding
-from poslab.encodings.base import LayerContext, QueryKeyTransform, ScoreMod
+from poslab.encodings.base import LayerContext, QueryKeyTransform, ScoreMod, scaled
 from poslab.errors import ConfigError
 from poslab.settings import (
     ModelSettings,
@@ -171,7 +172,7 @@ class AttentionSettings:
     same for one forward pass."""
 
     mask: Tensor | None = None  # the encoding's score bias plus the causal mask [1, H, T, T]; None: causal only
-    score_scale: float = 1.0  # scores x this (log-length scaling at test time)
+    score_scale: float | Tensor = 1.0  # scores x this: one number, or one per query [1, 1, T, 1] (fp32)
     path: str = "explicit"  # sdpa | explicit (the weights are materialised and returned) | flex
     flex: tuple[ScoreMod | None, Any] | None = None  # (score_mod, block_mask) on the flex path
 
@@ -201,7 +202,10 @@ class Attention(nn.Module):
             q, k = layer.transform.queries(q), layer.transform.keys(k)
         term = None if layer.score_term is None else layer.score_term(q, k)
         mask = settings.mask if term is None else (with_causal(settings.mask, T, x.device) + term)
-        scale = settings.score_scale / math.sqrt(self.head_dim)
+        score_scale = settings.score_scale
+        if isinstance(score_scale, Tensor):  # one per query: it scales the queries, after the term read them
+            q, score_scale = scaled(q, score_scale), 1.0
+        scale = score_scale / math.sqrt(self.head_dim)
         weights = None
         if settings.path == "flex":
             if term is not None:  # the encoding lists flex in its attention_paths, yet gives a per-layer term
@@ -211,7 +215,7 @@ class Attention(nn.Module):
                 )
             # a score scale other than 1 scales the queries: the compiled kernel's own scale stays one constant
             # (a float argument would compile the kernel again for every value)
-            q = q if settings.score_scale == 1.0 else q * settings.score_scale
+            q = q if score_scale == 1.0 else q * score_scale
             y = flex_attention(q, k, v, settings.flex[0], settings.flex[1], 1.0 / math.sqrt(self.head_dim))
         elif settings.path == "sdpa":
             y = sdpa(q, k, v, mask, scale)
@@ -291,7 +295,7 @@ class Transformer(nn.Module):
         self,
         tokens: Tensor,
         coordinates: dict[str, Tensor] | None = None,
-        score_scale: float = 1.0,
+        score_scale: float | Tensor = 1.0,
         return_attention: bool = False,
         return_positions: bool = False,
     ) -> ModelOutput:
@@ -308,6 +312,8 @@ class Transformer(nn.Module):
             bias = self.encoding.score_bias(T, tokens.device)
             mask = None if bias is None else (bias + causal_mask(T, tokens.device)).unsqueeze(0).to(x.dtype)
 
+        if isinstance(score_scale, Tensor):  # one per query position [T]: broadcast over batch, heads, features
+            score_scale = score_scale.to(tokens.device, torch.float32).view(1, 1, T, 1)
         settings = AttentionSettings(mask, score_scale, path, flex)
         attention: list[Tensor] = []
         positions: list[Tensor | None] = []

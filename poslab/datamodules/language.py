@@ -28,6 +28,7 @@ from poslab.datamodules.corpora import (
     PreparedGroup,
     PreparedSplit,
     check_local_corpus,
+    corpus_tokenizer,
     data_notes,
     describe,
     prepare_corpus,
@@ -123,11 +124,19 @@ class TrainingWindows(IterableDataset):
 class EvaluationBatches(Dataset):
     """The evaluation's batches, each item a whole batch (``DataLoader(batch_size=None)``) of windows of one length
     from one group: ``tokens`` ``[R, L + 1]``, their ``paragraph`` / ``sentence`` indices, ``group`` (its index),
-    ``sliding`` and ``scored_from`` ``[R]`` (the first of each window's ``L`` predictions that is scored).
-    The non-overlapping windows of every length, then (``sliding``) the sliding ones."""
+    ``sliding`` and ``scored_from`` ``[R]`` (the first of each window's ``L`` predictions that is scored), and,
+    given the tokenizer's ``token_bytes`` (``[vocab]``), ``bytes`` ``[R, L + 1]``: the UTF-8 bytes of each token,
+    which bits per byte divides by. The non-overlapping windows of every length, then (``sliding``) the sliding
+    ones."""
 
-    def __init__(self, groups: list[PreparedGroup], plan: EvaluationPlan, sliding: bool = False) -> None:
-        self.groups = groups
+    def __init__(
+        self,
+        groups: list[PreparedGroup],
+        plan: EvaluationPlan,
+        sliding: bool = False,
+        token_bytes: Tensor | None = None,
+    ) -> None:
+        self.groups, self.token_bytes = groups, token_bytes
         self.items: list[tuple[int, int, bool, Layout]] = []  # (group, length, sliding, one batch's windows)
         for g in range(len(groups)):
             for length in plan.lengths:
@@ -145,12 +154,15 @@ class EvaluationBatches(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, Tensor]:
         g, length, is_sliding, part = self.items[i]
-        return {
+        batch = {
             **windows(self.groups[g].splits["validation"], part.starts, length + 1),
             "group": torch.tensor(g),
             "sliding": torch.tensor(is_sliding),
             "scored_from": torch.from_numpy(part.scored_from),
         }
+        if self.token_bytes is not None:
+            batch["bytes"] = self.token_bytes[batch["tokens"]]
+        return batch
 
 
 class RankShard(Sampler[int]):
@@ -228,6 +240,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         self.passkey_note: str | None = None  # what the held-out text left out of the grid (results.json's passkey)
         check_local_corpus(self.corpus)  # corpus=local: a path matching nothing stops here too
         self.groups: list[PreparedGroup] = []
+        self.token_bytes: Tensor | None = None  # the UTF-8 bytes of each token id (the tokenizer's token_bytes)
         self.train_windows: TrainingWindows | None = None
         self.evaluation: EvaluationPlan | None = None
 
@@ -286,8 +299,9 @@ class LanguageModelDataModule(L.LightningDataModule):
 
     def group_bytes_per_token(self) -> dict[str, float]:
         """UTF-8 bytes per token of each group's validation split, in the groups' order (1 for bytes, where the
-        separator counts as one byte; known without the data, as the byte vocabulary is): converts a loss per
-        token to bits per byte."""
+        separator counts as one byte; known without the data, as the byte vocabulary is): the module's groups and
+        their sizes. Bits per byte divides by the bytes of the scored tokens themselves (the evaluation batches'
+        ``bytes``), not by this mean."""
         if self.corpus["tokenizer"] == "bytes" and not self.groups:
             return {str(name): 1.0 for name in self.corpus["groups"]}  # prepare_corpus keeps this order
         self.setup()
@@ -345,6 +359,7 @@ class LanguageModelDataModule(L.LightningDataModule):
             streams = {g.name: len(g.splits["validation"]) for g in groups}
             budget = self.eval_batch_size * self.context_length  # a batch at any length: as many tokens as at 1x
             self.evaluation = plan_evaluation(streams, self.evaluation_settings, budget)
+            self.token_bytes = torch.from_numpy(corpus_tokenizer(groups, self.cache_dir).token_bytes())
             self.groups = groups  # last: a refusal above leaves the datamodule unset, and a second setup refuses too
             self.fit_passkey(groups[0])
             for note in [*self.evaluation_notes(), *([self.passkey_note] if self.passkey_note else [])]:
@@ -373,7 +388,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         # each DDP rank evaluates its own batches, none twice (Lightning's DistributedSampler would pad the last
         # rank with repeated ones); the losses are summed over ranks, as one process computes them
         rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
-        batches = EvaluationBatches(self.groups, self.evaluation, sliding)
+        batches = EvaluationBatches(self.groups, self.evaluation, sliding, self.token_bytes)
         return DataLoader(batches, batch_size=None, sampler=RankShard(len(batches), rank, world))
 
     def val_dataloader(self) -> DataLoader:

@@ -12,6 +12,11 @@ including the document separator ``<|sep|>``, id 0) on the *training* documents 
 corpus, once: the tokenizer file is cached under ``cache_dir/tokenizers/`` keyed by the corpus's sources and
 settings, written atomically under a file lock like the token cache. Vocabularies stay below 65,536 so the
 token array keeps its ``uint16`` format.
+
+``token_bytes()``: the UTF-8 bytes each token id stands for, which bits per byte divides by (the bytes of exactly
+the scored tokens). The document separator counts as one byte with either tokenizer, as the cache's byte counts
+have it (``corpora.writer``): with the byte tokenizer every token is one byte, and bits per byte is the loss in
+bits per token.
 """
 
 from __future__ import annotations
@@ -49,6 +54,10 @@ class Tokenizer:
     def decode(self, ids: Iterable[int]) -> str:
         return decode_text(ids)
 
+    def token_bytes(self) -> np.ndarray:
+        """``int64 [vocab_size]``: the UTF-8 bytes of each token id; 1 for every byte and for the separator."""
+        return np.ones(self.vocab_size, dtype=np.int64)
+
     def fingerprint(self) -> str:
         return "bytes"
 
@@ -75,6 +84,22 @@ class BpeTokenizer(Tokenizer):
 
     def decode(self, ids: Iterable[int]) -> str:
         return self.hf.decode([int(i) for i in ids if int(i) != self.separator])
+
+    def token_bytes(self) -> np.ndarray:
+        """``int64 [vocab_size]``: the UTF-8 bytes of each token id. A byte-level BPE spells a token with one
+        character of its 256-character alphabet per byte, so its bytes are its length; the separator, the one
+        special token, counts as one byte."""
+        from tokenizers import pre_tokenizers
+
+        alphabet = set(pre_tokenizers.ByteLevel.alphabet())
+        lengths = np.ones(self.vocab_size, dtype=np.int64)
+        for token, i in self.hf.get_vocab().items():
+            if i == self.separator:
+                continue
+            if not set(token) <= alphabet:
+                raise ValueError(f"{self.path}: bpe token {token!r} is not spelled in the byte-level alphabet.")
+            lengths[i] = len(token)
+        return lengths
 
     def fingerprint(self) -> str:
         return hashlib.sha256(self.path.read_bytes()).hexdigest()[:16]

@@ -27,6 +27,28 @@ settings that is ``L`` up to about 36,000. A longer forward pass stops with the 
 infinite keys (x-transformers has the same limit and does not check it). ``zeta_ratio`` must be greater than 0:
 at 0 the first pair's ``zeta_0`` is 0, so its factors would be 0 and infinity.
 
+The authors' code (microsoft/torchscale ``torchscale/component/xpos_relative_position.py``, class ``XPOS``) gives the
+same factors: ``scale = (arange(0, head_dim, 2) + 0.4 head_dim) / (1.4 head_dim)`` (``zeta`` with ``r = 0.4``,
+``rotary_dim = head_dim``), raised to ``n / scale_base`` with ``scale_base = 512`` (a constant there, not learned and
+not tied to the length), queries by it and keys by its reciprocal (``downscale=True``), pairs ``(2i, 2i+1)``
+(``rotate_every_two``). Its centre is ``-(L // 2)`` rounded down, ``ceil(L / 2)``, where x-transformers' and
+poslab's is ``L // 2``: for odd ``L`` the single factors differ by ``zeta ** (1 / gamma)``, the scores not (both tested
+in tests/encodings/test_rotary_variants.py against a copy of ``XPOS``, to 1e-5). ``gamma = 512`` is the authors'
+constant, kept: with their 1024-token training it decays each pair over one context by ``zeta ** 2``, at poslab's
+shorter contexts far less (``zeta ** (L / 512)``); ``scale_base`` is the named setting to change that.
+
+Blockwise causal attention (``blockwise``; the paper's section 3.3): the authors train with plain causal attention
+and, past the pre-training length ``l``, evaluate with blockwise causal attention: "we divide the query as blocks
+with l/2 length, and each query interacts with its own block and the last block". Here: a query at ``t >= l`` sees
+the key at ``s <= t`` only when ``s // b >= t // b - 1``, ``b = l // 2``; a query at ``t < l`` sees every earlier key,
+as in training (for even ``l`` this is the paper's rule exactly: those queries are in blocks 0 and 1; for odd ``l``
+it keeps the query at ``t = l - 1``, which training showed all ``l`` keys, as trained). So within the training length
+nothing changes (training is plain causal attention), and past it each query sees between ``b`` and ``2b`` keys.
+It is a score bias (``-inf`` on the hidden keys) on sdpa and explicit, and the same rule as a ``score_mod`` on flex.
+``blockwise_length`` is ``l``: null, the run's training length (``train_length_settings``). ``blockwise: false``
+evaluates with plain causal attention at every length (poslab's earlier xPos; x-transformers has no blockwise
+attention), a named deviation from the authors' evaluation.
+
 Scaling rules (``scaling``, ``test_scaling``, the test-time variants; ``rotary.RotaryEncoding``): the rotation
 only. The rule maps RoPE's frequencies as for ``rope`` (YaRN's attention factor on the rotated features too);
 the decay ``zeta ** ((t - s) / gamma)`` keeps its positions and ``scale_base``, so a longer sequence decays
@@ -36,6 +58,7 @@ further, as it does without a rule (interpolating the decay too would be another
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -44,7 +67,7 @@ from torch import Tensor
 from poslab.encodings.base import LayerContext, ModelShape, QueryKeyTransform, Scaled, register
 from poslab.encodings.rotary import RotaryEncoding, exact_positions
 from poslab.errors import ConfigError
-from poslab.settings import check_number
+from poslab.settings import check_number, check_whole
 
 #: the largest factor a query or key may be scaled by (fp32 and bf16 hold up to 2**128)
 LARGEST_FACTOR = 2.0**64
@@ -80,10 +103,22 @@ class XposEncoding(RotaryEncoding):
         "so each pair's score decays as zeta^(distance/scale_base)."
     )
 
-    def __init__(self, shape: ModelShape, scale_base: float, zeta_ratio: float, **rotary: Any) -> None:
+    train_length_settings = {"blockwise_length": (1.0, 0)}  # null: the training length, the paper's l
+
+    def __init__(
+        self,
+        shape: ModelShape,
+        scale_base: float,
+        zeta_ratio: float,
+        blockwise: bool,
+        blockwise_length: int,  # null in the YAML: filled with the training length (train_length_settings)
+        **rotary: Any,
+    ) -> None:
         super().__init__(shape, **rotary)  # base, pairing, rotary_dim
         self.scale_base, self.zeta_ratio = float(scale_base), float(zeta_ratio)
         self.longest = longest_length(self.scale_base, self.zeta_ratio)
+        self.blockwise, self.blockwise_length = bool(blockwise), int(blockwise_length)
+        self.block = self.blockwise_length // 2  # the paper's blocks of l / 2
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
@@ -92,6 +127,32 @@ class XposEncoding(RotaryEncoding):
         zeta_ratio = check_number("encoding.zeta_ratio", settings["zeta_ratio"], 0)
         if max_length > longest_length(scale_base, zeta_ratio):
             raise too_long(max_length, scale_base, zeta_ratio)
+        if not isinstance(settings["blockwise"], bool):
+            raise ConfigError(f"encoding.blockwise={settings['blockwise']!r} must be true or false.")
+        meaning = "the pre-training length l: blocks of l // 2 past it; null: the training length"
+        check_whole("encoding.blockwise_length", settings["blockwise_length"], 2, meaning)
+
+    def visible(self, query: Tensor, key: Tensor) -> Tensor:
+        """Blockwise causal attention: whether the query at ``query`` sees the key at ``key`` (the causal mask
+        hides later keys apart): always within the pre-training length, else in its own block or the one before."""
+        return (query < self.blockwise_length) | (key // self.block >= query // self.block - 1)
+
+    def score_bias(self, length: int, device: torch.device) -> Tensor | None:
+        """``[1, T, T]``: ``-inf`` on the keys blockwise causal attention hides, past the pre-training length only."""
+        if not self.blockwise or length <= self.blockwise_length:
+            return None
+        position = torch.arange(length, device=device)
+        hidden = ~self.visible(position[:, None], position[None, :])
+        return torch.zeros(length, length, device=device).masked_fill(hidden, float("-inf"))[None]
+
+    def score_mod(self) -> Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor] | None:
+        if not self.blockwise:
+            return None
+
+        def blockwise(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            return torch.where(self.visible(q_idx, kv_idx), score, -float("inf"))
+
+        return blockwise
 
     def scales(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """The query and key scales ``[B or 1, 1, T, head_dim]`` (fp32) at positions ``[B or 1, T]``."""
@@ -125,4 +186,6 @@ class XposEncoding(RotaryEncoding):
             label += f":gamma{self.scale_base:g}"
         if self.zeta_ratio != 0.4:
             label += f":zeta{self.zeta_ratio:g}"
+        if not self.blockwise:
+            label += ":causal"  # plain causal attention past the training length, not the authors' blockwise
         return label

@@ -40,10 +40,18 @@ def clip_gradient_norm(optimizer: torch.optim.Optimizer, max_norm: float, scaler
 LOG_SCALED = "log_scaled"
 
 
-def log_length_scale(length: int, train_length: int) -> float:
-    """log(L) / log(L_train) (Chiang & Cholak, 2022): the factor on every attention score at length L, 1 at the
-    training length."""
-    return math.log(length) / math.log(train_length)
+def log_length_scale(length: int, train_length: int) -> Tensor:
+    """``[length]`` fp32: the factor on the attention scores of the query at each position ``t``,
+    ``max(1, log(t + 1) / log(L_train))``.
+
+    Chiang & Cholak (2022) multiply the scores of a query by ``log n``, ``n`` the number of positions it attends
+    to; a causal query at ``t`` attends to ``n = t + 1`` (SSMax's ``log n`` too). poslab trains without the factor
+    and applies it at test time only, so it is taken relative to the training length, ``log(t + 1) /
+    log(L_train)``, and floored at 1: a query that sees no more keys than training showed one (``t + 1 <=
+    L_train``, ``t = 0`` included) is computed exactly as in training; only the queries past the training length
+    are sharpened, each by its own count of keys (not the window's length, which would scale every query alike)."""
+    keys = torch.arange(1, length + 1, dtype=torch.float64)  # t + 1
+    return (keys.log() / math.log(train_length)).clamp(min=1.0).float()
 
 
 def logits_in_way(model: Transformer, inputs: Tensor, coordinates: Any, way: str | None, train_length: int) -> Tensor:

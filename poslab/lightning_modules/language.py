@@ -6,13 +6,15 @@ the same tokens of every source group's validation split are scored at every eva
 as one byte). ``results.json``'s ``figures`` keep ``val_loss`` and ``val_bpb`` (the figures at the context, 1x)
 and ``step``, and key every figure by evaluation length L, as the synthetic tasks do:
 
-- ``loss`` (nats per token) and ``bpb`` (bits per byte: the loss / ln 2 / the group's bytes per token) over
-  non-overlapping windows of L + 1 tokens, every group's tokens together (token-weighted);
+- ``loss`` (nats per token) and ``bpb`` (bits per byte: the scored tokens' summed loss / ln 2 / the UTF-8 bytes
+  of exactly those tokens, the batches' ``bytes``) over non-overlapping windows of L + 1 tokens, every group's
+  tokens together (token-weighted loss, byte-weighted bpb);
 - ``loss_sliding`` / ``bpb_sliding`` with ``task.eval_stride``: sliding windows, each scored token with at least
   L - stride tokens of context;
-- past the context, on the same weights and windows: ``loss_log_scaled`` / ``bpb_log_scaled`` (every attention
-  score times log(L) / log(context), Chiang & Cholak 2022) and ``loss_<variant>`` / ``bpb_<variant>`` for each of
-  the encoding's ``test_time_variants()`` (RoPE's rules, factor L / context);
+- past the context, on the same weights and windows: ``loss_log_scaled`` / ``bpb_log_scaled`` (each query's
+  attention scores times max(1, log(t + 1) / log(context)), Chiang & Cholak 2022; ``base.log_length_scale``)
+  and ``loss_<variant>`` / ``bpb_<variant>`` for each of the encoding's ``test_time_variants()`` (RoPE's rules,
+  factor L / context);
 - with two or more source groups, each figure again per group: ``loss[en]``, ``bpb_sliding[zh]``, ...;
 - ``loss_draw_sd`` for an encoding that draws positions in evaluation (``evaluation_draws() > 1``): every figure
   is the mean over its draws, this the spread of the plain loss over them.
@@ -54,8 +56,9 @@ PLAIN, SLIDING = "plain", "sliding"
 
 
 class LengthTotals(Metric):
-    """Sums at one evaluation length, over batches and DDP ranks: each way's loss and scored tokens per group,
-    the plain model's per draw (its spread over draws) and at each position per group (loss by position)."""
+    """Sums at one evaluation length, over batches and DDP ranks: each way's loss, scored tokens and their bytes
+    per group, the plain model's per draw (its spread over draws) and at each position per group (loss by
+    position)."""
 
     full_state_update = False
 
@@ -64,6 +67,7 @@ class LengthTotals(Metric):
         shapes = {
             "loss": (ways, groups),
             "tokens": (ways, groups),
+            "bytes": (ways, groups),
             "draw_loss": (draws, groups),
             "draw_tokens": (draws, groups),
             "position_loss": (groups, length),
@@ -73,12 +77,14 @@ class LengthTotals(Metric):
         for name, shape in shapes.items():  # fp64: sums over many thousand tokens, compared to 1e-6 in tests
             self.add_state(name, default=torch.zeros(shape, dtype=torch.float64), dist_reduce_fx="sum")
 
-    def update(self, way: int, group: int, draw: int, losses: Tensor, scored: Tensor) -> None:
-        """``losses`` ``[R, L]`` of one batch, ``scored`` ``[R, L]`` the predictions it scores; way 0 is the plain
-        model on non-overlapping windows, the one whose draws and positions are kept."""
+    def update(self, way: int, group: int, draw: int, losses: Tensor, scored: Tensor, target_bytes: Tensor) -> None:
+        """``losses`` ``[R, L]`` of one batch, ``scored`` ``[R, L]`` the predictions it scores, ``target_bytes``
+        ``[R, L]`` the UTF-8 bytes of each predicted token; way 0 is the plain model on non-overlapping windows,
+        the one whose draws and positions are kept."""
         masked = losses.double() * scored
         self.loss[way, group] += masked.sum()
         self.tokens[way, group] += scored.sum()
+        self.bytes[way, group] += (target_bytes.double() * scored).sum()
         if way == 0:
             self.draw_loss[draw, group] += masked.sum()
             self.draw_tokens[draw, group] += scored.sum()
@@ -95,9 +101,11 @@ class LengthTotals(Metric):
 
 
 class LanguageModelModule(TransformerModule):
-    """With the byte tokenizer every symbol is one byte (the document separator counts as one), so bits per
-    byte is the loss in nats divided by ln 2; with bpe it is further divided by the group's validation split's
-    bytes per token (the datamodule's ``group_bytes_per_token``)."""
+    """Bits per byte: the scored tokens' summed loss in nats / ln 2 / the UTF-8 bytes those tokens hold (the
+    evaluation batches' ``bytes``; the document separator counts as one byte). With the byte tokenizer every
+    token is one byte, so it is the loss per token in bits; with bpe the bytes are those of exactly the tokens
+    scored (not the split's mean bytes per token). A batch without ``bytes`` (one made by hand) takes its group's
+    mean from ``groups``."""
 
     def __init__(
         self,
@@ -167,10 +175,19 @@ class LanguageModelModule(TransformerModule):
         positions = torch.arange(length, device=batch["tokens"].device)
         scored = (positions[None, :] >= batch["scored_from"][:, None]).double()
         totals, ways = self.totals[str(length)], self.ways(length)
+        target_bytes = self.target_bytes(batch, group)
         for draw in range(self.draws):
             with self.model.encoding.evaluation_draw(draw):
                 for way in self.batch_ways(length, sliding):
-                    totals.update(ways.index(way), group, draw, self.token_losses(batch, way), scored)
+                    totals.update(ways.index(way), group, draw, self.token_losses(batch, way), scored, target_bytes)
+
+    def target_bytes(self, batch: dict[str, Tensor], group: int) -> Tensor:
+        """``[R, L]``: the UTF-8 bytes of each predicted token (the batch's ``bytes`` past each window's first
+        token), or the group's mean bytes per token for a batch without them."""
+        if "bytes" in batch:
+            return batch["bytes"][:, 1:]
+        targets = batch["tokens"][:, 1:]
+        return torch.full(targets.shape, float(self.bytes_per_token[group]), dtype=torch.float64, device=targets.device)
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self.evaluation_step(batch)
@@ -251,15 +268,16 @@ class LanguageModelModule(TransformerModule):
         for w, way in enumerate(self.ways(length)):
             if float(sums["tokens"][w].sum()) == 0:  # not scored in this evaluation (a validation: plain only)
                 continue
-            row.update(self.loss_and_bpb(sums["loss"][w], sums["tokens"][w], "" if way == PLAIN else f"_{way}"))
+            suffix = "" if way == PLAIN else f"_{way}"
+            row.update(self.loss_and_bpb(sums["loss"][w], sums["tokens"][w], sums["bytes"][w], suffix))
         if self.draws > 1:
             per_draw = sums["draw_loss"].sum(1) / sums["draw_tokens"].sum(1)
             row["loss_draw_sd"] = stdev(per_draw.tolist())
         return row
 
-    def loss_and_bpb(self, loss: Tensor, tokens: Tensor, suffix: str) -> dict[str, float]:
-        """``loss<suffix>`` and ``bpb<suffix>`` from per-group sums, all groups token-weighted, then per group."""
-        scored_bytes = tokens * self.bytes_per_token
+    def loss_and_bpb(self, loss: Tensor, tokens: Tensor, scored_bytes: Tensor, suffix: str) -> dict[str, float]:
+        """``loss<suffix>`` and ``bpb<suffix>`` from per-group sums (loss in nats, scored tokens, their bytes), all
+        groups together (loss per token, bits per byte), then per group."""
         row = {
             f"loss{suffix}": float(loss.sum() / tokens.sum()),
             f"bpb{suffix}": float(loss.sum() / math.log(2) / scored_bytes.sum()),

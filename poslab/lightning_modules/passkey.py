@@ -157,7 +157,8 @@ def plain_way(length: int) -> AbstractContextManager[Mapping[str, Any] | None]:
 
 
 def log_scaled_way(train_length: int) -> Way:
-    """Scores times log(T) / log(L_train) (Chiang & Cholak, 2022), as the synthetic tasks' ``accuracy_log_scaled``."""
+    """Each query's scores times max(1, log(t + 1) / log(L_train)) (Chiang & Cholak, 2022; ``log_length_scale``),
+    as the synthetic tasks' ``accuracy_log_scaled``."""
     return lambda length: nullcontext({"score_scale": log_length_scale(length, train_length)})
 
 

@@ -4,8 +4,9 @@ At every evaluation length L the module reports, keyed by L in ``results.json``,
 trained model:
 
 - ``accuracy``: the plain model, over every scored position;
-- ``accuracy_log_scaled``: every attention score multiplied by log(L)/log(train_length) at test time (Chiang &
-  Cholak, 2022; the factor is 1 at the training length);
+- ``accuracy_log_scaled``: each query's attention scores multiplied by max(1, log(t + 1) / log(train_length)) at
+  test time, ``t + 1`` the keys it sees (Chiang & Cholak, 2022; ``base.log_length_scale``: 1 within the training
+  length);
 - ``accuracy_<variant>`` for an encoding with test-time variants (``PositionEncoding.test_time_variants``: the RoPE
   scaling rules with factor L / train_length, on every encoding that rotates by RoPE's frequencies), at each length
   past the training length only (at or below it every rule is the identity: not evaluated, which keeps it cheap);

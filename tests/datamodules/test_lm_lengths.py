@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from poslab.builders import build_datamodule, build_module, load_run_and_data, load_saved_config
 from poslab.config import compose_config
 from poslab.datamodules.held_out import non_overlapping, position_bins, sliding
 from poslab.datamodules.language import EvaluationBatches, windows
 from poslab.errors import ConfigError
+from poslab.lightning_modules.base import log_length_scale
 from poslab.precheck import check_command_line, config_groups
 from poslab.runs.results import read_results, results_problem
 from poslab.settings import LM_EVAL_MULTIPLES, lm_eval_lengths, max_length
@@ -159,7 +161,7 @@ def test_position_bins_start_one_per_position_then_four_per_octave():
 
 
 # ---- test-time ways on the same weights ----------------------------------------------------------------------------
-def direct_loss(module, datamodule, length: int, variant: str | None = None, scale: float = 1.0) -> float:
+def direct_loss(module, datamodule, length: int, variant: str | None = None, scale: float | Tensor = 1.0) -> float:
     """The mean loss over the plan's non-overlapping windows at ``length``, computed here, not by the module."""
     total, count = 0.0, 0
     for group in datamodule.groups:
@@ -190,7 +192,7 @@ def test_each_test_time_variant_past_the_context_equals_a_direct_computation_on_
         for variant in variants:
             assert row[f"loss_{variant}"] == pytest.approx(direct_loss(module, datamodule, length, variant), rel=1e-5)
             assert row[f"bpb_{variant}"] == pytest.approx(row[f"loss_{variant}"] / math.log(2), rel=1e-12)
-        scale = math.log(length) / math.log(CONTEXT)
+        scale = log_length_scale(length, CONTEXT)  # one factor per query: max(1, log(t + 1) / log(CONTEXT))
         assert row["loss_log_scaled"] == pytest.approx(direct_loss(module, datamodule, length, scale=scale), rel=1e-5)
         assert row["loss"] == pytest.approx(direct_loss(module, datamodule, length), rel=1e-5)
         assert row["loss_test_linear"] != row["loss"]  # a rule at factor L / 24 changes the model

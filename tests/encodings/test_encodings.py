@@ -11,6 +11,7 @@ from poslab.encodings import ENCODINGS, ModelShape, build_encoding
 from poslab.encodings.alibi import geometric_slopes
 from poslab.encodings.rotary import apply_rotary, inverse_frequencies, rotation_angles
 from poslab.errors import ConfigError
+from poslab.lightning_modules.base import log_length_scale
 from poslab.model import Attention, AttentionSettings, LayerEncoding, ModelConfig, Transformer, causal_mask
 
 ENCODING_SETTINGS = {
@@ -93,9 +94,11 @@ def test_attention_without_positions_is_permutation_equivariant_and_causal_mask_
 
 
 @pytest.mark.parametrize("encoding", list(ENCODING_SETTINGS))
-@pytest.mark.parametrize("score_scale", [1.0, math.log(64) / math.log(16)])
+@pytest.mark.parametrize("score_scale", [1.0, math.log(64) / math.log(16), "per_query"])
 def test_sdpa_and_explicit_backends_agree(encoding, score_scale):
     tokens = torch.randint(0, 16, (3, 40))
+    if score_scale == "per_query":  # log-length scaling: one factor per query position, 1 up to t + 1 = 16
+        score_scale = log_length_scale(40, 16)
     sdpa, explicit = tiny(encoding, "sdpa"), tiny(encoding, "explicit")
     explicit.load_state_dict(sdpa.state_dict())
     a = sdpa(tokens, score_scale=score_scale).logits

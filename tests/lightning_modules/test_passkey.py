@@ -262,13 +262,15 @@ def test_each_way_scores_the_same_trials_under_its_own_rule(tiny_byte_model):
     lengths = [88, 1048]  # p + d + m
     assert [n for n, _ in by_way["linear"]] == lengths  # evaluated_as("test_linear") around the pass
     scales = [kwargs["score_scale"] for n, kwargs in by_way["['score_scale']"]]
-    assert scales == pytest.approx([math.log(n) / math.log(CONTEXT) for n in lengths])
+    for n, scale in zip(lengths, scales, strict=True):  # one factor per query: max(1, log(t + 1) / log(L_train))
+        expected = [max(1.0, math.log(t + 1) / math.log(CONTEXT)) for t in range(n)]
+        assert scale.tolist() == pytest.approx(expected, rel=1e-6)
     assert model.encoding.test_scaling == "none"  # the rule is undone after each pass
-    # at 88 tokens, within the training length, every RoPE rule is the identity: the same figures as plain
+    # at 88 tokens, within the training length, every RoPE rule and the log-length scale (1 at every query there)
+    # are the identity: the same figures as plain
     for name in ways:
-        if name != "log_scaled":
-            assert result["ways"][name]["exact"][0] == result["exact"][0]
-            assert result["ways"][name]["digits"][0] == result["digits"][0]
+        assert result["ways"][name]["exact"][0] == result["exact"][0]
+        assert result["ways"][name]["digits"][0] == result["digits"][0]
     assert way_figures(result, "test_yarn")["exact"] == result["ways"]["test_yarn"]["exact"]
 
 

@@ -12,6 +12,7 @@ import torch
 from poslab.builders import build_datamodule, build_module, load_run
 from poslab.encodings.alibi import AlibiEncoding
 from poslab.errors import ConfigError
+from poslab.lightning_modules.base import log_length_scale
 from poslab.model import ModelConfig, Transformer
 from poslab.runs.checkpoints import save_model, uncompiled_state_dict
 from poslab.runs.files import MODEL_FILE
@@ -96,7 +97,8 @@ def test_flex_attention_matches_the_bias_mask_path(encoding, settings):
     with torch.no_grad():  # FlexAttention has no backward on CPU
         for length in (200, 256):  # one length that ends inside a 128 block, one that fills its blocks
             tokens = torch.randint(0, 16, (2, length))
-            for score_scale in (1.0, math.log(length) / math.log(64)):
+            # one factor for every score, and one per query (log-length scaling, per position)
+            for score_scale in (1.0, math.log(length) / math.log(64), log_length_scale(length, 64)):
                 expected = sdpa(tokens, score_scale=score_scale).logits
                 got = flex(tokens, score_scale=score_scale).logits
                 assert (got - expected).abs().max() < 1e-5, (length, score_scale)
