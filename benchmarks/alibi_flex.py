@@ -34,13 +34,13 @@ from compile import (  # noqa: E402
 
 def attention_op(path: str, batch: int, length: int, device: torch.device, backward: bool):
     """One call of the attention operation of a byte-model layer (bias mask or flex), as a step function."""
-    from poslab.encodings.alibi import AlibiEncoding, geometric_slopes
+    from poslab.encodings.alibi import AlibiEncoding, paper_slopes
     from poslab.encodings.base import ModelShape
     from poslab.model import causal_block_mask, causal_mask, flex_attention
 
     heads, head_dim = 8, 32
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    alibi = AlibiEncoding(ModelShape(heads * head_dim, heads, 1, head_dim), geometric_slopes(heads)).to(device)
+    alibi = AlibiEncoding(ModelShape(heads * head_dim, heads, 1, head_dim), paper_slopes(heads)).to(device)
     generator = torch.Generator(device="cpu").manual_seed(0)
     q, k, v = (
         torch.randn(batch, heads, length, head_dim, generator=generator).to(device, dtype).requires_grad_(backward)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from poslab.encodings import ENCODINGS, ModelShape, build_encoding
-from poslab.encodings.alibi import geometric_slopes
+from poslab.encodings.alibi import paper_slopes
 from poslab.encodings.rotary import apply_rotary, inverse_frequencies, rotation_angles
 from poslab.errors import ConfigError
 from poslab.lightning_modules.base import log_length_scale
@@ -125,7 +125,7 @@ def test_alibi_bias_sign_and_slope():
     assert alibi.label() == "alibi:0.5" or alibi.label() == "alibi"
     geometric = build_encoding({"name": "alibi", "slopes": None}, ModelShape(64, 8, 1, 8), 16)
     assert torch.allclose(geometric.slopes, torch.tensor([2.0 ** -(h + 1) for h in range(8)]))
-    assert geometric_slopes(8)[-1] == 1 / 256
+    assert paper_slopes(8)[-1] == 1 / 256
 
 
 def test_alibi_penalises_distance_in_the_attention_weights():
