@@ -145,6 +145,15 @@ class PositionInputs:
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 
 
+@dataclass(frozen=True)
+class TrainLengthRule:
+    """A setting tied to the training length ``L`` by a rule that is not ``scale * L + offset``: ``value(L,
+    settings)`` (``settings``: those filled so far), and ``text``, what a null means, for ``poslab encodings``."""
+
+    value: Callable[[int, dict[str, Any]], int]
+    text: str
+
+
 @dataclass
 class LayerContext:
     """What a per-layer hook may read: which layer, its input, and this forward pass's encoding state."""
@@ -213,9 +222,10 @@ class PositionEncoding(nn.Module):
     #: settings that, left null, are tied to the *training* length ``L`` (the context, or the longest training
     #: length of a synthetic task), as their papers tie them: ``(scale, offset)`` gives ``int(scale * L) + offset``
     #: (T5's ``max_distance``: ``L``; CoPE's ``max_pos``: ``L + 1``, the authors' ``block_size + 1``; FIRE's
-    #: threshold: ``L / 2``). Filled before ``validate`` (``fill_length_settings``); a model built with no training
+    #: threshold: ``L / 2``), or a ``TrainLengthRule``, a function of ``L`` and the settings filled before it (T5's
+    #: buckets). Filled in order before ``validate`` (``fill_length_settings``); a model built with no training
     #: length (a test, a benchmark) takes the longest length as its training length.
-    train_length_settings: ClassVar[dict[str, tuple[float, int]]] = {}
+    train_length_settings: ClassVar[dict[str, tuple[float, int] | TrainLengthRule]] = {}
     #: settings with a value in the YAML that may also be null, which means something of its own (increments_layer's
     #: ``max_delta: null``: no bound); any other setting takes its YAML default's type
     optional_settings: ClassVar[tuple[str, ...]] = ()
@@ -230,6 +240,7 @@ class PositionEncoding(nn.Module):
         super().__init__()
         self.shape = shape
         self.resolved_settings: dict[str, Any] = {}  # filled by build_encoding: the settings it ran with
+        self.filled_settings: tuple[str, ...] = ()  # set by build_encoding: the settings a null filled in
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
@@ -434,9 +445,11 @@ def fill_length_settings(
     for key in cls.length_settings:
         if filled.get(key) is None:
             filled[key] = max(max_length, cls.length_floors.get(key, 0))
-    for key, (scale, offset) in cls.train_length_settings.items():
+    for key, rule in cls.train_length_settings.items():
         if filled.get(key) is None:
-            filled[key] = int(scale * trained) + offset
+            filled[key] = (
+                rule.value(trained, filled) if isinstance(rule, TrainLengthRule) else int(rule[0] * trained) + rule[1]
+            )
     return filled
 
 
@@ -445,7 +458,11 @@ def length_setting_kinds(cls: type[PositionEncoding]) -> dict[str, str]:
     kinds = {key: "null = the longest length the run uses" for key in cls.length_settings}
     for key, floor in cls.length_floors.items():
         kinds[key] = f"null = {floor}, or the longest length the run uses where that is longer"
-    for key, (scale, offset) in cls.train_length_settings.items():
+    for key, rule in cls.train_length_settings.items():
+        if isinstance(rule, TrainLengthRule):
+            kinds[key] = f"null = {rule.text}"
+            continue
+        scale, offset = rule
         times = "" if scale == 1 else f" x {scale:g}"
         kinds[key] = f"null = the training length{times}" + (f" {offset:+d}" if offset else "")
     return kinds
@@ -489,8 +506,8 @@ def build_encoding(
     given) and build the encoding, its null length settings filled in (``fill_length_settings``). The settings
     it was built with are ``encoding.resolved_settings``: what ran, where the config says null."""
     cls = validate_encoding(settings, shape, max_length, attention=attention, train_length=train_length)
-    name, settings = own_settings(settings)
-    settings = fill_length_settings(cls, settings, max_length, train_length)
+    name, given = own_settings(settings)
+    settings = fill_length_settings(cls, given, max_length, train_length)
     try:
         encoding = cls(shape, **settings)
     except TypeError as error:  # an unexpected key: say which ones are allowed
@@ -501,4 +518,5 @@ def build_encoding(
     if attention == "flex":
         encoding.check_flex()
     encoding.resolved_settings = {"name": name, **settings}
+    encoding.filled_settings = tuple(key for key in settings if given.get(key) is None and settings[key] is not None)
     return encoding

@@ -21,11 +21,21 @@ N(0, 1) table); ``scale=1`` is T5's bias.
 
 Initialisation as transformers' ``T5PreTrainedModel._init_weights``: ``table ~ N(0, d_model ** -0.5)``.
 
-``max_distance`` is tied to the training length (``train_length_settings``): null (the default) is the training
-length, so the log-spaced buckets span the distances training sees and every farther distance shares the last
-bucket, which training updated. T5's 128 belongs to its training lengths (512); at poslab's training length 32 a
-fixed 128 left buckets 22-31 (distances 35 and up) at their random initial values for evaluation to read.
-``untrained_at_test`` names the buckets evaluation uses that training never did.
+Both settings are tied to the training length ``L`` (``train_length_settings``), so that the last bucket, which
+every distance past ``max_distance`` shares at test time, is one training reaches, at every training length:
+
+- ``num_buckets``: null is ``min(32, L)``: T5's 32, fewer where the training sequences are shorter than that
+  (half of them exact distances, the rest log-spaced over what is left).
+- ``max_distance``: null is ``max(L - 1, num_buckets // 2 + 1)``: the largest distance training sees, so bucket
+  ``num_buckets - 1`` is that distance's (the formula's log ratio is 1 there) and every farther distance shares a
+  bucket training updated. (At L = 2 the floor keeps the log ratio defined.)
+
+T5's own 32 and 128 belong to its training length 512: kept at a training length of 32, they left buckets 22-31
+(distances 35 and up) at their initial values for evaluation to read, and the earlier default (``max_distance`` =
+L) reached the last bucket only where the formula happened to round up to it (L = 32, 128) and was refused
+outright at L = 16. An explicit setting that leaves buckets untrained is allowed (replicating T5's 128 at 512)
+and said at start: ``untrained_at_test`` names the buckets evaluation uses that training never did (logged and in
+results.json). ``tests/encodings/test_t5_buckets.py`` checks the defaults at every training length 2..4096.
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from poslab.encodings.base import ModelShape, PositionEncoding, ScoreMod, register
+from poslab.encodings.base import ModelShape, PositionEncoding, ScoreMod, TrainLengthRule, register
 from poslab.settings import check_whole
 
 
@@ -52,11 +62,31 @@ def relative_position_bucket(relative_position: Tensor, num_buckets: int, max_di
     return torch.where(n < exact, n, large)
 
 
+#: T5's bucket count, the default where training sequences are at least as long
+T5_BUCKETS = 32
+
+
+def default_buckets(train_length: int, settings: dict[str, Any]) -> int:
+    """``num_buckets`` left null: T5's 32, or the training length where that is shorter (at least 2)."""
+    return max(2, min(T5_BUCKETS, int(train_length)))
+
+
+def default_max_distance(train_length: int, settings: dict[str, Any]) -> int:
+    """``max_distance`` left null: the largest training distance, ``L - 1``, so it falls in the last bucket; at
+    least ``num_buckets // 2 + 1``, where the log-spaced buckets start."""
+    return max(int(train_length) - 1, int(settings["num_buckets"]) // 2 + 1)
+
+
 @register("t5_bias")
 class T5BiasEncoding(PositionEncoding):
     summary = "T5 relative bias: a learned scalar per head for each bucket of the query-key distance (log-spaced)."
     attention_paths = ("sdpa", "explicit", "flex")  # the bucket is pointwise and the table a lookup: a score_mod
-    train_length_settings = {"max_distance": (1.0, 0)}  # null: the training length
+    train_length_settings = {  # in this order: max_distance reads num_buckets (the module docstring)
+        "num_buckets": TrainLengthRule(default_buckets, "min(32, the training length)"),
+        "max_distance": TrainLengthRule(
+            default_max_distance, "the training length - 1 (at least num_buckets // 2 + 1)"
+        ),
+    }
     no_weight_decay = ("table",)  # a bucket training never reads keeps its initial value, as a learned row
 
     def __init__(self, shape: ModelShape, num_buckets: int, max_distance: int) -> None:
@@ -74,7 +104,7 @@ class T5BiasEncoding(PositionEncoding):
             "encoding.max_distance",
             distance,
             buckets // 2 + 1,
-            "past the num_buckets // 2 exact ones; null: the training length (T5: 128 at training length 512)",
+            "past the num_buckets // 2 exact ones; null: the training length - 1 (T5: 128 at training length 512)",
         )
 
     def buckets(self, length: int, device: torch.device) -> Tensor:
@@ -109,6 +139,6 @@ class T5BiasEncoding(PositionEncoding):
         return t5
 
     def label(self) -> str:
-        if self.num_buckets == self.yaml_settings()["num_buckets"]:  # max_distance follows the training length
+        if {"num_buckets", "max_distance"} <= set(self.filled_settings):  # both follow the training length
             return self.name  # type: ignore[attr-defined]
         return f"{self.name}:{self.num_buckets}x{self.max_distance}"  # type: ignore[attr-defined]

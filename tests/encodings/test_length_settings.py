@@ -66,13 +66,13 @@ def changed_buckets(tmp_path, *overrides: str) -> tuple[set[int], set[int], obje
 
 def test_t5_every_bucket_evaluation_uses_was_updated_in_training(tmp_path):
     updated, used, encoding = changed_buckets(tmp_path)
-    assert encoding.max_distance == 32
+    assert encoding.max_distance == 31  # the largest training distance, in the last bucket (test_t5_buckets.py)
     assert used <= updated
     assert encoding.untrained_at_test(32, 256) == []
 
 
 def test_t5_at_its_papers_128_leaves_buckets_at_their_initial_values(tmp_path):
-    updated, used, encoding = changed_buckets(tmp_path, "encoding.max_distance=128")
+    updated, used, encoding = changed_buckets(tmp_path, "encoding.num_buckets=32", "encoding.max_distance=128")
     assert used - updated == set(range(22, 32))  # first used at distance 35: never at 32 tokens
     (note,) = encoding.untrained_at_test(32, 256)
     assert "[22, 23, 24, 25, 26, 27, 28, 29, 30, 31]" in note
@@ -80,7 +80,7 @@ def test_t5_at_its_papers_128_leaves_buckets_at_their_initial_values(tmp_path):
 
 @pytest.mark.parametrize(
     ("encoding", "key", "null", "explicit"),
-    [("fire", "threshold", 16, 7.0), ("t5_bias", "max_distance", 32, 64), ("cope", "max_pos", 33, 16)],
+    [("fire", "threshold", 16, 7.0), ("t5_bias", "max_distance", 31, 64), ("cope", "max_pos", 33, 16)],
 )
 def test_a_null_takes_the_training_length_and_an_explicit_value_is_kept(encoding, key, null, explicit, tmp_path):
     module, _ = trained(tmp_path, encoding)
