@@ -26,12 +26,17 @@ normalised every query by ``psi(512)`` (training inputs up to 0.36, up to 0.83 a
 the opposite of the method). An explicit ``threshold`` is kept; ``untrained_at_test`` says when evaluation
 reaches inputs past the range training showed.
 
-Layers: the paper's listing is one module, which its models use per layer (each layer its own ``f_theta, c, L``,
-as far as could be checked here; the paper also discusses sharing it across layers). Here ``per_layer: false``
-(default) is one FIRE shared by the layers, poslab's ``score_bias`` (computed once per forward, as every other
-distance bias here); ``per_layer: true`` gives each layer its own module through ``score_term``. Neither has
+Layers: the paper's listing is one module, which its models use per layer (each layer its own ``f_theta, c, L``),
+so ``per_layer: true`` (the default) gives each layer its own module through ``score_term``; ``per_layer: false``
+(label ``fire:shared``, a named deviation: the setting of poslab's zoo runs before issue 37) is one FIRE shared by
+the layers, poslab's ``score_bias`` (computed once per forward, as every other distance bias here). Neither has
 ``flex``: a 32-wide MLP per score is no pointwise ``score_mod``. The bias is computed in fp32 with autocast off (a
 bf16 MLP input would round the normalised distances, spaced ``~1/T``, to 8 bits).
+
+The threshold's start is a named deviation from the listing's fixed 512 (``threshold: 512`` restores it): at
+poslab's training lengths (32 to 512) a start of 512 normalises every training query by ``psi(512)`` and leaves
+the method's interpolation unused, as the paragraph above measures; half the training length keeps the authors'
+mechanism (a learned floor under the query's own position) at these lengths. docs/authors_settings.md.
 """
 
 from __future__ import annotations
@@ -152,4 +157,4 @@ class FireEncoding(PositionEncoding):
         return self.fire[context.layer](q.shape[-2], q.device)[None]  # [1, H, T, T]
 
     def label(self) -> str:
-        return "fire:layer" if self.per_layer else "fire"
+        return "fire" if self.per_layer else "fire:shared"  # the authors' per-layer FIRE is the plain name

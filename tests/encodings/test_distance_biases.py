@@ -26,7 +26,7 @@ CONFIGS = {
     "t5_bias": {"name": "t5_bias", "num_buckets": 8, "max_distance": 20},  # buckets past 4 exact ones within T = 40
     "kerple_log": {"name": "kerple_log"},
     "kerple_power": {"name": "kerple_power"},
-    "fire": {"name": "fire", "threshold": 8.0},
+    "fire": {"name": "fire", "threshold": 8.0, "per_layer": False},  # the shared deviation: one bias for all layers
     "fire_layer": {"name": "fire", "threshold": 8.0, "per_layer": True},
     "sandwich": {"name": "sandwich"},
     "ssmax": {"name": "ssmax"},
@@ -184,7 +184,7 @@ def test_kerple_power_at_r2_1_is_alibi_and_the_log_variant_grows_only_logarithmi
 
 # ---- FIRE ----------------------------------------------------------------------------------------------------------
 def test_fire_is_the_papers_equation():
-    encoding = build({"name": "fire", "threshold": 6.0, "c": 0.5})
+    encoding = build({"name": "fire", "threshold": 6.0, "c": 0.5, "per_layer": False})
     fire = encoding.fire[0]
     with torch.no_grad():
         fire.threshold_multiplier.fill_(-1.5)  # L = |m * L0| = 9
@@ -202,11 +202,11 @@ def test_fire_is_the_papers_equation():
 
 def test_fires_input_stays_in_0_1_so_a_longer_sequence_brings_no_new_input():
     for threshold in (8.0, 512.0):
-        fire = build({"name": "fire", "threshold": threshold}).fire[0]
+        fire = build({"name": "fire", "threshold": threshold, "per_layer": False}).fire[0]
         for length in (1, 2, 32, 256):
             x = fire.normalised_distance(length, CPU).tril()  # keys at or before the query
             assert x.min() >= 0 and x.max() <= 1
-    fire = build({"name": "fire", "threshold": 8.0}).fire[0]
+    fire = build({"name": "fire", "threshold": 8.0, "per_layer": False}).fire[0]
     trained, longer = fire.normalised_distance(32, CPU).tril(), fire.normalised_distance(256, CPU).tril()
     assert trained.max() > 0.999  # training at 32 already covers [0, 1] (queries past L = 8 reach 1) ...
     assert longer.max() <= trained.max() + 1e-6  # ... so 256 asks for nothing beyond it
@@ -217,7 +217,7 @@ def test_fires_input_stays_in_0_1_so_a_longer_sequence_brings_no_new_input():
 
 def test_fire_reuses_its_bias_in_evaluation_until_the_length_or_the_weights_change():
     torch.manual_seed(0)
-    fire = build({"name": "fire", "threshold": 8.0}).fire[0]
+    fire = build({"name": "fire", "threshold": 8.0, "per_layer": False}).fire[0]
     fire.eval()
     with torch.no_grad():
         first = fire(16, CPU)
@@ -235,6 +235,12 @@ def test_fire_reuses_its_bias_in_evaluation_until_the_length_or_the_weights_chan
     fire.train()  # training: a fresh bias with its graph every time, and the kept one dropped
     trained = fire(8, CPU)
     assert trained.requires_grad and fire(8, CPU) is not trained and fire._last is None
+
+
+def test_fire_is_per_layer_by_default_as_its_authors_and_labelled_by_its_deviation_when_shared():
+    assert build({"name": "fire"}).per_layer and build({"name": "fire"}).label() == "fire"
+    assert len(build({"name": "fire"}).fire) == SHAPE.n_layers
+    assert build(CONFIGS["fire"]).label() == "fire:shared"
 
 
 def test_fire_per_layer_gives_each_layer_its_own_bias_through_the_score_term():

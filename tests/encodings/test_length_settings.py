@@ -50,8 +50,9 @@ def test_fire_at_the_papers_512_extrapolates_and_says_so(tmp_path):
     fire = module.model.encoding.fire[0]
     assert causal_inputs(fire, 32).max() == pytest.approx(0.357, abs=1e-3)  # the referee's figures
     assert causal_inputs(fire, 256).max() == pytest.approx(0.829, abs=1e-3)
-    (note,) = module.model.encoding.untrained_at_test(32, 256)
-    assert "up to 0.357 in training" in note and "0.829 at length 256" in note
+    notes = module.model.encoding.untrained_at_test(32, 256)  # one per layer: each layer's FIRE extrapolates
+    assert len(notes) == len(module.model.encoding.fire) and notes[0].startswith("layer 0's FIRE")
+    assert "up to 0.357 in training" in notes[0] and "0.829 at length 256" in notes[0]
 
 
 def changed_buckets(tmp_path, *overrides: str) -> tuple[set[int], set[int], object]:
