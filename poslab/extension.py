@@ -53,6 +53,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from poslab.errors import ConfigError
 from poslab.runs.files import CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE
+from poslab.runs.results import data_hash
 from poslab.settings import (
     Fraction,
     ModelSettings,
@@ -451,6 +452,7 @@ def initialise_from_parent(module: Any, cfg: DictConfig) -> dict[str, Any]:
             "context_length": parent.context,
             "config_sha256": config_hash,
             "model_sha256": loaded["model_sha256"],
+            "data_sha256": data_hash(parent.results),  # checked against the extension's own (checked_parent_data)
         },
         "extension": {
             "rule": rule,
@@ -468,6 +470,21 @@ def initialise_from_parent(module: Any, cfg: DictConfig) -> dict[str, Any]:
             },
         },
     }
+
+
+def checked_parent_data(results: dict[str, Any]) -> str | None:
+    """An extension fine-tunes its parent on the parent's text: where the text it read (``data_hash`` of its
+    sources) is not the parent's, one sentence for the log and results.json's ``data_notes`` (the comparison with
+    the parent's test-time rule then mixes two corpora); None where they agree, or either has no hash."""
+    parent = results.get("parent") or {}
+    theirs, mine = parent.get("data_sha256"), data_hash(results)
+    if theirs is None or mine is None or theirs == mine:
+        return None
+    return (
+        f"this extension read other data than its parent {parent.get('path')} (data hash {mine}, the parent's "
+        f"{theirs}: the corpus files changed since the parent ran); its figures beside the parent's compare two "
+        f"texts, not two ways of extending one model."
+    )
 
 
 def load_parent_weights(model: Any, parent: Path) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from poslab.callbacks import RecordConfig, SaveOnInterrupt, Throughput
 from poslab.checks import check_config
 from poslab.config import world_size
 from poslab.errors import DivergedError, PoslabError, RunInterrupted
-from poslab.extension import extended_config, initialise_from_parent
+from poslab.extension import checked_parent_data, extended_config, initialise_from_parent
 from poslab.io import write_json_atomic
 from poslab.runs import launching
 from poslab.runs.checkpoints import AtomicCheckpointIO, resolve_checkpoint, save_model
@@ -114,6 +114,9 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
     trainer, interrupt = build_trainer(cfg, datamodule, resolved)
     outcome = fit_and_test(trainer, module, datamodule, ckpt_path, interrupt)
     results = run_results(cfg, RunParts(trainer, module, datamodule, resolved), outcome, label, extension)
+    if (changed := checked_parent_data(results)) is not None:  # a context extension on other text than its parent's
+        log.warning("note: %s", changed)
+        results.setdefault("data_notes", []).append(changed)
     if trainer.is_global_zero:
         write_run_files(cfg, output_dir, module, results)
     if outcome.diverged is not None:

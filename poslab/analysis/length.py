@@ -41,10 +41,11 @@ from typing import Any
 
 import numpy as np
 
-from poslab.analysis.stats import bootstrap_ranks, not_separated, over_seeds
+from poslab.analysis.stats import not_separated, over_seeds, rank_intervals, seed_tables
 from poslab.errors import MissingRunError
+from poslab.extension import checked_parent_data
 from poslab.runs.files import RESULTS_FILE
-from poslab.runs.results import FinishedRun, collect_runs, differing_settings, setting_values
+from poslab.runs.results import FinishedRun, collect_runs, data_hash, differing_settings, host_of, setting_values
 
 RANKED = (2, 4, 8, 16)  # the multiples of the context the score averages: past training, to 16x
 PLAIN = "plain"
@@ -62,6 +63,17 @@ class LengthRun:
     bpb: dict[str, dict[int, float]]  # way -> multiple -> bits per byte
     result: dict[str, Any]
     path: Path
+
+    @property
+    def data(self) -> str | None:
+        """The hash of the text the run read (``data_hash``)."""
+        return data_hash(self.result)
+
+    @property
+    def stride(self) -> int | None:
+        """The sliding windows' stride (``task.eval_stride``); None: non-overlapping windows only."""
+        stride = (self.result.get("evaluation") or {}).get("stride")
+        return None if stride is None else int(stride)
 
 
 def is_language_model(result: dict[str, Any]) -> bool:
@@ -127,6 +139,8 @@ def load_length_runs(directories: list[str | Path]) -> tuple[list[LengthRun], li
             f"{len(old)} run(s) left out, no figures past the training context (written before task.eval_lengths, "
             f"or evaluated at 1x only: only val_bpb): {shown}"
         )
+    notes += keep_data_versions_apart(runs)
+    notes += [f"{run.path}: {note}" for run in runs if (note := checked_parent_data(run.result))]
     if not runs:
         listed = " ".join(notes)
         raise MissingRunError(
@@ -137,19 +151,48 @@ def load_length_runs(directories: list[str | Path]) -> tuple[list[LengthRun], li
     return runs, notes
 
 
+def keep_data_versions_apart(runs: list[LengthRun]) -> list[str]:
+    """Runs of one corpus that read different text (different source hashes: another version of the files, another
+    split) are not seeds of one figure: each version becomes a corpus of its own, ``corpus [data <hash>]``, and a
+    note says so. Returns the notes."""
+    notes = []
+    by_corpus: dict[str, list[LengthRun]] = defaultdict(list)
+    for run in runs:
+        by_corpus[run.corpus].append(run)
+    for corpus, members in by_corpus.items():
+        versions = sorted({str(r.data) for r in members})
+        if len(versions) < 2:
+            continue
+        for run in members:
+            run.corpus = f"{corpus} [data {run.data}]"
+        counts = ", ".join(f"{v} ({sum(str(r.data) == v for r in members)} runs)" for v in versions)
+        notes.append(
+            f"corpus {corpus}: the runs read {len(versions)} different versions of its data (source sha256: "
+            f"{counts}); each is shown as a corpus of its own, never averaged as seeds."
+        )
+    return notes
+
+
 # ---- the bits-per-byte table ---------------------------------------------------------------------------------------
-def row_summary(encoding: str, way: str, runs: list[LengthRun]) -> dict[str, Any]:
-    """One row: an encoding in one way, bits per byte and its ratio to the plain model's 1x by multiple, the score."""
+def row_multiples(way: str, runs: list[LengthRun]) -> set[int]:
+    """The multiples every seed of a row was evaluated at."""
+    return set.intersection(*(set(r.bpb.get(way, {})) for r in runs)) if runs else set()
+
+
+def row_summary(encoding: str, way: str, runs: list[LengthRun], ranked: list[int]) -> dict[str, Any]:
+    """One row: an encoding in one way, bits per byte and its ratio to the plain model's 1x by multiple, the score
+    (the mean over ``ranked``, the multiples every row of the corpus shares)."""
     multiples = sorted({m for r in runs for m in r.bpb.get(way, {})})
     bpb = {m: {r.seed: r.bpb.get(way, {}).get(m, math.nan) for r in runs} for m in multiples}
     one_x = {r.seed: r.bpb[PLAIN].get(1, math.nan) for r in runs}
     ratio = {m: {s: v / one_x[s] for s, v in seeds.items()} for m, seeds in bpb.items()}
-    ranked = [m for m in multiples if m in RANKED]
     score = {r.seed: mean(bpb[m][r.seed] for m in ranked) if ranked else math.nan for r in runs}
+    strides = {r.stride for r in runs} if way == "sliding" else {None}
     return {
         "name": encoding if way == PLAIN else f"{encoding} + {way}",
         "encoding": encoding,
         "way": way,
+        "stride": strides.pop() if len(strides) == 1 else None,
         "seeds": len(runs),
         "bpb": {f"{m}x": over_seeds(bpb[m]) for m in multiples},
         "ratio_to_1x": {f"{m}x": over_seeds(ratio[m]) for m in multiples},
@@ -159,20 +202,39 @@ def row_summary(encoding: str, way: str, runs: list[LengthRun]) -> dict[str, Any
 
 
 def rank_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[list[str]]]:
-    """The rows best first by seed-mean score (lower bits per byte is better; no score last), each with its rank
-    (equal scores to 4 decimals share the better one) and its paired-bootstrap rank interval; the groups of
-    consecutive places the intervals do not separate."""
+    """The rows best first by seed-mean score (lower bits per byte is better; no score last), each with its rank and
+    rank interval among the rows of its class (``stride_class``: the plain models; sliding windows of one stride;
+    windows of different strides score different contexts and are never ranked together; test-time variants are
+    not ranked: None); the groups of consecutive
+    places the intervals do not separate. The interval is ``stats.rank_intervals`` over the seeds every row of the
+    class has (paired: they share data under a seed): it always holds the rank."""
     score = {row["name"]: _or_high(row["score"]["mean"]) for row in rows}
     rows = sorted(rows, key=lambda row: (score[row["name"]], row["name"]))
-    scored = [row for row in rows if math.isfinite(score[row["name"]])]
-    per_seed = {row["name"]: {int(s): v for s, v in row["score"]["per_seed"].items()} for row in scored}
-    intervals = bootstrap_ranks(per_seed, higher_is_better=False)
-    for row in rows:
-        name = row["name"]
-        row["rank"] = 1 + sum(round(score[o["name"]], 4) < round(score[name], 4) for o in scored)
-        row["rank_interval"] = list(intervals[name][:2]) if name in intervals else None
-    groups = not_separated({n: intervals[n][:2] for n in per_seed}, [row["name"] for row in scored])
+    groups: list[list[str]] = []
+    for row in rows:  # a test-time variant is not ranked (its class is None): choosing one is a selection
+        row["rank"], row["rank_interval"] = None, None
+    for stride in sorted({stride_class(row) for row in rows} - {None}, key=str):
+        members = [row for row in rows if stride_class(row) == stride and math.isfinite(score[row["name"]])]
+        per_seed = {row["name"]: {int(s): v for s, v in row["score"]["per_seed"].items()} for row in members}
+        places = rank_intervals(seed_tables(per_seed), higher_is_better=False) if per_seed else {}
+        for row in rows:
+            if stride_class(row) == stride:
+                place = places.get(row["name"])
+                row["rank"] = place.rank if place else None
+                row["rank_interval"] = [place.low, place.high] if place else None
+        intervals = {name: (p.low, p.high) for name, p in places.items()}
+        groups += not_separated(intervals, [row["name"] for row in members])
     return rows, [group for group in groups if len(group) > 1]
+
+
+def stride_class(row: dict[str, Any]) -> str | None:
+    """Which rows are ranked together: the encodings' plain models (non-overlapping windows), or their sliding
+    rows of one stride. A test-time variant (log scaling, a RoPE rule) is None, not ranked: ranking an
+    encoding's variants beside the models picks the best of them on the figures it reports (a choice made on
+    test), and every variant widens every rank interval."""
+    if row["way"] == PLAIN:
+        return "non-overlapping"
+    return f"sliding, stride {row['stride']}" if row["way"] == "sliding" else None
 
 
 def _or_high(value: float | None) -> float:
@@ -235,11 +297,14 @@ def corpus_summary(runs: list[LengthRun]) -> dict[str, Any]:
     by_encoding: dict[str, list[LengthRun]] = defaultdict(list)
     for run in runs:
         by_encoding[run.encoding].append(run)
-    rows = [
-        row_summary(encoding, way, members)
+    row_keys = [
+        (encoding, way, members)
         for encoding, members in by_encoding.items()
         for way in sorted({w for r in members for w in r.bpb}, key=lambda w: (w != PLAIN, w))
     ]
+    # the score's multiples: those every row has, so every row's mean covers the same lengths (named in the header)
+    shared = set(RANKED).intersection(*(row_multiples(way, members) for _, way, members in row_keys))
+    rows = [row_summary(encoding, way, members, sorted(shared)) for encoding, way, members in row_keys]
     rows, groups = rank_rows(rows)
     extensions = [comparison for run in runs if (comparison := extension_comparison(run, rows))]
     curves = {e: c for e, members in by_encoding.items() if (c := position_curve(members))}
@@ -248,12 +313,37 @@ def corpus_summary(runs: list[LengthRun]) -> dict[str, Any]:
     return {
         "train_length": runs[0].train_length,
         "train_lengths": sorted({r.train_length for r in runs}),
+        "score_multiples": sorted(shared),
+        "sample": sample_summary(runs),
         "rows": rows,
         "not_separated": groups,
         "loss_by_position": curves,
         "passkey": passkey,
         "cost": cost,
         "extensions": list({c["extension"]: c for c in extensions}.values()),  # one per extension row
+    }
+
+
+def _spread(values: list[Any]) -> Any:
+    """One value where every run has the same, else the sorted distinct values (a report says what differs)."""
+    distinct = sorted({v for v in values if v is not None}, key=str)
+    return distinct[0] if len(distinct) == 1 else (distinct or None)
+
+
+def sample_summary(runs: list[LengthRun]) -> dict[str, Any]:
+    """What a corpus's figures rest on: the held-out sample at the training length (documents, tokens, bytes where
+    the run recorded them), the stride, the training steps, the seeds and the hosts (CPU models) of its runs."""
+    samples = [((r.result.get("evaluation") or {}).get("sample") or {}).get(str(r.train_length)) or {} for r in runs]
+    hosts = sorted({host_of(r.result) for r in runs})
+    return {
+        "documents": _spread([s.get("documents") for s in samples]),
+        "tokens": _spread([s.get("tokens") for s in samples]),
+        "bytes": _spread([s.get("bytes") for s in samples]),
+        "stride": _spread([r.stride for r in runs]),
+        "steps": _spread([r.result.get("steps") for r in runs]),
+        "seeds": sorted({r.seed for r in runs}),
+        "hosts": hosts,
+        "mixed_hosts": len(hosts) > 1,
     }
 
 

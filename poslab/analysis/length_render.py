@@ -19,21 +19,68 @@ def interval_cells(figures: dict[str, Any], multiples: list[str]) -> list[str]:
     return [Interval.from_dict(figures[m]).cell() if m in figures else "" for m in multiples]
 
 
+def _shown(value: Any) -> str:
+    """A sample figure: ``1,234``, several values ``2 / 3`` where runs differ, ``not recorded`` where none has it."""
+    if value is None or value == []:
+        return "not recorded"
+    values = value if isinstance(value, list) else [value]
+    return " / ".join(f"{v:,}" if isinstance(v, int) else str(v) for v in values)
+
+
+def sample_line(summary: dict[str, Any]) -> str:
+    """What the corpus's figures rest on (``length.sample_summary``): the held-out sample, stride, steps, seeds and
+    hosts, one sentence; an older summary without it says so."""
+    sample = summary.get("sample")
+    if not sample:
+        return "Sample: not recorded in this summary."
+    windows = "non-overlapping windows"
+    if sample["stride"] is not None:
+        windows += f" (sliding rows: stride {_shown(sample['stride'])})"
+    seeds, hosts = sample["seeds"], ", ".join(sample["hosts"])
+    host = (
+        f"hosts mixed: {hosts} (bf16 kernels differ in their last digits)"
+        if sample["mixed_hosts"]
+        else f"host: {hosts}"
+    )
+    return (
+        f"Sample at the training length: held-out documents {_shown(sample['documents'])}, tokens "
+        f"{_shown(sample['tokens'])} (bytes {_shown(sample['bytes'])}), the same at every length, in {windows}; "
+        f"training steps {_shown(sample['steps'])}; seeds {', '.join(map(str, seeds))} ({len(seeds)}); {host}."
+    )
+
+
+def place_cell(row: dict[str, Any]) -> str:
+    """``3 [2-5]``: the rank and its interval (from paired differences: it always holds the rank); ``-`` for a row
+    that is not ranked (a test-time variant)."""
+    if row.get("rank") is None:
+        return "-"
+    interval = row.get("rank_interval")
+    return f"{row['rank']}" + (f" [{interval[0]}-{interval[1]}]" if interval else "")
+
+
 def bpb_table(corpus: str, summary: dict[str, Any], ranked: list[int]) -> str:
-    """Bits per byte by multiple (seed mean [95% t-interval]), the score over 2x-16x and the rank with its
-    bootstrap interval, best first."""
+    """Bits per byte by multiple (seed mean [95% t-interval]), the score over the multiples every row shares, and
+    the rank with its interval among the rows of the same stride, best first."""
     rows, multiples = summary["rows"], multiples_of(summary["rows"])
-    header = ["rank [95% bootstrap]", "encoding", *multiples, f"score: mean {ranked[0]}x-{ranked[-1]}x", "seeds"]
+    shared = summary.get("score_multiples", ranked)
+    score_header = f"score: mean of {', '.join(f'{m}x' for m in shared)}" if shared else "score: no multiple shared"
+    header = ["rank [95% joint]", "encoding", "stride", *multiples, score_header, "seeds"]
     table = []
     for row in rows:
-        place = f"{row['rank']}" + (f" [{row['rank_interval'][0]}-{row['rank_interval'][1]}]"
-                                    if row.get("rank_interval") else "")  # fmt: skip
+        stride = "" if row["way"] != "sliding" else str(row.get("stride"))
         score = Interval.from_dict(row["score"]).cell()
-        table.append([place, row["name"], *interval_cells(row["bpb"], multiples), score, row["seeds"]])
+        table.append(
+            [place_cell(row), row["name"], stride, *interval_cells(row["bpb"], multiples), score, row["seeds"]]
+        )
     groups = summary["not_separated"]
     shown = "; ".join(", ".join(group) for group in groups) if groups else "none (every place separated)"
     title = f"### {corpus}: bits per byte (trained at {summary['train_length']} tokens; lower is better)"
-    return "\n".join([title, "", markdown_table(header, table), "", f"Not separated by the rank intervals: {shown}."])
+    ranks = (
+        "Ranks are among the encodings' plain models, and apart among sliding rows of one stride; test-time "
+        "variants (log scaling, RoPE's rules) are shown, not ranked (picking the best of them on these figures "
+        f"would be a choice made on test). Not separated by the rank intervals: {shown}."
+    )
+    return "\n".join([title, "", sample_line(summary), "", markdown_table(header, table), "", ranks])
 
 
 def ratio_table(corpus: str, summary: dict[str, Any]) -> str:
@@ -45,16 +92,23 @@ def ratio_table(corpus: str, summary: dict[str, Any]) -> str:
 
 
 def passkey_table(corpus: str, summary: dict[str, Any]) -> str:
-    """Per encoding, passkey exact match averaged over depths at each distance (seed means; chance beside)."""
+    """Per encoding, passkey exact match averaged over depths at each distance (seed means; chance beside). The
+    columns are distances in multiples of the corpus's training length, the union over the grids (an extension's
+    grid, at its own context, has other ones): a grid's cell sits under its own distance, blank where it has none.
+    A grid that is 0 everywhere is said to be."""
     grids = summary["passkey"]
     if not grids:
         return ""
+    train = summary["train_length"]
+    columns = sorted({d / train for grid in grids.values() for d in grid["distances"]})
+    header = ["encoding", *(f"{m:g}x" for m in columns), "seeds", "note"]
+    table = []
+    for encoding, grid in grids.items():
+        by_distance = {d / train: sum(row) / len(row) for d, row in zip(grid["distances"], grid["exact"])}
+        cells = [f"{by_distance[m]:.2f}" if m in by_distance else "" for m in columns]
+        note = "0 at every distance and depth" if not any(any(row) for row in grid["exact"]) else ""
+        table.append([encoding, *cells, grid["seeds"], note])
     first = next(iter(grids.values()))
-    header = ["encoding", *(f"{m:g}x" for m in first["distance_multiples"]), "seeds"]
-    table = [
-        [encoding, *(f"{sum(row) / len(row):.2f}" for row in grid["exact"]), grid["seeds"]]
-        for encoding, grid in grids.items()
-    ]
     title = f"### {corpus}: passkey exact match by distance (mean over depths; chance {first['chance_exact']:g})"
     return "\n".join([title, "", markdown_table(header, table)])
 
@@ -102,11 +156,12 @@ def length_markdown(summary: dict[str, Any]) -> str:
 def length_csv(summary: dict[str, Any]) -> str:
     """One line per corpus, row and multiple: bits per byte and the ratio to 1x with their intervals, the score."""
     stats = ("mean", "low", "high")
-    header = ["corpus", "row", "encoding", "way", "multiple", "seeds", *(f"bpb_{s}" for s in stats),
+    header = ["corpus", "row", "encoding", "way", "stride", "multiple", "seeds", *(f"bpb_{s}" for s in stats),
               *(f"ratio_{s}" for s in stats), "score_mean", "rank"]  # fmt: skip
     rows = [
-        [corpus, row["name"], row["encoding"], row["way"], multiple, bpb["n"], *(bpb[s] for s in stats),
-         *(row["ratio_to_1x"][multiple][s] for s in stats), row["score"]["mean"], row["rank"]]
+        [corpus, row["name"], row["encoding"], row["way"], row.get("stride"), multiple, bpb["n"],
+         *(bpb[s] for s in stats), *(row["ratio_to_1x"][multiple][s] for s in stats), row["score"]["mean"],
+         row["rank"]]
         for corpus, part in summary["corpora"].items()
         for row in part["rows"]
         for multiple, bpb in row["bpb"].items()

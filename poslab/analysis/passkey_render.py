@@ -86,28 +86,49 @@ def plot_passkey(results: Mapping[str, Any], way: str | None = None) -> Any:
         rows, columns, figsize=(3.0 * columns + 2.4, 2.5 * rows + 1.3), squeeze=False, layout="constrained"
     )
     mesh = None
+    # what every panel shares goes in the labels and the title; what differs (an extension's context, another
+    # trial count) in each panel's own title, never the first panel's value for all
+    shared = {key: _shared(panels, key) for key in ("context_length", "trials")}
     for ax, (label, result) in zip(axes.flat, panels.items()):
         drawn = draw_panel(ax, result, way, annotate=len(panels) <= ANNOTATE_UP_TO)
         mesh = mesh or drawn
-        ax.set_title(label if way in (None, "plain") else f"{label}, {way}", fontsize=8)
+        title = label if way in (None, "plain") else f"{label}, {way}"
+        own = [f"L = {result['context_length']}" if shared["context_length"] is None else "",
+               f"{result['trials']} trials" if shared["trials"] is None else ""]  # fmt: skip
+        if any(own):
+            title += f" ({', '.join(part for part in own if part)})"
+        exact = way_of(result, way)
+        if exact is not None and not np.any(np.nan_to_num(exact)):
+            title += ": 0 in every cell"
+        ax.set_title(title, fontsize=8)
     for ax in list(axes.flat)[len(panels) :]:
         fig.delaxes(ax)  # the last row's spare places: nothing there, not even an empty axis
     first = next(iter(panels.values()))
+    context = "its own context L" if shared["context_length"] is None else f"context L = {shared['context_length']}"
     for column in range(columns):  # the lowest panel drawn in each column carries the distance axis's label
         lowest = (len(panels) - 1 - column) // columns
-        axes[lowest, column].set_xlabel(f"distance d (x context L = {first['context_length']})", fontsize=7)
+        axes[lowest, column].set_xlabel(f"distance d (x {context})", fontsize=7)
     for ax in axes[:, 0]:
         ax.set_ylabel("depth of the first key", fontsize=7)
     if mesh is not None:  # one colour bar, no taller than three rows of panels
         bar = fig.colorbar(mesh, ax=list(axes.flat)[: len(panels)], shrink=min(1.0, 3 / rows))
         bar.set_label(f"exact match\n(all {first['key_length']} digits)", fontsize=8)
-    fig.suptitle(suptitle(first), fontsize=8)
+    every_zero = all((e := way_of(r, way)) is None or not np.any(np.nan_to_num(e)) for r in panels.values())
+    fig.suptitle(suptitle(first, shared["trials"]) + ("\nEVERY CELL OF EVERY PANEL IS 0" if every_zero else ""),
+                 fontsize=8)  # fmt: skip
     return fig
 
 
-def suptitle(result: Mapping[str, Any]) -> str:
+def _shared(panels: Mapping[str, Mapping[str, Any]], key: str) -> Any:
+    """The value of ``key`` every panel has, or None where they differ."""
+    values = {str(result[key]) for result in panels.values()}
+    return next(iter(panels.values()))[key] if len(values) == 1 else None
+
+
+def suptitle(result: Mapping[str, Any], trials: Any = None) -> str:
+    per_cell = f"{trials} trials per cell" if trials is not None else "trials per cell in each panel's title"
     return (
-        f"passkey retrieval, {result['trials']} trials per cell\n"
+        f"passkey retrieval, {per_cell}\n"
         f"chance: {result['chance_digit']:g} per digit, 1e-{result['key_length']} exact\n"
         "right of the dashed line: both keys never\nfit in one training window"
     )

@@ -130,11 +130,14 @@ class Interval:
         return self.n >= 2 and math.isfinite(self.low) and math.isfinite(self.high)
 
     def cell(self, digits: int = 3) -> str:
-        """``0.684 [0.52, 0.85]`` (bounds one digit shorter than the mean), the mean alone, or ``n/a``."""
+        """``0.684 [0.52, 0.85]`` (bounds one digit shorter than the mean), the mean alone (one seed), ``n/a``, or
+        ``1.000 [degenerate: all 3 seeds equal]`` where the interval has no width."""
         if self.n == 0 or self.mean != self.mean:
             return "n/a"
         if not self.has_interval:
             return f"{self.mean:.{digits}f}"
+        if self.low == self.high:  # sd 0: the seeds agree exactly, which is no evidence of a narrow spread
+            return f"{self.mean:.{digits}f} [degenerate: all {self.n} seeds equal]"
         bd = max(digits - 1, 0)
         return f"{self.mean:.{digits}f} [{self.low:.{bd}f}, {self.high:.{bd}f}]"
 
@@ -786,17 +789,19 @@ def rank_intervals(
     """Each method's rank with a ``level`` interval, from its paired differences with every other method.
 
     ``tables[method]``: a seeds x documents table (one column: seeds only), the same seeds and documents in every
-    method. Method i is shown better than j when their ``crossed_difference`` interval at the Bonferroni level
-    ``1 - (1 - level) / (M - 1)`` excludes 0: then, with probability at least ``level``, all of i's M - 1
-    comparisons hold at once and its true rank lies in the interval (a joint-confidence rank set; Klein, Wright &
-    Wieczorek 2020). A rank interval can never exclude its own point rank, unlike a bootstrap's percentiles.
+    method. Method i is shown better than j when their ``crossed_difference`` interval at the level
+    ``1 - 2 (1 - level) / (M - 1)`` excludes 0. i's true rank leaves the interval only if one of its M - 1
+    comparisons is shown in the wrong direction, which each two-sided interval allows with probability at most
+    half its error, ``(1 - level) / (M - 1)``: by Bonferroni, i's interval holds its true rank with probability at
+    least ``level`` (a confidence set for ranks; Klein, Wright & Wieczorek 2020). A rank interval can never exclude
+    its own point rank, unlike a bootstrap's percentiles.
     """
     methods = list(tables)
     if not methods:
         return {}
     sign = 1.0 if higher_is_better else -1.0
     means = {m: sign * float(np.mean(tables[m])) for m in methods}
-    pair_level = 1 - (1 - level) / max(1, len(methods) - 1)
+    pair_level = 1 - 2 * (1 - level) / max(1, len(methods) - 1)  # the wrong direction is half of each error
     better = {m: 0 for m in methods}  # methods shown better than m
     worse = {m: 0 for m in methods}
     for a, b in combinations(methods, 2):

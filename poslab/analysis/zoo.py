@@ -21,9 +21,11 @@ What is measured (``poslab.lightning_modules.synthetic``; the statistics are ``p
   same length) and its test figure reported, so the choice is not made on the figures it reports (runs written
   before selection sets existed: chosen on the test set, and marked so).
 - **Intervals**: mean over seeds with a 95% Student-t interval; where seeds split into two outcomes the per-seed
-  values instead. **Ranks**: within a task by the seed-mean score, with a paired bootstrap interval over seeds
-  (every encoding sees the same data under a seed); overall, the mean rank over the ranked tasks with its
-  bootstrap interval, the groups of places the data do not separate, and the places each encoding takes when one
+  values instead. **Ranks**: within a task by the seed-mean score, with a joint 95% interval from the paired
+  differences over seeds (every encoding sees the same data under a seed; ``stats.rank_intervals``: Bonferroni
+  over each encoding's comparisons, so it always holds the rank); overall, the mean rank over the ranked tasks
+  with its percentile bootstrap interval (secondary: at 3 seeds it under-covers),
+  the groups of places the data do not separate, and the places each encoding takes when one
   task is left out. Plain ``counting`` (answers that grow with the length) is left out of the overall ranking;
   ``counting`` with ``program_length`` (filler) is ranked.
 
@@ -46,9 +48,10 @@ from poslab.analysis.output import training_steps
 from poslab.analysis.stats import (
     SeedCell,
     bootstrap_mean_rank,
-    bootstrap_ranks,
     mean_ranks,
     not_separated,
+    rank_intervals,
+    seed_tables,
 )
 from poslab.errors import MissingRunError
 from poslab.runs.files import RESULTS_FILE
@@ -192,19 +195,21 @@ def encoding_row(encoding: str, runs: list[ZooRun]) -> Row:
 
 
 def task_rows(runs: list[ZooRun]) -> list[Row]:
-    """The rows of one task's table, best first by the seed-mean score (ties: by 1x), each with its rank (equal
-    scores to 3 decimals share the better one), its bootstrap rank interval and its 1x flag."""
+    """The rows of one task's table, best first by the seed-mean score (ties: by 1x), each with its rank (by the
+    mean over the seeds every row has; equal means share the better one), its joint rank interval and its 1x
+    flag."""
     groups: dict[str, list[ZooRun]] = defaultdict(list)
     for run in runs:
         groups[run.encoding].append(run)
     rows = [encoding_row(encoding, members) for encoding, members in groups.items()]
     rows.sort(key=lambda r: (-_or_low(r.score.interval.mean), -_or_low(r.one_x.interval.mean)))
-    intervals = bootstrap_ranks({row.encoding: row.score.by_seed for row in rows})
+    # the joint rank interval from paired differences over the shared seeds (stats.rank_intervals): it always holds
+    # the rank, which the percentile bootstrap over 3 seeds did not (issue 37)
+    places = rank_intervals(seed_tables({row.encoding: row.score.by_seed for row in rows}))
     best_one_x = max(_or_low(row.one_x.interval.mean) for row in rows)
     for row in rows:
-        score = round(row.score.interval.mean, 3)
-        row.rank = 1 + sum(round(other.score.interval.mean, 3) > score for other in rows)
-        row.rank_interval = intervals[row.encoding][:2]
+        place = places[row.encoding]
+        row.rank, row.rank_interval = place.rank, (place.low, place.high)
         row.flagged = _or_low(row.one_x.interval.mean) < LEARNED_FRACTION * best_one_x
     return rows
 

@@ -519,3 +519,23 @@ def _show(value: Any) -> str:
 def validation_documents(result: dict[str, Any]) -> int:
     """The held-out documents a language-model run's validation figures come from, over its corpus's groups."""
     return sum(int(splits["validation"]["documents"]) for splits in (result.get("groups") or {}).values())
+
+
+def data_hash(result: dict[str, Any]) -> str | None:
+    """The data a run read, as one short hash: every source group's ``sha256`` (its files' contents, as the cache
+    records them), in group order; None for a run without source hashes (a synthetic task, an older run). Two runs
+    with different hashes read different text, whatever their config says: a report never averages them."""
+    import hashlib
+
+    groups = result.get("sources") or {}
+    hashes = [f"{name}:{source.get('sha256')}" for name, source in sorted(groups.items()) if isinstance(source, dict)]
+    if not hashes or any(h.endswith(":None") for h in hashes):
+        return None
+    return hashlib.sha256("\n".join(hashes).encode()).hexdigest()[:12]
+
+
+def host_of(result: dict[str, Any]) -> str:
+    """The CPU model a run ran on (results.json's ``environment.cpu``), or ``unknown`` for a run that did not record
+    it: bf16 kernels differ in their last digits between CPU models, so a table says when it mixes them."""
+    cpu = (result.get("environment") or {}).get("cpu")
+    return str(cpu) if cpu else "unknown"

@@ -102,8 +102,10 @@ def test_the_ranking_averages_2x_to_16x_only(report):
         for seed in ("0", "1"):
             assert row["score"]["per_seed"][seed] == pytest.approx((scored[0][seed] + scored[1][seed]) / 2)
     means = [row["score"]["mean"] for row in rows]
-    assert means == sorted(means) and rows[0]["rank"] == 1  # best (lowest bits per byte) first
-    assert all(row["rank_interval"] is not None for row in rows)
+    assert means == sorted(means)  # best (lowest bits per byte) first
+    ranked = [row for row in rows if row["way"] in ("plain", "sliding")]  # test-time variants are not ranked
+    assert min(row["rank"] for row in ranked) == 1 and all(row["rank_interval"] is not None for row in ranked)
+    assert all(row["rank"] is None for row in rows if row not in ranked)
 
 
 @pytest.mark.slow

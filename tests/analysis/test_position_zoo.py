@@ -155,7 +155,7 @@ def test_the_report_ranks_planted_runs_by_their_extrapolation_past_training_with
     assert two["low"] == pytest.approx(0.9 - 4.303 * 0.1 / math.sqrt(3), abs=1e-6) and two["high"] == 1.0  # clipped
     assert good["rank_interval"] == [1, 1] and rows["a"][2]["rank_interval"] == [3, 3]  # separated in every seed
     assert rows["a"][2]["flagged_1x"] and not good["flagged_1x"]  # 0.5 < 0.9 x 1.0
-    assert "0.500 [0.50, 0.50] !" in result.report
+    assert "0.500 [degenerate: all 3 seeds equal] !" in result.report  # every seed 0.5: no spread, said so
     bad = rows["b"][2]
     assert bad["rule"]["8x"]["variant"] == "test_yarn" and bad["rule"]["8x"]["chosen_on"] == "selection set"
     assert bad["rule"]["8x"]["mean"] == pytest.approx(0.6)  # the chosen rule's test figure, not the best test one

@@ -1,0 +1,165 @@
+"""Issue 37, item 7: the seven ways ``poslab report length`` was silently wrong, each on planted runs (results.json
+files made from one committed lm_zoo run, figures replaced), and the extension's data check."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from poslab.analysis.length import length_summary, load_length_runs
+from poslab.analysis.length_render import length_csv, length_markdown, passkey_table
+from poslab.analysis.passkey_render import plot_passkey
+from poslab.analysis.stats import Interval
+from poslab.extension import checked_parent_data
+from poslab.runs.results import data_hash
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE = ROOT / "docs/lm_extrapolation/runs/corpus-wikitext2_encoding-rope_experiment-lm_zoo_seed-0/results.json"
+LENGTHS = (128, 256, 512, 1024, 2048)
+
+
+def planted(
+    root: Path,
+    encoding: str,
+    seed: int,
+    bpb: dict[int, float],
+    *,
+    sha: str = "a" * 64,
+    sliding: dict[int, float] | None = None,
+    stride: int | None = None,
+    cpu: str = "AMD EPYC",
+) -> Path:
+    """A finished lm run of ``encoding`` and ``seed`` with bits per byte ``bpb`` by length (and sliding ones)."""
+    result: dict[str, Any] = copy.deepcopy(json.loads(TEMPLATE.read_text()))
+    result.update(encoding=encoding, label=encoding, seed=seed)
+    result["config"]["seed"], result["config"]["encoding"]["name"] = seed, encoding
+    result["config"]["task"]["eval_stride"] = stride
+    result["sources"]["main"]["sha256"] = sha
+    result["environment"] = {"torch": "2.13.0+cpu", "cpu": cpu}
+    result["evaluation"]["stride"] = stride
+    figures = {key: value for key, value in result["figures"].items() if not key.isdigit()}
+    for length, value in bpb.items():
+        figures[str(length)] = {"loss": value * 0.69, "bpb": value}
+        if sliding is not None and length in sliding:
+            figures[str(length)]["bpb_sliding"] = sliding[length]
+    result["figures"] = figures
+    result.pop("passkey", None)
+    directory = root / f"{encoding}_{seed}_{sha[:4]}_{stride}"
+    directory.mkdir(parents=True)
+    (directory / "results.json").write_text(json.dumps(result))
+    return directory
+
+
+def rising(base: float, slope: float, lengths=LENGTHS) -> dict[int, float]:
+    return {n: base + slope * i for i, n in enumerate(lengths)}
+
+
+def summary_of(root: Path) -> dict[str, Any]:
+    runs, notes = load_length_runs([root])
+    return length_summary(runs, notes)
+
+
+def test_1_runs_on_other_data_are_shown_apart_never_averaged_as_seeds(tmp_path):
+    for seed in (0, 1):
+        planted(tmp_path, "rope", seed, rising(2.0 + 0.01 * seed, 0.2))
+    planted(tmp_path, "rope", 2, rising(3.0, 0.2), sha="b" * 64)  # the corpus files changed
+    summary = summary_of(tmp_path)
+    assert len(summary["corpora"]) == 2 and all("[data " in corpus for corpus in summary["corpora"])
+    assert sorted(part["rows"][0]["seeds"] for part in summary["corpora"].values()) == [1, 2]
+    assert any("2 different versions of its data" in note for note in summary["notes"])
+
+
+def test_2_an_extension_on_changed_data_is_said_at_the_run_and_in_the_report(tmp_path):
+    result = json.loads(TEMPLATE.read_text())
+    result["parent"] = {"path": "/runs/parent", "data_sha256": data_hash(result)}
+    assert checked_parent_data(result) is None
+    result["parent"]["data_sha256"] = "0123456789ab"
+    said = checked_parent_data(result)
+    assert said is not None and "other data than its parent /runs/parent" in said and "0123456789ab" in said
+
+
+def test_3_the_score_averages_the_multiples_every_row_has_and_says_which(tmp_path):
+    for seed in (0, 1):
+        planted(tmp_path, "rope", seed, rising(2.0, 0.2))
+        planted(tmp_path, "alibi", seed, rising(2.1, 0.0, LENGTHS[:4]))  # not evaluated at 16x
+    part = summary_of(tmp_path)["corpora"]["wikitext2"]
+    assert part["score_multiples"] == [2, 4, 8]
+    assert all(row["score_multiples"] == [2, 4, 8] for row in part["rows"])
+    rope = next(row for row in part["rows"] if row["name"] == "rope")
+    assert rope["score"]["mean"] == pytest.approx(np.mean([2.2, 2.4, 2.6]))  # 16x left out for every row
+    assert "score: mean of 2x, 4x, 8x" in length_markdown(summary_of(tmp_path))
+
+
+def grid(context: int, distances: list[int], trials: int, value: float) -> dict[str, Any]:
+    return {
+        "context_length": context, "distances": distances, "distance_multiples": [d / context for d in distances],
+        "depths": [0.0, 1.0], "trials": trials, "key_length": 5, "phrase": " The pass key is {key}. ",
+        "chance_digit": 0.1, "chance_exact": 1e-5, "exact": [[value, value] for _ in distances],
+        "digits": [[value, value] for _ in distances], "seeds": 1,
+    }  # fmt: skip
+
+
+def test_4_passkey_rows_keep_their_distances_and_panels_their_own_axis(tmp_path):
+    grids = {
+        "rope": grid(128, [64, 128, 256], 4, 0.5),
+        "rope extended yarn x4": grid(512, [256, 512, 1024, 2048], 2, 0.0),
+    }
+    table = passkey_table("wikitext2", {"passkey": grids, "train_length": 128})
+    lines = [line for line in table.splitlines() if line.startswith("|")]
+    assert len({line.count("|") for line in lines}) == 1  # every row as many cells as the header
+    header = lines[0]
+    assert all(f"| {m} |" in header or f"| {m}" in header for m in ("0.5x", "1x", "2x", "4x", "8x", "16x"))
+    assert "0 at every distance and depth" in table
+    figure = plot_passkey(grids)
+    titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
+    assert any("L = 512" in t and "2 trials" in t and "0 in every cell" in t for t in titles)
+    assert any("L = 128" in t and "4 trials" in t for t in titles)
+    assert "trials per cell in each panel's title" in figure._suptitle.get_text()
+
+
+def test_5_sliding_rows_have_their_stride_and_are_ranked_apart(tmp_path):
+    for seed in (0, 1, 2):
+        planted(tmp_path, "rope", seed, rising(2.5 + 0.01 * seed, 0.1), sliding=rising(1.0, 0.1), stride=64)
+        planted(tmp_path, "alibi", seed, rising(2.0 + 0.01 * seed, 0.0), sliding=rising(1.5, 0.0), stride=64)
+    summary = summary_of(tmp_path)
+    rows = {row["name"]: row for row in summary["corpora"]["wikitext2"]["rows"]}
+    assert rows["rope + sliding"]["stride"] == 64 and rows["rope"]["stride"] is None
+    assert (rows["alibi"]["rank"], rows["rope"]["rank"]) == (1, 2)  # among the non-overlapping rows only
+    assert (rows["rope + sliding"]["rank"], rows["alibi + sliding"]["rank"]) == (1, 2)
+    assert "stride" in length_csv(summary).splitlines()[0]
+    assert "| 1 [1-1] | rope + sliding | 64 |" in length_markdown(
+        summary
+    ) or "| 1 | rope + sliding | 64 |" in length_markdown(summary)
+
+
+def test_6_every_rank_interval_holds_its_rank(tmp_path):
+    rng = np.random.default_rng(0)
+    for e in range(7):
+        for seed in range(3):
+            planted(tmp_path, f"enc{e}", seed, rising(2.0 + 0.02 * e + rng.normal(0, 0.05), 0.1))
+    for row in summary_of(tmp_path)["corpora"]["wikitext2"]["rows"]:
+        low, high = row["rank_interval"]
+        assert low <= row["rank"] <= high, row["name"]
+
+
+def test_7_every_report_states_its_sample_steps_stride_seeds_and_hosts(tmp_path):
+    planted(tmp_path, "rope", 0, rising(2.0, 0.2), cpu="AMD EPYC")
+    planted(tmp_path, "rope", 1, rising(2.1, 0.2), cpu="Intel Xeon")
+    summary = summary_of(tmp_path)
+    sample = summary["corpora"]["wikitext2"]["sample"]
+    assert sample["documents"] == 1 and sample["tokens"] == 16384 and sample["steps"] == 720  # the old 16 KB sample
+    assert sample["seeds"] == [0, 1] and sample["mixed_hosts"]
+    text = length_markdown(summary)
+    assert "held-out documents 1, tokens 16,384 (bytes not recorded)" in text
+    assert "training steps 720; seeds 0, 1 (2)" in text
+    assert "hosts mixed: AMD EPYC, Intel Xeon" in text
+
+
+def test_a_degenerate_interval_is_printed_as_such():
+    assert Interval.of([2.0, 2.0, 2.0]).cell(2) == "2.00 [degenerate: all 3 seeds equal]"
+    assert Interval.of([2.0, 2.1, 2.0]).cell(2) == "2.03 [1.9, 2.2]"
