@@ -7,7 +7,9 @@ Block:  x = x + Attention(norm1(x))
 
 Attention of layer l, per head, for a query at t and a key at s <= t:
     score[t, s] = score_scale * <queries(q)_t, keys(k)_s> / sqrt(head_dim) + bias[t, s] + term[t, s]
-where everything positional comes from the encoding (``poslab/encodings/base.py``):
+(or, for an encoding whose positions live in the attention itself, PaTH's and stick-breaking's, the encoding's
+own ``attention`` of the layer's q, k and v) where everything positional comes from the encoding
+(``poslab/encodings/base.py``):
 queries() and keys() are layer l's transform of the queries and keys (a
 rotation for the rotary family, identity otherwise), bias is the score bias
 shared by every layer, computed once per forward (ALiBi), and term is layer
@@ -111,6 +113,10 @@ class MLP(nn.Module):
 #: ``score_term`` with the layer's context bound), or None
 ScoreTerm = Callable[[Tensor, Tensor], Tensor | None]
 
+#: ``(q, k, v, scale) -> (output, weights) | None``: a layer's attention computed by the encoding itself (its
+#: ``attention`` hook with the layer's context bound), or None: the model's own
+Attend = Callable[[Tensor, Tensor, Tensor, float], tuple[Tensor, Tensor] | None]
+
 _compiled_flex_attention: Callable[..., Tensor] | None = None
 
 
@@ -184,6 +190,7 @@ class LayerEncoding:
 
     transform: QueryKeyTransform | None = None
     score_term: ScoreTerm | None = None
+    attention: Attend | None = None  # the encoding's own attention (data-dependent: PaTH, stick-breaking)
 
 
 class Attention(nn.Module):
@@ -207,7 +214,11 @@ class Attention(nn.Module):
             q, score_scale = scaled(q, score_scale), 1.0
         scale = score_scale / math.sqrt(self.head_dim)
         weights = None
-        if settings.path == "flex":
+        own = None if layer.attention is None else layer.attention(q, k, v, scale)
+        if own is not None:  # the encoding computes this layer's attention (its weights materialised)
+            y, weights = own
+            weights = weights if settings.path == "explicit" else None
+        elif settings.path == "flex":
             if term is not None:  # the encoding lists flex in its attention_paths, yet gives a per-layer term
                 raise ConfigError(
                     "model.attention=flex cannot add the encoding's score_term (flex should not be among its "
@@ -323,7 +334,10 @@ class Transformer(nn.Module):
             transform = self.encoding.query_key_transform(context, transform)
             positions.append(None if transform is None else transform.positions)
             # the score term needs the layer's q and k, which only the attention computes: it gets the hook
-            x, weights = block(x, settings, LayerEncoding(transform, partial(self.encoding.score_term, context)))
+            hooks = LayerEncoding(
+                transform, partial(self.encoding.score_term, context), partial(self.encoding.attention, context)
+            )
+            x, weights = block(x, settings, hooks)
             if weights is not None:
                 attention.append(weights)
         logits = self.head(self.final_norm(x))

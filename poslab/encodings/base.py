@@ -29,6 +29,10 @@ Per layer, with a ``LayerContext`` (the layer's index, its input hidden state, `
 ``score_term(context, q, k) -> [B or 1, H or 1, T, T] | None``
     ``term``: an additive term on this layer's scores that may read its transformed ``q`` and ``k``
     ``[B, H, T, head_dim]`` and its hidden state (``context.hidden``): content-dependent positions.
+``attention(context, q, k, v, scale) -> (output, weights) | None``
+    The layer's whole attention, where positions are not a term on softmax scores: PaTH (the product of
+    data-dependent Householder transforms between key and query inside the dot product) and stick-breaking (no
+    softmax). The model then uses the output as it is, on any path (the weights are materialised).
 
 At test time: ``test_time_variants()`` names other ways to evaluate the trained model at longer lengths (the RoPE
 scaling rules of every rotary encoding, factor ``L_test / L_train``: ``test_linear``, ``test_ntk``, ``test_yarn``,
@@ -298,6 +302,16 @@ class PositionEncoding(nn.Module):
     ) -> QueryKeyTransform | None:
         """What layer ``context.layer`` does to its queries and keys; None: nothing. ``previous`` is the layer
         before's (None for the first): return it when this layer's is the same, so it is built once."""
+        return None
+
+    def attention(
+        self, context: LayerContext, q: Tensor, k: Tensor, v: Tensor, scale: float
+    ) -> tuple[Tensor, Tensor] | None:
+        """Layer ``context.layer``'s whole attention, for an encoding whose positions are in the attention itself
+        and no additive term (PaTH's accumulated Householder products, stick-breaking's weights): ``(output [B, H,
+        T, head_dim], weights [B, H, T, T])`` from the transformed ``q``, ``k`` and the values ``v`` ``[B, H, T,
+        head_dim]``, ``scale`` the score scale (``score_scale / sqrt(head_dim)``); the weights are what
+        ``return_attention`` returns. None (the default): the model's own attention on its path."""
         return None
 
     def score_term(self, context: LayerContext, q: Tensor, k: Tensor) -> Tensor | None:

@@ -45,6 +45,23 @@ from poslab.settings import check_number
 GATE_INIT_STD = 0.02  # FoX's initializer_range for the gate's weights
 
 
+def forget_gates(shape: ModelShape, bias_init: float) -> nn.ModuleList:
+    """One gate projection ``d_model -> heads`` per layer, initialised as FoX's data-dependent gate (the module
+    docstring); PaTH-FoX's gates are these too (``poslab/encodings/path.py``)."""
+    gates = nn.ModuleList(nn.Linear(shape.d_model, shape.n_heads) for _ in range(shape.n_layers))
+    for gate in gates:
+        nn.init.normal_(gate.weight, std=GATE_INIT_STD)
+        nn.init.constant_(gate.bias, float(bias_init))
+    return gates
+
+
+def log_forget(gate: nn.Linear, hidden: Tensor) -> Tensor:
+    """``log f [B, H, T]`` (fp32) of one layer's gate from its input ``hidden [B, T, D]`` (RMS-normed here)."""
+    with torch.autocast(hidden.device.type, enabled=False):
+        x = F.rms_norm(hidden.float(), (hidden.shape[-1],))
+        return F.logsigmoid(F.linear(x, gate.weight.float(), gate.bias.float())).transpose(1, 2)
+
+
 @register("forget_gate")
 class ForgetGateEncoding(ContentTermEncoding):
     """FoX's forget gate (the module docstring): each layer's own gate projection; over NoPE or RoPE (``inner``)."""
@@ -57,10 +74,7 @@ class ForgetGateEncoding(ContentTermEncoding):
     def __init__(self, shape: ModelShape, bias_init: float, **inner_and_rotary: Any) -> None:
         super().__init__(shape, **inner_and_rotary)  # inner; base, pairing, rotary_dim
         self.bias_init = float(bias_init)
-        self.gates = nn.ModuleList(nn.Linear(shape.d_model, shape.n_heads) for _ in range(shape.n_layers))
-        for gate in self.gates:
-            nn.init.normal_(gate.weight, std=GATE_INIT_STD)
-            nn.init.constant_(gate.bias, self.bias_init)
+        self.gates = forget_gates(shape, self.bias_init)
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
@@ -70,10 +84,7 @@ class ForgetGateEncoding(ContentTermEncoding):
 
     def log_forget(self, layer: int, hidden: Tensor) -> Tensor:
         """``log f [B, H, T]`` (fp32) of layer ``layer`` from its input ``hidden [B, T, D]``."""
-        gate = self.gates[layer]
-        with torch.autocast(hidden.device.type, enabled=False):
-            x = F.rms_norm(hidden.float(), (hidden.shape[-1],))
-            return F.logsigmoid(F.linear(x, gate.weight.float(), gate.bias.float())).transpose(1, 2)
+        return log_forget(self.gates[layer], hidden)
 
     def score_term(self, context: LayerContext, q: Tensor, k: Tensor) -> Tensor:
         total = self.log_forget(context.layer, context.hidden).cumsum(dim=-1)  # c_t, [B, H, T]

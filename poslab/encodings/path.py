@@ -1,0 +1,165 @@
+"""PaTH (Yang et al., 2025, "PaTH Attention: Position Encoding via Accumulating Householder Transformations"): the
+position between a key and a query is the product of data-dependent Householder-like transforms of the tokens in
+between, inside the dot product. No other position encoding.
+
+Per layer and head, from the layer's input ``x_t``::
+
+    w_t    = l2norm(silu(conv3(W_up W_down x_t)))       a unit vector per token (low-rank projection, rank 32,
+                                                        then a causal depthwise convolution of width 3)
+    beta_t = 2 sigmoid(W_beta x_t + b)                 in (0, 2): an eigenvalue 1 - beta in (-1, 1)
+    H_t    = I - beta_t w_t w_t^T
+    score[i, j] = q_i^T H_i H_{i-1} ... H_{j+1} k_j    (j < i; the diagonal is q_i^T k_i)
+
+then softmax(score * scale) @ v. PaTH-FoX (``path_fox``) adds FoX's forget gate, ``sum_{j < l <= i} log f_l``,
+to the scores *before* the scale, as fla's kernel and its naive reference do.
+
+**How it is computed here** (``path_scores``): exactly, for any length, head count and width, by sweeping the
+diagonals. A running vector per query starts at ``u_i = q_i``; at distance ``d`` it meets key ``j = i - d``
+(``score = u_i . k_j``) and is then carried past that key, ``u_i <- H_j u_i = u_i - beta_j w_j (w_j . u_i)`` (``H``
+is symmetric). That is ``T`` steps of ``O(T D)`` work on every query at once, ``O(T^2 D)`` in all as the paper's
+parallel form, with no chunk size: no padding, no length it must divide. fla's ``naive_path_attn`` (its UT-transform
+form in chunks of 64) is the reference (``tests/encodings/test_path.py``, at T = 100, H = 3, D = 24, with and
+without the gate, forward and gradient).
+
+**The layer** as fla's ``PaTHAttention`` (flash-linear-attention ``fla/layers/path_attn.py``): ``w`` from a rank-32
+projection, ``ShortConvolution(kernel 3, silu)`` and an L2 norm per head; ``beta`` from a linear map with a bias,
+``2 sigmoid``; the forget gate (``path_fox``) from a linear map with a bias, ``logsigmoid``. Those read the attention
+layer's input, the block's normed stream; ``context.hidden`` is the stream before the block's norm, so the maps read
+its RMS norm without a gain (as ``forget_gate`` does: the same functions, the gain folded into the weights).
+Initialisation: PyTorch's for the maps (fla's ``ParameterizedLinear`` draws N(0, initializer_range); named here
+as a deviation), FoX's for the gates (``forget_gate.forget_gates``). fla's optional q/k RMS norm
+(``use_qk_norm``) is off, its default.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from poslab.encodings.base import LayerContext, ModelShape, PositionEncoding, register
+from poslab.encodings.forget_gate import forget_gates, log_forget
+from poslab.errors import ConfigError
+from poslab.settings import check_number, check_whole
+
+W_RANK = 32  # fla's low-rank w projection (multi-head attention)
+CONV_WIDTH = 3  # fla's ShortConvolution for w
+
+
+def path_scores(q: Tensor, k: Tensor, w: Tensor, beta: Tensor) -> Tensor:
+    """``score[b, h, i, j] = q_i^T H_i ... H_{j+1} k_j`` for ``j <= i``, ``-inf`` above the diagonal (fp32).
+
+    ``q``, ``k``, ``w`` ``[B, H, T, D]`` (``w`` unit vectors), ``beta`` ``[B, H, T]``. The diagonal sweep of the
+    module docstring: at step ``d`` the running vectors of queries ``d .. T-1`` meet keys ``0 .. T-1-d``."""
+    dtype = torch.promote_types(q.dtype, torch.float32)  # fp32, or fp64 for fp64 inputs (a reference check)
+    q, k, w, beta = q.to(dtype), k.to(dtype), w.to(dtype), beta.to(dtype)
+    length = q.shape[-2]
+    running = q
+    diagonals = []  # diagonals[d][..., r] = score[r + d, r]
+    for d in range(length):
+        keys = length - d
+        diagonals.append((running * k[..., :keys, :]).sum(-1))
+        if d + 1 < length:  # carry each query past the key it just met, then drop the query that has met key 0
+            along = (running * w[..., :keys, :]).sum(-1, keepdim=True)
+            running = (running - beta[..., :keys, None] * w[..., :keys, :] * along)[..., 1:, :]
+    return skew(diagonals, length)
+
+
+def skew(diagonals: list[Tensor], length: int) -> Tensor:
+    """``[..., T, T]`` with ``diagonals[d][..., r]`` at ``[r + d, r]`` and ``-inf`` above the diagonal."""
+    by_distance = torch.stack([F.pad(diag, (d, 0), value=0.0) for d, diag in enumerate(diagonals)], dim=-1)
+    position = torch.arange(length, device=by_distance.device)
+    distance = position[:, None] - position[None, :]  # [T(query), T(key)]
+    index = distance.clamp(min=0).expand(*by_distance.shape[:-2], length, length)
+    scores = by_distance.gather(-1, index)  # by_distance[..., i, i - j]
+    return scores.masked_fill(distance < 0, float("-inf"))
+
+
+def path_attention(
+    q: Tensor, k: Tensor, v: Tensor, w: Tensor, beta: Tensor, g: Tensor | None = None, scale: float | None = None
+) -> Tensor:
+    """PaTH attention in fla's layout: ``q, k, v, w`` ``[B, T, H, D]``, ``beta`` and ``g`` ``[B, T, H]`` (``g`` the
+    log forget gate of each step, or None), ``scale`` default ``1 / sqrt(D)``; returns ``[B, T, H, D]`` in ``q``'s
+    dtype. The gate's cumulative sum is added to the scores before the scale, as fla's."""
+    output, _ = path_weights_and_output(*(x.transpose(1, 2) for x in (q, k, v, w)), beta.transpose(1, 2),
+                                        None if g is None else g.transpose(1, 2), scale)  # fmt: skip
+    return output.transpose(1, 2)
+
+
+def path_weights_and_output(
+    q: Tensor, k: Tensor, v: Tensor, w: Tensor, beta: Tensor, g: Tensor | None, scale: float | None
+) -> tuple[Tensor, Tensor]:
+    """``(output [B, H, T, D], weights [B, H, T, T])`` for ``[B, H, T, D]`` inputs and ``[B, H, T]`` beta and g."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = path_scores(q, k, w, beta)
+    if g is not None:
+        total = g.to(scores.dtype).cumsum(-1)
+        scores = scores + (total[..., :, None] - total[..., None, :])
+    weights = (scores * scale).softmax(dim=-1)
+    return (weights.to(v.dtype) @ v).to(q.dtype), weights
+
+
+class HouseholderVectors(nn.Module):
+    """One layer's ``w`` and ``beta`` from its input (the module docstring)."""
+
+    def __init__(self, shape: ModelShape) -> None:
+        super().__init__()
+        inner = shape.n_heads * shape.head_dim
+        self.heads = shape.n_heads
+        self.w_down = nn.Linear(shape.d_model, W_RANK, bias=False)
+        self.w_up = nn.Linear(W_RANK, inner, bias=False)
+        self.conv = nn.Conv1d(inner, inner, CONV_WIDTH, groups=inner, padding=CONV_WIDTH - 1, bias=False)
+        self.beta = nn.Linear(shape.d_model, shape.n_heads)
+
+    def forward(self, hidden: Tensor) -> tuple[Tensor, Tensor]:
+        """``(w [B, H, T, head_dim], beta [B, H, T])``; the convolution is causal (its left padding only)."""
+        B, T, _ = hidden.shape
+        x = F.rms_norm(hidden, (hidden.shape[-1],))
+        w = self.w_up(self.w_down(x)).transpose(1, 2)  # [B, inner, T]
+        w = F.silu(self.conv(w)[..., :T]).transpose(1, 2).reshape(B, T, self.heads, -1).transpose(1, 2)
+        beta = 2 * torch.sigmoid(self.beta(x)).transpose(1, 2)
+        return F.normalize(w.float(), dim=-1, eps=1e-6), beta.float()
+
+
+@register("path")
+class PathEncoding(PositionEncoding):
+    """PaTH (the module docstring): each layer its own Householder vectors; ``forget_gate`` adds FoX's gate."""
+
+    summary = (
+        "PaTH: key and query meet through the product of data-dependent Householder transforms I - beta w w^T of "
+        "the tokens between them (no other position encoding)."
+    )
+    attention_paths = ("sdpa", "explicit")  # its own attention on either (the weights materialised)
+
+    def __init__(self, shape: ModelShape, forget_gate: bool, gate_bias_init: float) -> None:
+        super().__init__(shape)
+        self.vectors = nn.ModuleList(HouseholderVectors(shape) for _ in range(shape.n_layers))
+        self.forget_gate = bool(forget_gate)
+        self.gates = forget_gates(shape, gate_bias_init) if self.forget_gate else None
+
+    @classmethod
+    def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
+        if not isinstance(settings["forget_gate"], bool):
+            raise ConfigError(
+                f"encoding.forget_gate={settings['forget_gate']!r} must be true (PaTH-FoX) or false (PaTH)."
+            )
+        check_number("encoding.gate_bias_init", settings["gate_bias_init"], meaning="the forget gates' start")
+        check_whole("model.head_dim", shape.head_dim, 1, "PaTH's w has one vector per head")
+
+    def attention(self, context: LayerContext, q: Tensor, k: Tensor, v: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+        with torch.autocast(q.device.type, enabled=False):  # products of transforms in fp32
+            w, beta = self.vectors[context.layer](context.hidden.float())
+            g = None if self.gates is None else log_forget(self.gates[context.layer], context.hidden)
+            return path_weights_and_output(q.float(), k.float(), v, w, beta, g, scale)
+
+    def label(self) -> str:
+        return "path_fox" if self.forget_gate else "path"
+
+
+@register("path_fox")
+class PathFoxEncoding(PathEncoding):
+    """PaTH-FoX: PaTH with the Forgetting Transformer's gate (``forget_gate: true`` in its YAML)."""
+
+    summary = "PaTH-FoX: PaTH with the Forgetting Transformer's forget gate added to the scores before the scale."

@@ -1,0 +1,62 @@
+"""Stick-breaking attention (issue 38): against fla-core 0.6.0's naive reference (loaded by file path) and the
+paper's product written out as a loop, forward and gradient; the encoding in a model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from poslab.encodings.stick_breaking import stick_breaking_attention
+from poslab.model import ModelConfig, Transformer
+from tests.encodings.fla_reference import fla_naive
+
+
+def qkv(B: int, T: int, H: int, D: int, dtype=torch.float32, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, T, H, D, generator=generator, dtype=dtype) for _ in range(3)]
+
+
+@pytest.mark.parametrize("attend_current", [False, True])
+def test_stick_breaking_is_flas_naive_reference_forward_and_gradient(attend_current):
+    naive = fla_naive("stickbreaking_attn").naive_stickbreaking_attn
+    q, k, v = (x.requires_grad_() for x in qkv(2, 50, 3, 16))
+    mine, mine_left = stick_breaking_attention(q, k, v, attend_current=attend_current)
+    theirs, theirs_left = naive(q, k, v, attend_current=attend_current)
+    torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(mine_left, theirs_left, rtol=1e-5, atol=1e-6)
+    cotangent = torch.randn_like(mine)
+    grads = [torch.autograd.grad((out * cotangent).sum(), (q, k, v)) for out in (mine, theirs)]
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("attend_current", [False, True])
+def test_the_weights_are_the_papers_broken_stick(attend_current):
+    """A_ij = sigmoid(z_ij) * prod over the visible keys l after j of (1 - sigmoid(z_il)), fp64, as a loop."""
+    q, k, v = qkv(1, 7, 1, 4, dtype=torch.float64, seed=2)
+    out, left = stick_breaking_attention(q, k, v, scale=0.7, attend_current=attend_current)
+    z = (q[0, :, 0] @ k[0, :, 0].T) * 0.7
+    for i in range(7):
+        last = i if attend_current else i - 1
+        weights = torch.zeros(7, dtype=torch.float64)
+        for j in range(last + 1):
+            weights[j] = torch.sigmoid(z[i, j]) * torch.prod(1 - torch.sigmoid(z[i, j + 1 : last + 1]))
+        torch.testing.assert_close(out[0, i, 0], weights @ v[0, :, 0], rtol=1e-12, atol=1e-12)
+        assert left[0, i, 0].item() == pytest.approx(1 - weights.sum().item(), abs=1e-12)
+
+
+def test_the_encoding_trains_and_its_weights_are_a_broken_stick():
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        vocab_size=16, n_outputs=16, d_model=32, n_heads=2, n_layers=2, encoding={"name": "stick_breaking"}
+    )
+    model = Transformer(cfg, max_length=20)
+    tokens = torch.randint(0, 16, (3, 20))
+    out = model(tokens[:, :-1])
+    F.cross_entropy(out.logits.reshape(-1, 16), tokens[:, 1:].reshape(-1)).backward()
+    assert model.blocks[0].attn.qkv.weight.grad.abs().sum() > 0
+    with torch.no_grad():
+        weights = model(tokens, return_attention=True).attention[0]
+    assert torch.all(weights.sum(-1) <= 1 + 1e-6) and torch.all(weights >= 0) and torch.all(weights.triu(1) == 0)
+    assert weights[:, :, 0, 0].min() > 0  # attend_current (the authors'): the first query has its own key
