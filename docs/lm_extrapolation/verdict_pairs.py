@@ -16,18 +16,18 @@ PAIRS = [("sinusoid", "t5_bias"), ("learned", "t5_bias"), ("sinusoid", "rope"), 
 MULTIPLES = ["2x", "4x", "8x", "16x"]
 
 
+def per_seed(row: dict, multiple: str) -> dict[int, float]:
+    return {int(seed): value for seed, value in row["ratio_to_1x"][multiple]["per_seed"].items()}
+
+
 def main(path: str) -> None:
     summary = json.loads(Path(path).read_text(encoding="utf-8"))
     for corpus, part in summary["corpora"].items():
         rows = {row["encoding"]: row for row in part["rows"] if row["way"] == "plain"}
 
-        def per_seed(name: str, multiple: str) -> dict[int, float]:
-            cells = rows[name]["ratio_to_1x"][multiple]["per_seed"]
-            return {int(seed): value for seed, value in cells.items()}
-
         for first, second in PAIRS:
             for multiple in MULTIPLES:
-                i = paired_difference(per_seed(first, multiple), per_seed(second, multiple))
+                i = paired_difference(per_seed(rows[first], multiple), per_seed(rows[second], multiple))
                 print(f"{corpus} {first} - {second} {multiple}: {i.mean:.3f} [{i.low:.2f}, {i.high:.2f}] n={i.n}")
 
 
