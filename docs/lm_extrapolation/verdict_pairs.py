@@ -1,4 +1,6 @@
-"""Paired contrasts of ratios to 1x that the verdicts of docs/lm_extrapolation.md cite beyond alibi_shape.md's table.
+"""Paired contrasts that docs/lm_extrapolation.md's verdicts cite beyond alibi_shape.md's table.
+
+Ratios to 1x between encodings; bits/byte between test-time ways of one model.
 
     python docs/lm_extrapolation/verdict_pairs.py [docs/lm_extrapolation/length.json]
 
@@ -12,6 +14,8 @@ from pathlib import Path
 
 from poslab.analysis.stats import paired_difference
 
+WAYS = [("rope", "plain", "test_yarn"), ("rope", "plain", "test_linear")]  # bits/byte: plain minus a rule
+LIKE_ROPE = ["increments_layer", "increments_shared", "ssmax"]  # ratio to 1x minus RoPE's
 PAIRS = [("sinusoid", "t5_bias"), ("learned", "t5_bias"), ("sinusoid", "rope"), ("rope", "t5_bias")]
 MULTIPLES = ["2x", "4x", "8x", "16x"]
 
@@ -29,6 +33,16 @@ def main(path: str) -> None:
             for multiple in MULTIPLES:
                 i = paired_difference(per_seed(rows[first], multiple), per_seed(rows[second], multiple))
                 print(f"{corpus} {first} - {second} {multiple}: {i.mean:.3f} [{i.low:.2f}, {i.high:.2f}] n={i.n}")
+        for name in LIKE_ROPE:
+            i = paired_difference(per_seed(rows[name], "16x"), per_seed(rows["rope"], "16x"))
+            print(f"{corpus} {name} - rope 16x: {i.mean:.3f} [{i.low:.2f}, {i.high:.2f}] n={i.n}")
+        ways = {(row["encoding"], row["way"]): row for row in part["rows"]}
+        for name, first, second in WAYS:
+            for multiple in ("2x", "16x"):
+                a, b = (ways[(name, way)]["bpb"][multiple]["per_seed"] for way in (first, second))
+                i = paired_difference({int(s): v for s, v in a.items()}, {int(s): v for s, v in b.items()})
+                line = f"{corpus} {name} {first} - {second} bits/byte {multiple}"
+                print(f"{line}: {i.mean:.3f} [{i.low:.2f}, {i.high:.2f}] n={i.n}")
 
 
 if __name__ == "__main__":
