@@ -41,6 +41,12 @@ SCRIPTS = [
     ),
     pytest.param("docs/reproduction/seed_intervals.py", [], "docs/reproduction/seed_intervals.md"),
     pytest.param(
+        "docs/lm_extrapolation/verdict_pairs.py",
+        ["docs/lm_extrapolation/length.json"],
+        "docs/lm_extrapolation/verdict_pairs.md",
+    ),
+    pytest.param("docs/extrapolation_grid_verdicts.py", [], "docs/extrapolation_grid_verdicts.md"),
+    pytest.param(
         "docs/position_zoo/first_zoo_baselines.py",
         [],
         "docs/position_zoo/first_zoo_baselines.md",
