@@ -40,14 +40,15 @@ def tiny_job(name: str, tmp_path, *overrides: str) -> dict:
     return json.loads((run_dir / "results.json").read_text())
 
 
-def test_the_multirun_is_126_jobs_seed_first_and_the_wandb_sweep_is_the_same_grid():
+def test_the_multirun_is_every_encoding_x_2_corpora_x_5_seeds_seed_first_and_the_wandb_sweep_is_the_same_grid():
     params = {key: str(value).split(",") for key, value in lm_zoo().hydra.sweeper.params.items()}
     assert list(params) == ["seed", "corpus", "encoding"]  # seed first: a stopped sweep holds whole seeds
-    assert params["seed"] == ["0", "1", "2"] and params["corpus"] == CORPORA
+    assert params["seed"] == ["0", "1", "2", "3", "4"] and params["corpus"] == CORPORA  # five seeds for a ranking
     assert sorted(params["encoding"]) == ENCODINGS  # a new encoding's YAML must join the zoo
     jobs = job_overrides(["experiment=lm_zoo"], multirun=True)
-    assert len(jobs) == 126 and len({tuple(job) for job in jobs}) == 126
-    assert all("seed=0" in job for job in jobs[:42]) and "seed=1" in jobs[42]  # the whole first seed before the second
+    per_seed = len(CORPORA) * len(ENCODINGS)
+    assert len(jobs) == 5 * per_seed and len({tuple(job) for job in jobs}) == 5 * per_seed
+    assert all("seed=0" in job for job in jobs[:per_seed]) and "seed=1" in jobs[per_seed]  # whole seeds in turn
     sweep = yaml.safe_load((ROOT / "sweeps" / "lm_zoo.yaml").read_text())["parameters"]
     assert sweep["experiment"]["value"] == "lm_zoo"
     for key in ("seed", "corpus", "encoding"):
