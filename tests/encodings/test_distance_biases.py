@@ -13,6 +13,7 @@ import torch
 
 from poslab.encodings import ModelShape, PositionInputs, build_encoding
 from poslab.encodings.base import LayerContext
+from poslab.encodings.fire import FireBias
 from poslab.encodings.rotary import apply_rotary, inverse_frequencies, rotation_angles
 from poslab.encodings.t5_bias import relative_position_bucket
 from poslab.errors import ConfigError
@@ -252,6 +253,109 @@ def test_fire_per_layer_gives_each_layer_its_own_bias_through_the_score_term():
     terms = [model.encoding.score_term(c, q, q) for c in context]
     assert terms[0].shape == (1, 2, 8, 8) and not torch.allclose(terms[0], terms[1])
     assert torch.allclose(terms[1][0], model.encoding.fire[1](8, CPU))
+
+
+def papers_fire(weights: dict[str, torch.Tensor], length: int) -> torch.Tensor:
+    """The paper's FIRE restated (Li et al. 2023, its equation and PyTorch listing): ``f(psi(t - s) / (psi(max(L, t))
+    + eps))`` with ``psi(x) = log(|c x| + 1)``, ``L = |m L0|`` and ``f`` the MLP ``1 -> 32 -> H`` (ReLU); ``[H, T, T]``.
+    """
+    position = torch.arange(length, dtype=torch.float64)
+    threshold = (weights["m"] * weights["L0"]).abs()
+    psi = lambda x: torch.log((weights["c"] * x).abs() + 1)  # noqa: E731
+    x = psi(position[:, None] - position[None, :]) / (psi(torch.maximum(position, threshold))[:, None] + 1e-6)
+    hidden = torch.relu(x[..., None] * weights["w1"] + weights["b1"])  # [T, T, 32]
+    return (hidden @ weights["w2"].T + weights["b2"]).permute(2, 0, 1)
+
+
+def test_fire_is_the_papers_formula_on_random_settings_forward_and_gradient():
+    generator = torch.Generator().manual_seed(6)
+    for length, threshold in [(24, 10.0), (40, 512.0), (33, 3.0)]:
+        fire = build({"name": "fire", "threshold": threshold}).fire[1]  # a per-layer FIRE (the default)
+        with torch.no_grad():
+            fire.c.fill_(0.05 + torch.rand((), generator=generator).item())
+            fire.threshold_multiplier.fill_(-0.5 - torch.rand((), generator=generator).item())  # |m L0|: the sign
+            for parameter in fire.mlp.parameters():
+                parameter.copy_(torch.randn(parameter.shape, generator=generator))
+        reference = {
+            "c": fire.c.detach().double().requires_grad_(),
+            "m": fire.threshold_multiplier.detach().double().requires_grad_(),
+            "L0": torch.tensor(threshold, dtype=torch.float64),
+            "w1": fire.mlp[0].weight.detach()[:, 0].double().requires_grad_(),
+            "b1": fire.mlp[0].bias.detach().double().requires_grad_(),
+            "w2": fire.mlp[2].weight.detach().double().requires_grad_(),
+            "b2": fire.mlp[2].bias.detach().double().requires_grad_(),
+        }
+        causal = torch.ones(length, length).tril()  # keys at or before the query: what attention reads
+        probe = torch.randn(SHAPE.n_heads, length, length, generator=generator) * causal
+        fire.train()
+        ours = fire(length, CPU)
+        expected = papers_fire(reference, length)
+        torch.testing.assert_close(ours * causal, (expected * causal).float(), rtol=1e-4, atol=1e-5)
+        (ours * probe).sum().backward()
+        (expected * probe.double()).sum().backward()
+        mine = {
+            "c": fire.c.grad,
+            "m": fire.threshold_multiplier.grad,
+            "w1": fire.mlp[0].weight.grad[:, 0],
+            "b1": fire.mlp[0].bias.grad,
+            "w2": fire.mlp[2].weight.grad,
+            "b2": fire.mlp[2].bias.grad,
+        }
+        for key, grad in mine.items():
+            torch.testing.assert_close(grad.double(), reference[key].grad, rtol=1e-3, atol=1e-4, msg=key)
+        if threshold > length:  # L above every query: the normaliser is psi(L) and m is learned through it
+            assert fire.threshold_multiplier.grad.abs() > 0
+
+
+def test_fire_per_layer_is_independent_each_layer_trains_only_its_own():
+    encoding = tiny({"name": "fire", "threshold": 8.0}, "explicit").encoding
+    tokens = torch.randint(0, 16, (1, 12), generator=torch.Generator().manual_seed(2))
+    inputs = PositionInputs.from_tokens(tokens)
+    q = torch.zeros(1, 2, 12, 16)
+
+    def term(layer: int) -> torch.Tensor:
+        return encoding.score_term(LayerContext(layer, torch.zeros(1, 12, 32), None, inputs), q, q)
+
+    for layer, other in [(0, 1), (1, 0)]:
+        encoding.zero_grad(set_to_none=True)
+        term(layer).square().sum().backward()
+        assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in encoding.fire[layer].mlp.parameters())
+        assert all(p.grad is None for p in encoding.fire[other].parameters())  # the other layer's FIRE: untouched
+    before = term(0).detach()
+    with torch.no_grad():
+        for parameter in encoding.fire[1].parameters():
+            parameter.add_(1.0)
+    assert torch.equal(term(0).detach(), before)  # changing layer 1's FIRE leaves layer 0's bias as it was
+    assert not {id(p) for p in encoding.fire[0].parameters()} & {id(p) for p in encoding.fire[1].parameters()}
+
+
+def test_fire_per_layer_keeps_each_layers_bias_for_reuse_in_evaluation(monkeypatch):
+    model = tiny({"name": "fire", "threshold": 8.0}, "sdpa")
+    tokens = torch.randint(0, 16, (2, 20), generator=torch.Generator().manual_seed(3))
+    calls: list[int] = []
+    compute = FireBias._bias
+
+    def counted(self, length, device):
+        calls.append(id(self))
+        return compute(self, length, device)
+
+    monkeypatch.setattr(FireBias, "_bias", counted)
+    model.eval()
+    with torch.enable_grad():  # a gradient wanted: computed afresh every time
+        fresh = model(tokens).logits
+    assert len(calls) == 2
+    calls.clear()
+    with torch.no_grad():
+        first, second = model(tokens).logits, model(tokens[:, :20]).logits
+    assert sorted(calls) == sorted(id(fire) for fire in model.encoding.fire)  # once per layer, then reused
+    assert torch.equal(first, second) and torch.allclose(first, fresh, atol=1e-6)
+    kept = [fire._last[1] for fire in model.encoding.fire]
+    assert kept[0] is not kept[1] and not torch.allclose(kept[0], kept[1])  # each layer keeps its own
+    with torch.no_grad():
+        model.encoding.fire[1].mlp[2].bias.add_(1.0)  # an update to one layer recomputes that layer's only
+        calls.clear()
+        model(tokens)
+    assert calls == [id(model.encoding.fire[1])]
 
 
 # ---- Sandwich ------------------------------------------------------------------------------------------------------

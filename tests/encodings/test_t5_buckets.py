@@ -45,3 +45,16 @@ def test_an_explicit_pair_that_leaves_buckets_untrained_is_said_at_start():
     (said,) = encoding.untrained_at_test(32, 128)
     assert "never in training" in said and "31]" in said
     assert encoding.label() == "t5_bias:32x128"
+
+
+def test_the_bucket_function_is_transformers_on_random_inputs():
+    # any settings validate accepts, keys before and after the query (transformers' relative_position = key - query)
+    generator = torch.Generator().manual_seed(37)
+    for _ in range(40):
+        buckets = int(torch.randint(2, 65, (), generator=generator))
+        distance = buckets // 2 + 1 + int(torch.randint(0, 600, (), generator=generator))
+        relative = torch.randint(-5000, 50, (257,), generator=generator)
+        expected = T5Attention._relative_position_bucket(
+            relative, bidirectional=False, num_buckets=buckets, max_distance=distance
+        )
+        assert torch.equal(relative_position_bucket(relative, buckets, distance), expected), (buckets, distance)
