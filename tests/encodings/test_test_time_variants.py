@@ -71,6 +71,7 @@ ROTARY = {  # each rotary encoding, with settings that fit the tiny model and ta
     "ssmax": {"inner": "rope"},
     "cope": {"inner": "rope"},
     "forget_gate": {"inner": "rope"},
+    "selective": {"inner": "rope"},
     "rope_nope_mix": {"nope_every": 2},  # the second layer NoPE
     "randomized_rope": {"max_position": 256, "eval_draws": 1},
     "increments_shared": {},
