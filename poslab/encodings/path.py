@@ -13,13 +13,11 @@ Per layer and head, from the layer's input ``x_t``::
 then softmax(score * scale) @ v. PaTH-FoX (``path_fox``) adds FoX's forget gate, ``sum_{j < l <= i} log f_l``,
 to the scores *before* the scale, as fla's kernel and its naive reference do.
 
-**How it is computed here** (``path_scores``): exactly, for any length, head count and width, by sweeping the
-diagonals. A running vector per query starts at ``u_i = q_i``; at distance ``d`` it meets key ``j = i - d``
-(``score = u_i . k_j``) and is then carried past that key, ``u_i <- H_j u_i = u_i - beta_j w_j (w_j . u_i)`` (``H``
-is symmetric). That is ``T`` steps of ``O(T D)`` work on every query at once, ``O(T^2 D)`` in all as the paper's
-parallel form, with no chunk size: no padding, no length it must divide. fla's ``naive_path_attn`` (its UT-transform
-form in chunks of 64) is the reference (``tests/encodings/test_path.py``, at T = 100, H = 3, D = 24, with and
-without the gate, forward and gradient).
+**How it is computed here** (``path_scores``): the paper's UT-transform form in blocks of 64, as fla's
+``naive_path_attn``, with the block's triangular inverse as one solve (fla's naive reference builds it row by
+row), padded at the end with identity transforms so any length is exact: ``O(T^2 D)`` in all, a loop over pairs
+of blocks only. fla's ``naive_path_attn`` is the reference (``tests/encodings/test_path.py``, at T = 100, H = 3,
+D = 24, with and without the gate, forward and gradient), and the paper's product of transforms written out.
 
 **The layer** as fla's ``PaTHAttention`` (flash-linear-attention ``fla/layers/path_attn.py``): ``w`` from a rank-32
 projection, ``ShortConvolution(kernel 3, silu)`` and an L2 norm per head; ``beta`` from a linear map with a bias,
@@ -48,33 +46,49 @@ W_RANK = 32  # fla's low-rank w projection (multi-head attention)
 CONV_WIDTH = 3  # fla's ShortConvolution for w
 
 
-def path_scores(q: Tensor, k: Tensor, w: Tensor, beta: Tensor) -> Tensor:
-    """``score[b, h, i, j] = q_i^T H_i ... H_{j+1} k_j`` for ``j <= i``, ``-inf`` above the diagonal (fp32).
+CHUNK = 64  # the UT transform's block (fla's default); any length is padded up to a multiple of it
 
-    ``q``, ``k``, ``w`` ``[B, H, T, D]`` (``w`` unit vectors), ``beta`` ``[B, H, T]``. The diagonal sweep of the
-    module docstring: at step ``d`` the running vectors of queries ``d .. T-1`` meet keys ``0 .. T-1-d``."""
-    dtype = torch.promote_types(q.dtype, torch.float32)  # fp32, or fp64 for fp64 inputs (a reference check)
-    q, k, w, beta = q.to(dtype), k.to(dtype), w.to(dtype), beta.to(dtype)
+
+def path_scores(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, chunk: int = CHUNK) -> Tensor:
+    """``score[b, h, i, j] = q_i^T H_i ... H_{j+1} k_j`` for ``j <= i``, ``-inf`` above the diagonal (fp32, or fp64
+    for fp64 inputs). ``q``, ``k``, ``w`` ``[B, H, T, D]`` (``w`` unit vectors), ``beta`` ``[B, H, T]``.
+
+    The UT-transform form of the paper and fla (``naive_path_attn``), in blocks of ``chunk`` tokens: inside a block,
+    the product of its transforms is ``I - W^T T (beta W)`` with ``T = (I + strictly_lower(beta_s w_s . w_j))^-1``
+    (one triangular solve); a query then crosses each earlier block by its ``D x D`` transform. The length is padded
+    at the end with identity transforms (``beta = 0``) up to a multiple of ``chunk`` and cut back: exact for any
+    length, and what a token reads comes only from tokens before it."""
+    dtype = torch.promote_types(q.dtype, torch.float32)
     length = q.shape[-2]
-    running = q
-    diagonals = []  # diagonals[d][..., r] = score[r + d, r]
-    for d in range(length):
-        keys = length - d
-        diagonals.append((running * k[..., :keys, :]).sum(-1))
-        if d + 1 < length:  # carry each query past the key it just met, then drop the query that has met key 0
-            along = (running * w[..., :keys, :]).sum(-1, keepdim=True)
-            running = (running - beta[..., :keys, None] * w[..., :keys, :] * along)[..., 1:, :]
-    return skew(diagonals, length)
-
-
-def skew(diagonals: list[Tensor], length: int) -> Tensor:
-    """``[..., T, T]`` with ``diagonals[d][..., r]`` at ``[r + d, r]`` and ``-inf`` above the diagonal."""
-    by_distance = torch.stack([F.pad(diag, (d, 0), value=0.0) for d, diag in enumerate(diagonals)], dim=-1)
-    position = torch.arange(length, device=by_distance.device)
-    distance = position[:, None] - position[None, :]  # [T(query), T(key)]
-    index = distance.clamp(min=0).expand(*by_distance.shape[:-2], length, length)
-    scores = by_distance.gather(-1, index)  # by_distance[..., i, i - j]
-    return scores.masked_fill(distance < 0, float("-inf"))
+    pad = -length % chunk
+    q, k, w = (F.pad(x.to(dtype), (0, 0, 0, pad)) for x in (q, k, w))
+    beta = F.pad(beta.to(dtype), (0, pad))
+    blocks = (length + pad) // chunk
+    q, k, w = (x.unflatten(-2, (blocks, chunk)) for x in (q, k, w))  # [B, H, N, C, D]
+    w_beta = w * beta.unflatten(-1, (blocks, chunk))[..., None]
+    eye = torch.eye(chunk, dtype=dtype, device=q.device)
+    strictly_lower = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril(-1)
+    inverse = torch.linalg.solve_triangular(eye + (w_beta @ w.transpose(-1, -2)) * strictly_lower, eye, upper=False)
+    carried_k = inverse @ ((w_beta @ k.transpose(-1, -2)) * strictly_lower)  # [s, j]: key j carried past s > j
+    q_w = (q @ w.transpose(-1, -2)).tril()  # [i, s], s <= i
+    t_w_beta = inverse @ w_beta
+    local = (q @ k.transpose(-1, -2)).tril() - q_w @ carried_k  # scores inside a block
+    q_start = q - q_w @ t_w_beta  # each query carried back to its block's start
+    k_end = k - carried_k.transpose(-1, -2) @ w  # each key carried forward to its block's end
+    block_transform = w.transpose(-1, -2) @ t_w_beta  # a whole block: I - this, [B, H, N, D, D]
+    rows = []
+    for i in range(blocks):
+        row = [None] * blocks
+        row[i] = local[..., i, :, :]
+        running = q_start[..., i, :, :]
+        for j in range(i - 1, -1, -1):
+            row[j] = running @ k_end[..., j, :, :].transpose(-1, -2)
+            running = running - running @ block_transform[..., j, :, :]
+        zeros = torch.zeros_like(local[..., i, :, :])
+        rows.append(torch.cat([r if r is not None else zeros for r in row], dim=-1))
+    scores = torch.cat(rows, dim=-2)[..., :length, :length]
+    causal = torch.ones(length, length, dtype=torch.bool, device=q.device).tril()
+    return scores.masked_fill(~causal, float("-inf"))
 
 
 def path_attention(
