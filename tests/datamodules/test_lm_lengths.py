@@ -220,7 +220,8 @@ def test_two_groups_are_reported_each_and_token_weighted_together(tmp_path):
     # each group's whole held-out split (their sizes differ): the whole is their token-weighted mean
     sample = evaluation["sample"]["48"]
     en, zh = sample["groups"]["en"]["tokens"], sample["groups"]["zh"]["tokens"]
-    assert en != zh and row["loss"] == pytest.approx((en * row["loss[en]"] + zh * row["loss[zh]"]) / (en + zh), rel=1e-9)
+    weighted = (en * row["loss[en]"] + zh * row["loss[zh]"]) / (en + zh)
+    assert en != zh and row["loss"] == pytest.approx(weighted, rel=1e-9)
     assert row["bpb[zh]"] == pytest.approx(row["loss[zh]"] / math.log(2), rel=1e-12)  # bytes: one byte a token
     assert {"loss_log_scaled[en]", "bpb_log_scaled[zh]", "loss_test_yarn[zh]"} <= set(row)
     assert set(sample["groups"]) == {"en", "zh"} and sample["tokens"] == en + zh
