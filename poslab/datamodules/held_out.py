@@ -323,8 +323,8 @@ def split_figure(sums: list[np.ndarray], masks: list[np.ndarray]) -> dict[str, f
     loss, tokens, scored = (sum(float(s[k][m].sum()) for s, m in zip(sums, masks, strict=True)) for k in range(3))
     documents = sum(int(np.count_nonzero(s[1][m])) for s, m in zip(sums, masks, strict=True))
     return {
-        "loss": loss / tokens if tokens else float("nan"),
-        "bpb": loss / math.log(2) / scored if scored else float("nan"),
+        "loss": loss / tokens if tokens else None,  # None: no document of this split was scored
+        "bpb": loss / math.log(2) / scored if scored else None,
         "documents": documents,
         "tokens": int(round(tokens)),
         "bytes": int(round(scored)),
@@ -333,7 +333,8 @@ def split_figure(sums: list[np.ndarray], masks: list[np.ndarray]) -> dict[str, f
 
 def choose(figures: Mapping[str, Mapping[str, Any]], ways: list[str]) -> str:
     """The way with the lowest selection bits per byte (ties: the first in ``ways``, the plain model first)."""
-    return min((w for w in ways if w in figures), key=lambda w: (figures[w]["bpb"], ways.index(w)))
+    scored = [w for w in ways if w in figures and figures[w]["bpb"] is not None]
+    return min(scored, key=lambda w: (figures[w]["bpb"], ways.index(w)))
 
 
 def held_out_results(
