@@ -110,8 +110,13 @@ class LengthTotals(Metric):
     def sums(self) -> dict[str, Tensor]:
         """``compute()`` (summed over DDP ranks) on the CPU, each sum in its shape (torchmetrics squeezes a result
         of one element to a scalar)."""
+        if isinstance(self.document_rows, list) and not self.document_rows:
+            # a rank that scored no batch here still joins the gather (an empty list state cannot be synced):
+            # one row of way -1, which no way's sums read
+            self.document_rows.append(torch.tensor([[-1.0, 0, 0, 0, 0, 0]], dtype=torch.float64, device=self.device))
         values = self.compute()
         rows = values.pop("document_rows").reshape(-1, 6).cpu()
+        rows = rows[rows[:, 0] >= 0]
         sums = {name: value.reshape(self.shapes[name]).cpu() for name, value in values.items()}
         return {**sums, "document_rows": rows}
 
