@@ -4,11 +4,21 @@ scores them).
 
 **The sample.** Each source group's validation split is one token stream, its documents joined, each ending
 with the separator token, as the cache stores them and the training windows read them (the held-out documents
-are a pseudo-random choice of the group's, ``corpora.plan_split``, so the stream's first documents are a sample
-of them). The evaluation scores the same ``S`` tokens at every length: tokens ``1 .. S`` of the stream, after
-token 0 as their first context (nothing predicts it). ``S`` is ``task.eval_tokens``, a multiple of every
-evaluation length (null: ``val_windows * context_length`` rounded up to one, or the largest that every group's
-stream holds), the same in every group.
+are a pseudo-random choice of the group's, ``corpora.plan_split``). The test after training scores the same
+``S_g`` tokens of group ``g`` at every length: tokens ``1 .. S_g`` of the stream, after token 0 as their first
+context (nothing predicts it). ``S_g`` is the largest multiple of every evaluation length (their least common
+multiple) that the stream holds: the whole held-out split but a remainder shorter than the lcm, chosen per group
+(not the shortest group's), so the all-groups figure is token-weighted over the groups' whole splits;
+``task.eval_tokens`` is an explicit cap, the same in every group, reported as a subsample
+(``EvaluationPlan.notes``, results.json's ``evaluation.notes``). A validation during training scores only
+``val_span`` tokens of each group (``val_windows`` x the context, rounded up to the lcm): a small sample for speed,
+the plain model's curve, not the reported figures.
+
+**Selection and test.** The held-out documents of each group are split by document into ``selection`` and
+``test`` (``select_documents``: ``task.selection_fraction`` of them by a hash of ``task.selection_seed``, the group
+and the ordinal). Each scored token counts for the document it lies in (``document_index``), so every way's
+figures on either split are sums of per-document sums (``held_out_results``), and a test-time way is chosen on
+selection and reported on test (``choose``; docs/evaluation.md).
 
 **Non-overlapping windows.** At length ``L`` the span is cut into ``S / L`` windows of ``L + 1`` tokens
 starting at 0, L, 2L, ...: a window predicts its last ``L`` tokens, the first from one token of context, the
@@ -26,7 +36,8 @@ begin the next, the separator is scored like any token (one byte), and a documen
 from the end of the one before, as fairseq's eval-lm scores a concatenated stream (the ALiBi paper's
 WikiText-103 figures are measured so). The paragraph and sentence indices an hRoPE encoding reads are counted
 from each window's first token, and a new document starts a new paragraph and sentence. ``describe_sample``
-reports per length the windows and the documents the span touches (results.json's ``evaluation``).
+reports per length the documents, tokens, bytes and windows scored, and the held-out documents (results.json's
+``evaluation``).
 
 **Loss by position**: ``position_bins`` cuts positions ``0 .. L - 1`` (the index of the predicted token in its
 window: position ``p`` is predicted from ``p + 1`` tokens) into log-spaced bins that do not depend on ``L``.

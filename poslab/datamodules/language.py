@@ -4,11 +4,12 @@ Training batch i is a pure function of (seed, i), like the synthetic tasks:
 each row picks a source group with probability proportional to its weight
 (``wiki_en_zh``: 1/2 English, 1/2 Chinese bytes, whatever the groups' sizes),
 then a uniformly random window of ``context_length + 1`` tokens in that
-group's training split. Evaluation (at every validation and after training)
-scores the same held-out tokens of every group's validation split at each of
-``task.eval_lengths`` (``poslab.datamodules.held_out``: the sample, the
-non-overlapping and sliding windows, and how they cross document boundaries),
-the same for every run.
+group's training split. The test after training scores each group's whole
+validation split (held-out documents), the same tokens at each of
+``task.eval_lengths``; a validation during training a small sample of it
+(``val_windows``) (``poslab.datamodules.held_out``: the sample, the selection
+and test documents, the windows, and how they cross document boundaries), the
+same for every run.
 """
 
 from __future__ import annotations

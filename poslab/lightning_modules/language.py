@@ -24,6 +24,11 @@ test's ``loss`` and ``bpb``); the test after training adds the sliding windows a
 figures, results.json's ``loss_by_position`` holds the mean loss at each position of the non-overlapping windows,
 log-binned (``held_out.position_bins``), with each bin's token count, per length (and per group).
 
+The test scores each group's whole held-out split; a validation the ``val_windows`` sample (``held_out``). After
+the test, results.json's ``held_out`` holds every way's figures on the selection and on the test documents, the
+way chosen on selection past the context with its test figures, and each document's sums (loss, tokens, bytes)
+per length and way (``held_out.held_out_results``, docs/evaluation.md).
+
 After training, once (not at every validation), passkey retrieval (``poslab.lightning_modules.passkey``, settings
 ``task.passkey``) on the first source group's held-out text (a two-group corpus: the first group of its config, the
 prose): results.json's top-level ``passkey``, the plain model's grid and each test-time way's under ``ways``.
