@@ -370,8 +370,8 @@ def held_out_results(
                 for w in scored}  # fmt: skip
         row = {part: {w: split_figure(s, [m if part == "selection" else ~m for m in masks]) for w, s in sums.items()}
                for part in ("selection", "test")}  # fmt: skip
-        candidates = [w for w in sums if w not in NOT_CHOSEN]
-        if length > train_length and any(m.any() for m in masks):
+        candidates = [w for w in sums if w not in NOT_CHOSEN and row["selection"][w]["bpb"] is not None]
+        if length > train_length and candidates:
             way = choose(row["selection"], candidates)
             row["chosen"] = {"way": way, "selection": row["selection"][way], "test": row["test"][way]}
         out["lengths"][str(length)] = row
@@ -384,8 +384,9 @@ def held_out_results(
             }  # fmt: skip
     past = [n for n in ways if n > train_length and "chosen" in out["lengths"][str(n)]]
     if past:  # one rule for every length past the context: the lowest mean selection bpb over them
-        common = [w for w in out["lengths"][str(past[0])]["selection"] if w not in NOT_CHOSEN
-                  and all(w in out["lengths"][str(n)]["selection"] for n in past)]  # fmt: skip
+        selected = [out["lengths"][str(n)]["selection"] for n in past]
+        common = [w for w in selected[0] if w not in NOT_CHOSEN
+                  and all(row.get(w, {}).get("bpb") is not None for row in selected)]  # fmt: skip
         mean = {w: {"bpb": float(np.mean([out["lengths"][str(n)]["selection"][w]["bpb"] for n in past]))}
                 for w in common}  # fmt: skip
         way = choose(mean, common)

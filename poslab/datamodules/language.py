@@ -303,14 +303,16 @@ class LanguageModelDataModule(L.LightningDataModule):
 
     def evaluation_notes(self) -> list[str]:
         """One line when the held-out text was too short for some of the default evaluation lengths, and one per
-        group whose held-out split the test does not score whole (``EvaluationPlan.notes``)."""
+        group that ``task.eval_tokens`` subsamples (a remainder shorter than the lengths' lcm, left out of nearly
+        every run, is logged and in results.json's ``evaluation.notes``, not a data note)."""
         plan = self.evaluation
         if plan is None:
             return []
+        capped = [note for note in plan.notes if note.startswith("a subsample")]
         if not plan.left_out:
-            return list(plan.notes)
+            return capped
         shortest = min(len(g.splits["validation"]) for g in self.groups)
-        return [*plan.notes,
+        return [*capped,
             f"evaluated at lengths {', '.join(map(str, plan.lengths))} only: the default's "
             f"{', '.join(map(str, plan.left_out))} need more held-out tokens than the shortest validation split "
             f"holds ({shortest}); raise corpus.validation_fraction or give task.eval_lengths."
@@ -396,6 +398,9 @@ class LanguageModelDataModule(L.LightningDataModule):
             self.fit_passkey(groups[0])
             for note in [*self.evaluation_notes(), *([self.passkey_note] if self.passkey_note else [])]:
                 log.warning("note: %s", note)
+            for note in self.evaluation.notes:
+                if not note.startswith("a subsample"):
+                    log.info("evaluation: %s", note)
             log.info(
                 "evaluation: the test scores %s tokens (group: tokens) at lengths %s; a validation %d per group",
                 self.evaluation.spans, self.evaluation.lengths, self.evaluation.val_span,

@@ -61,7 +61,7 @@ def test_the_test_scores_the_whole_split_with_the_same_tokens_at_every_length(fo
     evaluation = dm.describe()["evaluation"]
     if len(split) - 1 > plan.spans["main"]:
         assert any("are not scored" in note for note in evaluation["notes"])
-        assert any("are not scored" in note for note in dm.describe()["data_notes"])
+        assert not any("are not scored" in note for note in dm.describe()["data_notes"])  # logged, not a warning
 
 
 def test_the_sample_is_stated_per_length_with_documents_bytes_tokens(folder):
@@ -85,6 +85,7 @@ def test_eval_tokens_is_a_cap_reported_as_a_subsample(folder):
     evaluation = dm.describe()["evaluation"]
     assert evaluation["sample"]["96"]["tokens"] == 192 and not evaluation["whole_split"]
     assert any("a subsample: task.eval_tokens=192" in note for note in evaluation["notes"])
+    assert any("a subsample: task.eval_tokens=192" in note for note in dm.describe()["data_notes"])
 
 
 def test_the_selection_split_is_by_document_disjoint_half_and_stable_under_its_seed():
@@ -115,6 +116,11 @@ def test_the_chosen_way_is_the_best_on_selection_and_reported_on_test():
     assert row["test"]["log_scaled"]["loss"] == pytest.approx(0.9, rel=1e-12)
     assert row["selection"]["log_scaled"]["bpb"] == pytest.approx(0.5 * 10 / 12 / math.log(2), rel=1e-12)
     assert "chosen" not in result["lengths"]["8"] and result["chosen"]["way"] == "log_scaled"
+    # no selection document scored (e.g. all past the scored span): nothing is chosen, the test figures stay
+    alone = held_out_results({16: np.array(rows)}, {16: ways[16]}, ["main"], {"main": np.zeros(4, bool)}, 8)
+    assert "chosen" not in alone["lengths"]["16"] and "chosen" not in alone
+    split = alone["lengths"]["16"]
+    assert split["selection"]["plain"]["bpb"] is None and split["test"]["plain"]["loss"] == pytest.approx(1.0)
 
 
 def test_per_document_sums_add_up_to_the_figures_and_the_sample(folder):
