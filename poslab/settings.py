@@ -217,6 +217,8 @@ class LanguageTaskSettings(TaskSettings):
     eval_lengths: list[Annotated[int, Bound(">=", 2)]] | None  # null: LM_EVAL_MULTIPLES x context_length
     eval_tokens: Count | None  # tokens scored per source group; null: from val_windows (conf/task/lm.yaml)
     eval_stride: Count | None  # sliding-window evaluation's stride; null: none
+    selection_fraction: float  # held-out documents that choose among test-time rules (0 .. <1); the rest: test
+    selection_seed: int  # the selection split's draw (held_out.select_documents), not the run's seed
     passkey: Any  # passkey retrieval after training: checked by poslab.passkey_settings
     extended_from: Annotated[int, Bound(">=", 2)] | None  # a context extension's parent's context; null: none
     corpus: Any

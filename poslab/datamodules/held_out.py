@@ -4,11 +4,21 @@ scores them).
 
 **The sample.** Each source group's validation split is one token stream, its documents joined, each ending
 with the separator token, as the cache stores them and the training windows read them (the held-out documents
-are a pseudo-random choice of the group's, ``corpora.plan_split``, so the stream's first documents are a sample
-of them). The evaluation scores the same ``S`` tokens at every length: tokens ``1 .. S`` of the stream, after
-token 0 as their first context (nothing predicts it). ``S`` is ``task.eval_tokens``, a multiple of every
-evaluation length (null: ``val_windows * context_length`` rounded up to one, or the largest that every group's
-stream holds), the same in every group.
+are a pseudo-random choice of the group's, ``corpora.plan_split``). The test after training scores the same
+``S_g`` tokens of group ``g`` at every length: tokens ``1 .. S_g`` of the stream, after token 0 as their first
+context (nothing predicts it). ``S_g`` is the largest multiple of every evaluation length (their least common
+multiple) that the stream holds: the whole held-out split but a remainder shorter than the lcm, chosen per group
+(not the shortest group's), so the all-groups figure is token-weighted over the groups' whole splits;
+``task.eval_tokens`` is an explicit cap, the same in every group, reported as a subsample
+(``EvaluationPlan.notes``, results.json's ``evaluation.notes``). A validation during training scores only
+``val_span`` tokens of each group (``val_windows`` x the context, rounded up to the lcm): a small sample for speed,
+the plain model's curve, not the reported figures.
+
+**Selection and test.** The held-out documents of each group are split by document into ``selection`` and
+``test`` (``select_documents``: ``task.selection_fraction`` of them by a hash of ``task.selection_seed``, the group
+and the ordinal). Each scored token counts for the document it lies in (``document_index``), so every way's
+figures on either split are sums of per-document sums (``held_out_results``), and a test-time way is chosen on
+selection and reported on test (``choose``; docs/evaluation.md).
 
 **Non-overlapping windows.** At length ``L`` the span is cut into ``S / L`` windows of ``L + 1`` tokens
 starting at 0, L, 2L, ...: a window predicts its last ``L`` tokens, the first from one token of context, the
@@ -26,7 +36,8 @@ begin the next, the separator is scored like any token (one byte), and a documen
 from the end of the one before, as fairseq's eval-lm scores a concatenated stream (the ALiBi paper's
 WikiText-103 figures are measured so). The paragraph and sentence indices an hRoPE encoding reads are counted
 from each window's first token, and a new document starts a new paragraph and sentence. ``describe_sample``
-reports per length the windows and the documents the span touches (results.json's ``evaluation``).
+reports per length the documents, tokens, bytes and windows scored, and the held-out documents (results.json's
+``evaluation``).
 
 **Loss by position**: ``position_bins`` cuts positions ``0 .. L - 1`` (the index of the predicted token in its
 window: position ``p`` is predicted from ``p + 1`` tokens) into log-spaced bins that do not depend on ``L``.
@@ -34,6 +45,7 @@ window: position ``p`` is predicted from ``p + 1`` tokens) into log-spaced bins 
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -58,27 +70,35 @@ class Layout:
 
 @dataclass
 class EvaluationPlan:
-    """What the evaluation scores: tokens ``1 .. span`` of every group's validation split (``groups``: their
-    names), at each of ``lengths`` (the context first), in batches of ``max(1, token_budget // L)`` windows."""
+    """What the evaluation scores, per source group (``groups``: their names), at each of ``lengths`` (the context
+    first), in batches of ``max(1, token_budget // L)`` windows: the test after training tokens ``1 .. spans[g]``
+    of group ``g``'s validation split (its whole held-out split, or ``task.eval_tokens``), a validation during
+    training tokens ``1 .. val_span`` of every group (the ``val_windows`` sample, the same in every group)."""
 
     train_length: int
     lengths: list[int]
-    span: int
+    spans: dict[str, int]
+    val_span: int
     groups: list[str]
     token_budget: int
     stride: int | None = None
     left_out: list[int] = field(default_factory=list)  # default lengths the held-out text could not hold
+    notes: list[str] = field(default_factory=list)  # where the test scores less than the whole held-out split
 
     def rows(self, length: int) -> int:
         """Windows per batch at ``length``: about as many tokens as a batch at the context."""
         return max(1, self.token_budget // length)
 
-    def non_overlapping(self, length: int) -> Layout:
-        return non_overlapping(self.span, length)
+    def span(self, group: str, sample: str = "test") -> int:
+        """Tokens scored in ``group`` by the ``test`` (after training) or a ``validation`` (during it)."""
+        return self.spans[group] if sample == "test" else self.val_span
 
-    def sliding(self, length: int) -> Layout:
+    def non_overlapping(self, length: int, group: str, sample: str = "test") -> Layout:
+        return non_overlapping(self.span(group, sample), length)
+
+    def sliding(self, length: int, group: str, sample: str = "test") -> Layout:
         assert self.stride is not None
-        return sliding(self.span, length, self.stride)
+        return sliding(self.span(group, sample), length, self.stride)
 
 
 def non_overlapping(span: int, length: int) -> Layout:
@@ -126,20 +146,36 @@ def kept_lengths(lengths: list[int], shortest: int, explicit: bool, where: str) 
     return kept
 
 
-def span_tokens(shortest: int, where: str, tile: int, eval_tokens: int | None, default_tokens: int) -> int:
-    """Tokens scored per group, a multiple of ``tile`` (every length's): ``eval_tokens`` (refused when the
-    shortest stream, of ``shortest`` tokens, cannot hold it and its token of context), or (null) ``default_tokens``
-    rounded up to a multiple of ``tile``, or the largest multiple the stream holds."""
-    room = (shortest - 1) // tile * tile
-    if eval_tokens is None:
-        return min(-(-default_tokens // tile) * tile, room)
-    if eval_tokens > room:
-        raise ConfigError(
-            f"task.eval_tokens={eval_tokens} needs {eval_tokens + 1} held-out tokens in every source group, but "
-            f"{where} has only {shortest} validation tokens; allowed: task.eval_tokens up to {room} (a multiple "
-            f"of {tile}, which every evaluation length divides), or null."
-        )
-    return eval_tokens
+def test_spans(
+    streams: Mapping[str, int], tile: int, eval_tokens: int | None, where: str
+) -> tuple[dict[str, int], list[str]]:
+    """Tokens the test scores per group, each a multiple of ``tile`` (every length's), and what it leaves out:
+    (null ``eval_tokens``) the largest multiple each group's stream of ``streams[g]`` tokens holds after its token
+    of context, the whole split but a remainder shorter than ``tile``; or ``eval_tokens`` in every group, an
+    explicit cap (a subsample), refused where the shortest stream (``where``) cannot hold it."""
+    rooms = {g: (n - 1) // tile * tile for g, n in streams.items()}
+    if eval_tokens is not None:
+        room = min(rooms.values())
+        if eval_tokens > room:
+            raise ConfigError(
+                f"task.eval_tokens={eval_tokens} needs {eval_tokens + 1} held-out tokens in every source group, "
+                f"but {where} has only {min(streams.values())} validation tokens; allowed: task.eval_tokens up to "
+                f"{room} (a multiple of {tile}, which every evaluation length divides), or null: the whole split."
+            )
+        notes = [
+            f"a subsample: task.eval_tokens={eval_tokens} scores tokens 1 .. {eval_tokens} of group {g!r}'s "
+            f"{n} held-out tokens"
+            for g, n in streams.items()
+            if eval_tokens < n - 1
+        ]
+        return {g: eval_tokens for g in streams}, notes
+    notes = [
+        f"group {g!r}: the test scores {rooms[g]} of its {n - 1} held-out tokens (after the first, the context): the "
+        f"last {n - 1 - rooms[g]}, fewer than {tile} (a multiple of every evaluation length), are not scored"
+        for g, n in streams.items()
+        if n - 1 > rooms[g]
+    ]
+    return rooms, notes
 
 
 def plan_evaluation(streams: Mapping[str, int], task: Mapping[str, Any], token_budget: int) -> EvaluationPlan:
@@ -152,40 +188,124 @@ def plan_evaluation(streams: Mapping[str, int], task: Mapping[str, Any], token_b
     name = min(streams, key=lambda g: streams[g])
     shortest, where = streams[name], f"group {name!r}"
     lengths = kept_lengths(declared, shortest, task.get("eval_lengths") is not None, where)
-    default_tokens = int(task.get("val_windows") or 1) * lengths[0]
+    tile = math.lcm(*lengths)
+    spans, notes = test_spans(streams, tile, task.get("eval_tokens"), where)
+    sample = -(-int(task.get("val_windows") or 1) * lengths[0] // tile) * tile  # val_windows x context, rounded up
     return EvaluationPlan(
         train_length=int(task["context_length"]),  # a context extension evaluates below it too (extended_from)
         lengths=lengths,
-        span=span_tokens(shortest, where, math.lcm(*lengths), task.get("eval_tokens"), default_tokens),
+        spans=spans,
+        val_span=min(sample, *spans.values()),
         groups=list(streams),
         token_budget=token_budget,
         stride=task.get("eval_stride"),
         left_out=[n for n in declared if n not in lengths],
+        notes=notes,
     )
 
 
-def describe_sample(plan: EvaluationPlan, documents: Mapping[str, Any]) -> dict[str, Any]:
-    """results.json's ``evaluation``: the lengths, the span, and per length the tokens scored, the windows (and
-    sliding windows) and the documents the span touches (with its token of context), in all and per group
-    (``documents``: group name -> its validation split's document ``Coordinate``)."""
-    touched = {g: len(np.unique(documents[g].span(0, plan.span + 1))) for g in plan.groups}
+def document_index(split: Any, positions: np.ndarray) -> np.ndarray:
+    """The index (0, 1, ... in the split's order) of the held-out document each token position belongs to."""
+    starts = np.asarray(split.documents.starts).astype(np.int64)
+    return np.searchsorted(starts, np.asarray(positions, dtype=np.int64), side="right") - 1
+
+
+def selection_draw(seed: int, group: str, ordinal: int) -> float:
+    """A fixed pseudo-random number in [0, 1) per document and seed: its place in the selection order."""
+    digest = hashlib.sha1(f"selection:{seed}:{group}:{ordinal}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") / 2**32
+
+
+def select_documents(group: str, ordinals: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """``[D]`` bool, True for the held-out documents (``ordinals``: their ordinals in the split's order) of the
+    selection split: the ``round(fraction x D)`` first in a fixed pseudo-random order (``selection_draw``: a hash of
+    ``seed``, the group and the ordinal, so the same documents whatever else the run changes), at least one and at
+    most ``D - 1`` where ``D >= 2`` and ``0 < fraction < 1``; the rest are the test split."""
+    n = len(ordinals)
+    take = round(fraction * n)
+    if n >= 2 and 0 < fraction < 1:
+        take = min(max(take, 1), n - 1)
+    order = sorted(range(n), key=lambda i: (selection_draw(seed, group, int(ordinals[i])), int(ordinals[i])))
+    mask = np.zeros(n, dtype=bool)
+    mask[order[:take]] = True
+    return mask
+
+
+def held_out_documents(split: Any, selection: np.ndarray, group: str) -> dict[str, Any]:
+    """results.json's record of one group's held-out documents: their ordinals (the document index the cache
+    stores), a hash of that list, and which are the selection and test splits."""
+    ordinals = np.asarray(split.documents.values).astype(np.int64).tolist()
+    return {
+        "documents": len(ordinals),
+        "ordinals_sha1": hashlib.sha1(",".join(map(str, ordinals)).encode()).hexdigest(),
+        "ordinals": ordinals,
+        "selection": [o for o, chosen in zip(ordinals, selection.tolist(), strict=True) if chosen],
+        "test": [o for o, chosen in zip(ordinals, selection.tolist(), strict=True) if not chosen],
+        "group": group,
+    }
+
+
+def scored_counts(split: Any, span: int, token_bytes: np.ndarray | None, selection: np.ndarray) -> dict[str, Any]:
+    """Documents, tokens and UTF-8 bytes of the scored tokens ``1 .. span`` of a split, in all and in the selection
+    and test splits (a token belongs to the document it lies in; bytes: each token's own, 1 without
+    ``token_bytes``)."""
+    positions = np.arange(1, span + 1)
+    docs = document_index(split, positions)
+    sizes = np.ones(span) if token_bytes is None else token_bytes[np.asarray(split.tokens[1 : span + 1], np.int64)]
+    tokens = np.bincount(docs, minlength=len(selection))
+    scored_bytes = np.bincount(docs, weights=sizes, minlength=len(selection))
+
+    def part(mask: np.ndarray) -> dict[str, int]:
+        return {
+            "documents": int(np.count_nonzero(tokens[mask])),
+            "tokens": int(tokens[mask].sum()),
+            "bytes": int(round(scored_bytes[mask].sum())),
+        }
+
+    return {**part(np.ones(len(selection), bool)), "selection": part(selection), "test": part(~selection)}
+
+
+def describe_sample(
+    plan: EvaluationPlan,
+    splits: Mapping[str, Any],
+    selection: Mapping[str, np.ndarray],
+    token_bytes: np.ndarray | None = None,
+    selection_settings: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """results.json's ``evaluation``: the lengths, and per length the test's sample (documents, tokens and UTF-8
+    bytes scored, windows, in all, per group and in the selection and test splits), the held-out documents and
+    the split between selection and test (``splits``: group name -> its validation ``PreparedSplit``;
+    ``selection``: group name -> ``select_documents``' mask), the validation sample, and what the test left out."""
+    counts = {g: scored_counts(splits[g], plan.spans[g], token_bytes, selection[g]) for g in plan.groups}
     sample: dict[str, Any] = {}
     for length in plan.lengths:
-        row = {"tokens": plan.span, "windows": len(plan.non_overlapping(length).starts)}
-        if plan.stride is not None:
-            row["windows_sliding"] = len(plan.sliding(length).starts)
-        groups = {g: {**row, "documents": touched[g]} for g in plan.groups}
-        totals = {key: sum(group[key] for group in groups.values()) for key in groups[plan.groups[0]]}
+        groups = {}
+        for g in plan.groups:
+            row = {**counts[g], "windows": len(plan.non_overlapping(length, g).starts)}
+            if plan.stride is not None:
+                row["windows_sliding"] = len(plan.sliding(length, g).starts)
+            groups[g] = row
+        totals = {key: sum(gr[key] for gr in groups.values()) for key in groups[plan.groups[0]]
+                  if key not in ("selection", "test")}  # fmt: skip
+        for part in ("selection", "test"):
+            totals[part] = {k: sum(gr[part][k] for gr in groups.values()) for k in ("documents", "tokens", "bytes")}
         sample[str(length)] = {**totals, "groups": groups}
     return {
         "train_length": plan.train_length,
         "lengths": plan.lengths,
         "left_out_lengths": plan.left_out,
-        "tokens_per_group": plan.span,
+        "tokens_per_group": dict(plan.spans),
+        "whole_split": not plan.notes or all("are not scored" in n for n in plan.notes),
+        "notes": list(plan.notes),
         "stride": plan.stride,
-        "document_boundaries": "crossed: windows run over the separator into the next document, as in training",
+        "document_boundaries": "crossed: windows run over the separator into the next document, as in training; "
+        "each scored token counts for the document it belongs to",
         "sample": sample,
-    }
+        "selection_split": {**dict(selection_settings or {}), "rule": "by document, select_documents"},
+        "held_out": {g: held_out_documents(splits[g], selection[g], g) for g in plan.groups},
+        "validation_sample": {"tokens_per_group": plan.val_span, "what": "the val_windows sample scored at each "
+                              "validation during training (the plain model only); the test scores the above"},
+    }  # fmt: skip
 
 
 def position_bins(length: int, per_octave: int = BINS_PER_OCTAVE) -> np.ndarray:
@@ -195,3 +315,85 @@ def position_bins(length: int, per_octave: int = BINS_PER_OCTAVE) -> np.ndarray:
     steps = math.ceil(per_octave * math.log2(max(2, length))) + 1
     edges = np.ceil(2.0 ** (np.arange(steps) / per_octave)).astype(np.int64)
     return np.unique(np.concatenate(([0], edges[edges < length], [length])))
+
+
+#: the ways a test-time choice picks among: every way but sliding windows (a way of windowing, not a rule)
+NOT_CHOSEN = ("sliding",)
+
+
+def document_sums(rows: np.ndarray, way: int, group: int, documents: int, draws: int = 1) -> np.ndarray:
+    """``[3, documents]``: each document's summed loss (nats), scored tokens and bytes in one way, from
+    ``LengthTotals``' rows (way, group, document, loss, tokens, bytes), the mean over ``draws``."""
+    mine = rows[(rows[:, 0] == way) & (rows[:, 1] == group)]
+    index = mine[:, 2].astype(np.int64)
+    return np.stack([np.bincount(index, weights=mine[:, k], minlength=documents) for k in (3, 4, 5)]) / draws
+
+
+def split_figure(sums: list[np.ndarray], masks: list[np.ndarray]) -> dict[str, float | int]:
+    """Loss per token and bits per byte over the documents ``masks`` keep (one ``[3, D]`` and one mask per group)."""
+    loss, tokens, scored = (sum(float(s[k][m].sum()) for s, m in zip(sums, masks, strict=True)) for k in range(3))
+    documents = sum(int(np.count_nonzero(s[1][m])) for s, m in zip(sums, masks, strict=True))
+    return {
+        "loss": loss / tokens if tokens else None,  # None: no document of this split was scored
+        "bpb": loss / math.log(2) / scored if scored else None,
+        "documents": documents,
+        "tokens": int(round(tokens)),
+        "bytes": int(round(scored)),
+    }
+
+
+def choose(figures: Mapping[str, Mapping[str, Any]], ways: list[str]) -> str:
+    """The way with the lowest selection bits per byte (ties: the first in ``ways``, the plain model first)."""
+    scored = [w for w in ways if w in figures and figures[w]["bpb"] is not None]
+    return min(scored, key=lambda w: (figures[w]["bpb"], ways.index(w)))
+
+
+def held_out_results(
+    rows: Mapping[int, np.ndarray],
+    ways: Mapping[int, list[str]],
+    groups: list[str],
+    selection: Mapping[str, np.ndarray],
+    train_length: int,
+    draws: int = 1,
+) -> dict[str, Any]:
+    """results.json's ``held_out``: per length each way's figures on the selection and on the test documents, the
+    way chosen on selection past the context (``chosen``: per length, and one for all lengths past it) with its
+    test figures, and every document's sums per length and way (a bootstrap over documents resamples them).
+    ``rows``: length -> ``LengthTotals``' per-document rows; ``ways``: length -> the module's ways there;
+    ``selection``: group -> ``select_documents``' mask."""
+    masks = [selection[g] for g in groups]
+    out: dict[str, Any] = {"lengths": {}, "documents": {g: {"selection": selection[g].astype(int).tolist(),
+                                                            "by_length": {}} for g in groups}}  # fmt: skip
+    for length, names in ways.items():
+        scored = [w for w in range(len(names)) if np.any(rows[length][:, 0] == w)]
+        sums = {names[w]: [document_sums(rows[length], w, g, len(masks[g]), draws) for g in range(len(groups))]
+                for w in scored}  # fmt: skip
+        row = {part: {w: split_figure(s, [m if part == "selection" else ~m for m in masks]) for w, s in sums.items()}
+               for part in ("selection", "test")}  # fmt: skip
+        candidates = [w for w in sums if w not in NOT_CHOSEN and row["selection"][w]["bpb"] is not None]
+        if length > train_length and candidates:
+            way = choose(row["selection"], candidates)
+            row["chosen"] = {"way": way, "selection": row["selection"][way], "test": row["test"][way]}
+        out["lengths"][str(length)] = row
+        for g, name in enumerate(groups):
+            per_way = {w: np.round(s[g][0], 6).tolist() for w, s in sums.items()}
+            first = next(iter(sums.values()))[g] if sums else np.zeros((3, len(masks[g])))
+            out["documents"][name]["by_length"][str(length)] = {
+                "tokens": first[1].round().astype(int).tolist(), "bytes": first[2].round().astype(int).tolist(),
+                "loss": per_way,
+            }  # fmt: skip
+    past = [n for n in ways if n > train_length and "chosen" in out["lengths"][str(n)]]
+    if past:  # one rule for every length past the context: the lowest mean selection bpb over them
+        selected = [out["lengths"][str(n)]["selection"] for n in past]
+        common = [w for w in selected[0] if w not in NOT_CHOSEN
+                  and all(row.get(w, {}).get("bpb") is not None for row in selected)]  # fmt: skip
+        mean = {w: {"bpb": float(np.mean([out["lengths"][str(n)]["selection"][w]["bpb"] for n in past]))}
+                for w in common}  # fmt: skip
+        way = choose(mean, common)
+        out["chosen"] = {
+            "way": way,
+            "over_lengths": past,
+            "selection_mean_bpb": mean[way]["bpb"],
+            "test": {str(n): out["lengths"][str(n)]["test"][way] for n in past},
+        }
+    return out

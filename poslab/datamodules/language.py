@@ -4,11 +4,12 @@ Training batch i is a pure function of (seed, i), like the synthetic tasks:
 each row picks a source group with probability proportional to its weight
 (``wiki_en_zh``: 1/2 English, 1/2 Chinese bytes, whatever the groups' sizes),
 then a uniformly random window of ``context_length + 1`` tokens in that
-group's training split. Evaluation (at every validation and after training)
-scores the same held-out tokens of every group's validation split at each of
-``task.eval_lengths`` (``poslab.datamodules.held_out``: the sample, the
-non-overlapping and sliding windows, and how they cross document boundaries),
-the same for every run.
+group's training split. The test after training scores each group's whole
+validation split (held-out documents), the same tokens at each of
+``task.eval_lengths``; a validation during training a small sample of it
+(``val_windows``) (``poslab.datamodules.held_out``: the sample, the selection
+and test documents, the windows, and how they cross document boundaries), the
+same for every run.
 """
 
 from __future__ import annotations
@@ -33,7 +34,14 @@ from poslab.datamodules.corpora import (
     describe,
     prepare_corpus,
 )
-from poslab.datamodules.held_out import EvaluationPlan, Layout, describe_sample, plan_evaluation
+from poslab.datamodules.held_out import (
+    EvaluationPlan,
+    Layout,
+    describe_sample,
+    document_index,
+    plan_evaluation,
+    select_documents,
+)
 from poslab.datamodules.passkey_phrases import plant_pairs
 from poslab.datamodules.synthetic import assign_rank, batch_generator
 from poslab.datamodules.tokenization import check_tokenizer
@@ -124,10 +132,12 @@ class TrainingWindows(IterableDataset):
 class EvaluationBatches(Dataset):
     """The evaluation's batches, each item a whole batch (``DataLoader(batch_size=None)``) of windows of one length
     from one group: ``tokens`` ``[R, L + 1]``, their ``paragraph`` / ``sentence`` indices, ``group`` (its index),
-    ``sliding`` and ``scored_from`` ``[R]`` (the first of each window's ``L`` predictions that is scored), and,
+    ``sliding`` and ``scored_from`` ``[R]`` (the first of each window's ``L`` predictions that is scored),
+    ``document`` ``[R, L + 1]`` (the index of each token's held-out document in its split, for per-document sums), and,
     given the tokenizer's ``token_bytes`` (``[vocab]``), ``bytes`` ``[R, L + 1]``: the UTF-8 bytes of each token,
     which bits per byte divides by. The non-overlapping windows of every length, then (``sliding``) the sliding
-    ones."""
+    ones. ``sample``: ``test`` (after training: each group's whole held-out split, ``plan.spans``) or
+    ``validation`` (during training: the ``val_windows`` sample, ``plan.val_span``)."""
 
     def __init__(
         self,
@@ -135,14 +145,16 @@ class EvaluationBatches(Dataset):
         plan: EvaluationPlan,
         sliding: bool = False,
         token_bytes: Tensor | None = None,
+        sample: str = "test",
     ) -> None:
         self.groups, self.token_bytes = groups, token_bytes
         self.items: list[tuple[int, int, bool, Layout]] = []  # (group, length, sliding, one batch's windows)
         for g in range(len(groups)):
             for length in plan.lengths:
-                layouts = [(False, plan.non_overlapping(length))]
+                name = groups[g].name
+                layouts = [(False, plan.non_overlapping(length, name, sample))]
                 if sliding and plan.stride is not None:
-                    layouts.append((True, plan.sliding(length)))
+                    layouts.append((True, plan.sliding(length, name, sample)))
                 rows = plan.rows(length)
                 for is_sliding, layout in layouts:
                     for i in range(0, len(layout.starts), rows):
@@ -154,8 +166,11 @@ class EvaluationBatches(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, Tensor]:
         g, length, is_sliding, part = self.items[i]
+        split = self.groups[g].splits["validation"]
+        positions = part.starts[:, None] + np.arange(length + 1)
         batch = {
-            **windows(self.groups[g].splits["validation"], part.starts, length + 1),
+            **windows(split, part.starts, length + 1),
+            "document": torch.from_numpy(document_index(split, positions)),
             "group": torch.tensor(g),
             "sliding": torch.tensor(is_sliding),
             "scored_from": torch.from_numpy(part.scored_from),
@@ -211,6 +226,8 @@ class LanguageModelDataModule(L.LightningDataModule):
         eval_stride: int | None = LM["eval_stride"],
         passkey: dict[str, Any] | None = None,  # None: conf/task/lm.yaml's (check_passkey_settings)
         extended_from: int | None = LM["extended_from"],
+        selection_fraction: float = LM["selection_fraction"],
+        selection_seed: int = LM["selection_seed"],
         seed: int = ROOT["seed"],
     ) -> None:
         """A setting not given (a datamodule made in Python, an older run's config) takes its YAML value (``LM``,
@@ -224,6 +241,14 @@ class LanguageModelDataModule(L.LightningDataModule):
         self.context_length, self.batch_size = int(context_length), int(batch_size)
         self.val_windows, self.eval_batch_size, self.seed = int(val_windows), int(eval_batch_size), seed
         self.val_every_n_steps = int(val_every_n_steps)
+        if not 0 <= float(selection_fraction) < 1:
+            raise ConfigError(
+                f"task.selection_fraction={selection_fraction} must be the share of held-out documents that choose "
+                f"among test-time rules (the rest are the test split): allowed 0 (no selection split) up to below 1."
+            )
+        # the held-out documents' split into selection and test (held_out.select_documents): the same in every seed
+        self.selection_settings = {"fraction": float(selection_fraction), "seed": int(selection_seed)}
+        self.selection: dict[str, np.ndarray] = {}  # group name -> [documents] bool, True: the selection split
         self.evaluation_settings = {
             "context_length": self.context_length,
             "eval_lengths": None if eval_lengths is None else [int(n) for n in eval_lengths],
@@ -257,7 +282,8 @@ class LanguageModelDataModule(L.LightningDataModule):
         return self.context_length
 
     def describe(self) -> dict[str, Any]:
-        documents = {g.name: g.splits["validation"].documents for g in self.groups}
+        splits = {g.name: g.splits["validation"] for g in self.groups}
+        token_bytes = None if self.token_bytes is None else self.token_bytes.numpy()
         return {
             "corpus": self.corpus["name"],
             "context_length": self.context_length,
@@ -270,16 +296,23 @@ class LanguageModelDataModule(L.LightningDataModule):
             # what a reader of the figures must know about the data (e.g. trained on a test split): one line each
             "data_notes": [*data_notes(self.corpus["name"], self.groups), *self.evaluation_notes()],
             # the held-out sample each length scores (poslab.datamodules.held_out)
-            "evaluation": describe_sample(self.evaluation, documents) if self.evaluation is not None else None,
+            "evaluation": describe_sample(self.evaluation, splits, self.selection, token_bytes, self.selection_settings)
+            if self.evaluation is not None
+            else None,
         }
 
     def evaluation_notes(self) -> list[str]:
-        """One line when the held-out text was too short for some of the default evaluation lengths."""
+        """One line when the held-out text was too short for some of the default evaluation lengths, and one per
+        group that ``task.eval_tokens`` subsamples (a remainder shorter than the lengths' lcm, left out of nearly
+        every run, is logged and in results.json's ``evaluation.notes``, not a data note)."""
         plan = self.evaluation
-        if plan is None or not plan.left_out:
+        if plan is None:
             return []
+        capped = [note for note in plan.notes if note.startswith("a subsample")]
+        if not plan.left_out:
+            return capped
         shortest = min(len(g.splits["validation"]) for g in self.groups)
-        return [
+        return [*capped,
             f"evaluated at lengths {', '.join(map(str, plan.lengths))} only: the default's "
             f"{', '.join(map(str, plan.left_out))} need more held-out tokens than the shortest validation split "
             f"holds ({shortest}); raise corpus.validation_fraction or give task.eval_lengths."
@@ -360,12 +393,30 @@ class LanguageModelDataModule(L.LightningDataModule):
             budget = self.eval_batch_size * self.context_length  # a batch at any length: as many tokens as at 1x
             self.evaluation = plan_evaluation(streams, self.evaluation_settings, budget)
             self.token_bytes = torch.from_numpy(corpus_tokenizer(groups, self.cache_dir).token_bytes())
+            self.selection = self.select(groups)
             self.groups = groups  # last: a refusal above leaves the datamodule unset, and a second setup refuses too
             self.fit_passkey(groups[0])
             for note in [*self.evaluation_notes(), *([self.passkey_note] if self.passkey_note else [])]:
                 log.warning("note: %s", note)
-            log.info("evaluation: %d tokens per group at lengths %s", self.evaluation.span, self.evaluation.lengths)
+            for note in self.evaluation.notes:
+                if not note.startswith("a subsample"):
+                    log.info("evaluation: %s", note)
+            log.info(
+                "evaluation: the test scores %s tokens (group: tokens) at lengths %s; a validation %d per group",
+                self.evaluation.spans, self.evaluation.lengths, self.evaluation.val_span,
+            )  # fmt: skip
         return self.groups
+
+    def select(self, groups: list[PreparedGroup]) -> dict[str, np.ndarray]:
+        """Each group's held-out documents split into selection and test (``held_out.select_documents``)."""
+        selection = {}
+        for group in groups:
+            ordinals = np.asarray(group.splits["validation"].documents.values).astype(np.int64)
+            fraction, seed = self.selection_settings["fraction"], self.selection_settings["seed"]
+            selection[group.name] = select_documents(group.name, ordinals, fraction, seed)
+            if fraction > 0 and len(ordinals) < 2:
+                log.warning("note: group %r holds out one document: no selection split, all of it is test", group.name)
+        return selection
 
     def fit_passkey(self, group: PreparedGroup) -> None:
         """Passkey retrieval reads the first group's validation split (the prose of a two-group corpus, by its
@@ -384,17 +435,19 @@ class LanguageModelDataModule(L.LightningDataModule):
         self.train_windows.start = self.trainer.global_step if self.trainer is not None else 0
         return DataLoader(self.train_windows, batch_size=None)
 
-    def evaluation_dataloader(self, sliding: bool) -> DataLoader:
+    def evaluation_dataloader(self, sliding: bool, sample: str = "test") -> DataLoader:
         # each DDP rank evaluates its own batches, none twice (Lightning's DistributedSampler would pad the last
         # rank with repeated ones); the losses are summed over ranks, as one process computes them
         rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
-        batches = EvaluationBatches(self.groups, self.evaluation, sliding, self.token_bytes)
+        batches = EvaluationBatches(self.groups, self.evaluation, sliding, self.token_bytes, sample)
         return DataLoader(batches, batch_size=None, sampler=RankShard(len(batches), rank, world))
 
     def val_dataloader(self) -> DataLoader:
-        """Every length's non-overlapping windows (the plain model's loss, at every validation)."""
-        return self.evaluation_dataloader(sliding=False)
+        """Every length's non-overlapping windows of the ``val_windows`` sample (the plain model's loss, at every
+        validation during training: a small sample, for speed; the test scores the whole held-out split)."""
+        return self.evaluation_dataloader(sliding=False, sample="validation")
 
     def test_dataloader(self) -> DataLoader:
-        """Every length's non-overlapping windows, then the sliding ones (``task.eval_stride``)."""
+        """Every length's non-overlapping windows over each group's whole held-out split (or ``task.eval_tokens``),
+        then the sliding ones (``task.eval_stride``)."""
         return self.evaluation_dataloader(sliding=True)

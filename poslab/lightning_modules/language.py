@@ -24,6 +24,11 @@ test's ``loss`` and ``bpb``); the test after training adds the sliding windows a
 figures, results.json's ``loss_by_position`` holds the mean loss at each position of the non-overlapping windows,
 log-binned (``held_out.position_bins``), with each bin's token count, per length (and per group).
 
+The test scores each group's whole held-out split; a validation the ``val_windows`` sample (``held_out``). After
+the test, results.json's ``held_out`` holds every way's figures on the selection and on the test documents, the
+way chosen on selection past the context with its test figures, and each document's sums (loss, tokens, bytes)
+per length and way (``held_out.held_out_results``, docs/evaluation.md).
+
 After training, once (not at every validation), passkey retrieval (``poslab.lightning_modules.passkey``, settings
 ``task.passkey``) on the first source group's held-out text (a two-group corpus: the first group of its config, the
 prose): results.json's top-level ``passkey``, the plain model's grid and each test-time way's under ``ways``.
@@ -46,7 +51,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import Metric
 
-from poslab.datamodules.held_out import BINS_PER_OCTAVE, position_bins
+from poslab.datamodules.held_out import BINS_PER_OCTAVE, held_out_results, position_bins
 from poslab.datamodules.language import windows
 from poslab.lightning_modules.base import LOG_SCALED, TransformerModule, logits_in_way
 from poslab.lightning_modules.passkey import evaluate_passkey, evaluation_ways
@@ -76,12 +81,22 @@ class LengthTotals(Metric):
         self.shapes = shapes
         for name, shape in shapes.items():  # fp64: sums over many thousand tokens, compared to 1e-6 in tests
             self.add_state(name, default=torch.zeros(shape, dtype=torch.float64), dist_reduce_fx="sum")
+        # per-document sums, one row (way, group, document, loss, tokens, bytes) per document a batch touched:
+        # a list (concatenated over DDP ranks), summed by document when read (document_sums)
+        self.add_state("document_rows", default=[], dist_reduce_fx="cat")
 
-    def update(self, way: int, group: int, draw: int, losses: Tensor, scored: Tensor, target_bytes: Tensor) -> None:
+    def update(
+        self, way: int, group: int, draw: int, losses: Tensor, scored: Tensor, target_bytes: Tensor,
+        documents: Tensor | None = None,
+    ) -> None:  # fmt: skip
         """``losses`` ``[R, L]`` of one batch, ``scored`` ``[R, L]`` the predictions it scores, ``target_bytes``
-        ``[R, L]`` the UTF-8 bytes of each predicted token; way 0 is the plain model on non-overlapping windows,
-        the one whose draws and positions are kept."""
+        ``[R, L]`` the UTF-8 bytes of each predicted token, ``documents`` ``[R, L]`` the held-out document each
+        predicted token belongs to; way 0 is the plain model on non-overlapping windows, the one whose draws and
+        positions are kept."""
         masked = losses.double() * scored
+        if documents is not None:
+            scored_bytes = target_bytes.double() * scored
+            self.document_rows.append(document_rows(way, group, masked, scored, scored_bytes, documents))
         self.loss[way, group] += masked.sum()
         self.tokens[way, group] += scored.sum()
         self.bytes[way, group] += (target_bytes.double() * scored).sum()
@@ -92,12 +107,36 @@ class LengthTotals(Metric):
             self.position_tokens[group] += scored.sum(0)
 
     def compute(self) -> dict[str, Tensor]:
-        return {name: getattr(self, name) for name in self.shapes}
+        rows = self.document_rows
+        rows = torch.cat(rows) if isinstance(rows, list) and rows else rows
+        rows = rows if isinstance(rows, Tensor) else torch.zeros((0, 6), dtype=torch.float64)
+        return {**{name: getattr(self, name) for name in self.shapes}, "document_rows": rows}
 
     def sums(self) -> dict[str, Tensor]:
         """``compute()`` (summed over DDP ranks) on the CPU, each sum in its shape (torchmetrics squeezes a result
         of one element to a scalar)."""
-        return {name: value.reshape(self.shapes[name]).cpu() for name, value in self.compute().items()}
+        if isinstance(self.document_rows, list) and not self.document_rows:
+            # a rank that scored no batch here still joins the gather (an empty list state cannot be synced):
+            # one row of way -1, which no way's sums read
+            self.document_rows.append(torch.tensor([[-1.0, 0, 0, 0, 0, 0]], dtype=torch.float64, device=self.device))
+        values = self.compute()
+        rows = values.pop("document_rows").reshape(-1, 6).cpu()
+        rows = rows[rows[:, 0] >= 0]
+        sums = {name: value.reshape(self.shapes[name]).cpu() for name, value in values.items()}
+        return {**sums, "document_rows": rows}
+
+
+def document_rows(
+    way: int, group: int, loss: Tensor, tokens: Tensor, scored_bytes: Tensor, documents: Tensor
+) -> Tensor:
+    """``[D, 6]`` float64: for each of the ``D`` documents of one batch's scored tokens, (way, group, document, its
+    tokens' summed loss, their count, their bytes): a window that crosses a document boundary counts each token for
+    the document it belongs to."""
+    ids, inverse = torch.unique(documents.flatten(), return_inverse=True)
+    sums = torch.zeros((len(ids), 3), dtype=torch.float64, device=loss.device)
+    sums.index_add_(0, inverse, torch.stack([loss.flatten(), tokens.flatten(), scored_bytes.flatten()], 1).double())
+    keys = torch.tensor([way, group], dtype=torch.float64, device=loss.device).expand(len(ids), 2)
+    return torch.cat([keys, ids.double()[:, None], sums], 1)
 
 
 class LanguageModelModule(TransformerModule):
@@ -131,6 +170,7 @@ class LanguageModelModule(TransformerModule):
         )
         self.figures: dict[str, Any] = {}
         self.loss_by_position: dict[str, Any] = {}
+        self.held_out: dict[str, Any] | None = None  # the test's figures on the selection and test documents
         self.passkey: dict[str, Any] | None = None
         self.passkey_by_step: list[dict[str, Any]] = []  # task.passkey.at_validation: the copying curve
 
@@ -176,10 +216,12 @@ class LanguageModelModule(TransformerModule):
         scored = (positions[None, :] >= batch["scored_from"][:, None]).double()
         totals, ways = self.totals[str(length)], self.ways(length)
         target_bytes = self.target_bytes(batch, group)
+        documents = batch["document"][:, 1:] if "document" in batch else None  # each predicted token's document
         for draw in range(self.draws):
             with self.model.encoding.evaluation_draw(draw):
                 for way in self.batch_ways(length, sliding):
-                    totals.update(ways.index(way), group, draw, self.token_losses(batch, way), scored, target_bytes)
+                    losses = self.token_losses(batch, way)
+                    totals.update(ways.index(way), group, draw, losses, scored, target_bytes, documents)
 
     def target_bytes(self, batch: dict[str, Tensor], group: int) -> Tensor:
         """``[R, L]``: the UTF-8 bytes of each predicted token (the batch's ``bytes`` past each window's first
@@ -236,6 +278,7 @@ class LanguageModelModule(TransformerModule):
         every length it scored (not those the held-out text could not hold: the datamodule's ``left_out``)."""
         figures: dict[str, Any] = {}
         curves: dict[str, dict[str, Any]] = {}
+        rows: dict[int, np.ndarray] = {}  # per-document sums, by length
         for length in self.eval_lengths:
             totals = self.totals[str(length)]
             with warnings.catch_warnings():
@@ -248,6 +291,7 @@ class LanguageModelModule(TransformerModule):
             if float(sums["tokens"][0].sum()) == 0:
                 continue
             figures[str(length)] = self.length_row(length, sums)
+            rows[length] = sums["document_rows"].numpy()
             curves[str(length)] = self.position_curves(length, sums)
         at_context = figures[str(self.train_length)]
         self.figures = {"val_loss": at_context["loss"], "val_bpb": at_context["bpb"], "step": int(self.global_step)}
@@ -261,6 +305,20 @@ class LanguageModelModule(TransformerModule):
             self.loss_by_position["groups"] = {
                 name: {length: curve[name] for length, curve in curves.items()} for name in self.group_names
             }
+        self.held_out = self.selection_results(rows)
+
+    def selection_results(self, rows: dict[int, np.ndarray]) -> dict[str, Any] | None:
+        """results.json's ``held_out`` after the test (``held_out.held_out_results``: each way on the selection and
+        test documents, the way chosen on selection, per-document sums), given the datamodule's selection split
+        (``selection``: group -> mask); None at a validation or without one."""
+        testing = self._trainer is not None and self.trainer.testing
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        selection = getattr(datamodule, "selection", None)
+        if not testing or not selection or any(not len(r) for r in rows.values()):
+            return None
+        ways = {length: self.ways(length) for length in rows}
+        results = held_out_results(rows, ways, self.group_names, selection, self.train_length, self.draws)
+        return {**getattr(datamodule, "selection_settings", {}), **results}
 
     def length_row(self, length: int, sums: dict[str, Tensor]) -> dict[str, float]:
         """One length's figures: each way this evaluation scored (tokens counted), then the spread over draws."""
@@ -341,6 +399,7 @@ class LanguageModelModule(TransformerModule):
         """What results.json holds beside ``figures``: the loss-by-position curves, and passkey retrieval's grid."""
         return {
             "loss_by_position": self.loss_by_position,
+            **({"held_out": self.held_out} if self.held_out else {}),
             **({"passkey": self.passkey} if self.passkey else {}),
             **({"passkey_by_step": self.passkey_by_step} if self.passkey_by_step else {}),
         }

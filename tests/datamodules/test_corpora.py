@@ -261,8 +261,9 @@ def test_lm_batches_are_windows_of_the_corpus_drawn_by_group_weight(tmp_path):
     assert not torch.equal(batch, dm.train_windows.batch(1)["tokens"])
     chinese_rows = sum(bool(((row >= 0xE4) & (row <= 0xE9)).any()) for row in batch)
     assert 10 < chinese_rows < 90  # about 10% of 400 rows come from the zh group
-    # held out: 16 x 16 tokens per group, scored at 1, 2, 4, 8 and 16 x the context
-    assert dm.evaluation.lengths == [16, 32, 64, 128, 256] and dm.evaluation.span == 256
+    # a validation's sample: 16 x 16 tokens per group, scored at 1, 2, 4, 8 and 16 x the context (the test: the
+    # whole held-out split, tests/datamodules/test_whole_held_out.py)
+    assert dm.evaluation.lengths == [16, 32, 64, 128, 256] and dm.evaluation.val_span == 256
     assert dm.val_dataloader().dataset[0]["tokens"].shape == (16, 17)
     coordinates = dm.train_windows.batch(0)
     for name in ("paragraph", "sentence"):  # relative to each window's start, never decreasing

@@ -118,7 +118,7 @@ def test_every_length_scores_the_same_tokens_once_in_both_kinds_of_windows(corpu
     datamodule = build_datamodule(cfg)
     datamodule.setup()
     plan = datamodule.evaluation
-    assert plan.lengths == [24, 48, 96] and plan.span == 192
+    assert plan.lengths == [24, 48, 96] and plan.spans == {"main": 192}
     batches = EvaluationBatches(datamodule.groups, plan, sliding=True)
     reference = scored_tokens(batches, 24, slid=False)
     assert len(reference) == 192  # count: eval_tokens per group (one group)
@@ -165,7 +165,7 @@ def direct_loss(module, datamodule, length: int, variant: str | None = None, sca
     """The mean loss over the plan's non-overlapping windows at ``length``, computed here, not by the module."""
     total, count = 0.0, 0
     for group in datamodule.groups:
-        starts = datamodule.evaluation.non_overlapping(length).starts
+        starts = datamodule.evaluation.non_overlapping(length, group.name).starts
         tokens = windows(group.splits["validation"], starts, length + 1)["tokens"]
         with torch.no_grad():
             if variant is None:
@@ -217,12 +217,14 @@ def test_two_groups_are_reported_each_and_token_weighted_together(tmp_path):
     trainer = L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
     trainer.test(module, datamodule=datamodule, verbose=False)
     row, evaluation = module.figures["48"], datamodule.describe()["evaluation"]
-    # the same number of tokens in each group: the token-weighted whole is their mean
-    assert row["loss"] == pytest.approx((row["loss[en]"] + row["loss[zh]"]) / 2, rel=1e-9)
+    # each group's whole held-out split (their sizes differ): the whole is their token-weighted mean
+    sample = evaluation["sample"]["48"]
+    en, zh = sample["groups"]["en"]["tokens"], sample["groups"]["zh"]["tokens"]
+    weighted = (en * row["loss[en]"] + zh * row["loss[zh]"]) / (en + zh)
+    assert en != zh and row["loss"] == pytest.approx(weighted, rel=1e-9)
     assert row["bpb[zh]"] == pytest.approx(row["loss[zh]"] / math.log(2), rel=1e-12)  # bytes: one byte a token
     assert {"loss_log_scaled[en]", "bpb_log_scaled[zh]", "loss_test_yarn[zh]"} <= set(row)
-    sample = evaluation["sample"]["48"]
-    assert set(sample["groups"]) == {"en", "zh"} and sample["tokens"] == 2 * sample["groups"]["en"]["tokens"]
+    assert set(sample["groups"]) == {"en", "zh"} and sample["tokens"] == en + zh
     assert sample["documents"] == sum(g["documents"] for g in sample["groups"].values()) >= 2
     assert set(module.evaluation_results()["loss_by_position"]["groups"]) == {"en", "zh"}
     assert evaluation["document_boundaries"].startswith("crossed")
@@ -330,7 +332,7 @@ def test_more_evaluation_tokens_than_the_held_out_text_holds_are_refused_naming_
         ConfigError,
         match=r"task.eval_tokens=96000 needs 96001 held-out tokens in every source "
         r"group, but group 'main' has only \d+ validation tokens; allowed: task.eval_tokens up to \d+ "
-        r"\(a multiple of 96, which every evaluation length divides\), or null\.",
+        r"\(a multiple of 96, which every evaluation length divides\), or null: the whole split\.",
     ):
         build_datamodule(cfg).setup()
 

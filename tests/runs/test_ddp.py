@@ -91,3 +91,13 @@ def test_language_model_validation_under_ddp_counts_every_window_once(tmp_path):
     a = json.loads((single / "results.json").read_text())["figures"]
     b = json.loads((ddp / "results.json").read_text())["figures"]
     assert abs(a["val_loss"] - b["val_loss"]) <= 1e-6 and abs(a["val_bpb"] - b["val_bpb"]) <= 1e-6, (a, b)
+    # the per-document sums are gathered from both ranks (a rank with no batch at a length joins too): the same
+    # documents, tokens and figures on the selection and test splits as one process's (issue 37)
+    c = json.loads((single / "results.json").read_text())["held_out"]
+    d = json.loads((ddp / "results.json").read_text())["held_out"]
+    for length, row in c["lengths"].items():
+        for part in ("selection", "test"):
+            one, two = row[part]["plain"], d["lengths"][length][part]["plain"]
+            assert (one["tokens"], one["documents"]) == (two["tokens"], two["documents"]) and one["tokens"] > 0
+            assert abs(one["loss"] - two["loss"]) <= 1e-6, (length, part, one, two)
+    assert c["documents"]["main"]["by_length"]["32"]["tokens"] == d["documents"]["main"]["by_length"]["32"]["tokens"]
