@@ -194,6 +194,7 @@ def row_summary(encoding: str, way: str, runs: list[LengthRun], ranked: list[int
         "way": way,
         "stride": strides.pop() if len(strides) == 1 else None,
         "seeds": len(runs),
+        "hosts": sorted({host_of(r.result) for r in runs}),  # more than one: its seeds' last digits may differ
         "bpb": {f"{m}x": over_seeds(bpb[m]) for m in multiples},
         "ratio_to_1x": {f"{m}x": over_seeds(ratio[m]) for m in multiples},
         "score": over_seeds(score),

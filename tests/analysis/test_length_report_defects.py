@@ -163,3 +163,19 @@ def test_7_every_report_states_its_sample_steps_stride_seeds_and_hosts(tmp_path)
 def test_a_degenerate_interval_is_printed_as_such():
     assert Interval.of([2.0, 2.0, 2.0]).cell(2) == "2.00 [degenerate: all 3 seeds equal]"
     assert Interval.of([2.0, 2.1, 2.0]).cell(2) == "2.03 [1.9, 2.2]"
+
+
+def test_a_row_whose_seeds_ran_on_different_hosts_is_named(tmp_path):
+    """The corpus line says hosts are mixed; which rows mix them is said too (a row on one host is not named)."""
+    planted(tmp_path, "rope", 0, rising(2.0, 0.2), cpu="AMD EPYC")
+    planted(tmp_path, "rope", 1, rising(2.1, 0.2), cpu="Intel Xeon")
+    planted(tmp_path, "alibi", 0, rising(2.0, 0.1), cpu="AMD EPYC")
+    planted(tmp_path, "alibi", 1, rising(2.1, 0.1), cpu="AMD EPYC")
+    summary = summary_of(tmp_path)
+    hosts = {row["name"]: row["hosts"] for row in summary["corpora"]["wikitext2"]["rows"]}
+    assert hosts == {"rope": ["AMD EPYC", "Intel Xeon"], "alibi": ["AMD EPYC"]}
+    text = length_markdown(summary)
+    assert "Rows whose seeds ran on different hosts ('unknown': a run that recorded none): rope." in text
+    planted(tmp_path, "alibi", 2, rising(2.2, 0.1), cpu="Intel Xeon")  # now both rows mix hosts
+    text = length_markdown(summary_of(tmp_path))
+    assert "on different hosts ('unknown': a run that recorded none): every row." in text
