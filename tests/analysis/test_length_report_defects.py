@@ -179,3 +179,18 @@ def test_a_row_whose_seeds_ran_on_different_hosts_is_named(tmp_path):
     planted(tmp_path, "alibi", 2, rising(2.2, 0.1), cpu="Intel Xeon")  # now both rows mix hosts
     text = length_markdown(summary_of(tmp_path))
     assert "on different hosts ('unknown': a run that recorded none): every row." in text
+
+
+def test_6_a_rank_is_never_outside_its_interval_when_scores_nearly_tie(tmp_path):
+    """The old report ranked scores rounded to 4 decimals (near-ties share the best place) and took the interval
+    from bootstrap percentiles of the exact scores: five rows 1e-6 apart read ``1 [2-2]``. The rank and its
+    interval now come from the same exact scores."""
+    base = {0: 2.0, 1: 2.1, 2: 1.95}  # each seed its own level; the rows differ by the same 1e-6 in every seed
+    for e in range(5):
+        for seed, level in base.items():
+            planted(tmp_path, f"enc{e}", seed, rising(level + 1e-6 * e, 0.1))
+    rows = {row["name"]: row for row in summary_of(tmp_path)["corpora"]["wikitext2"]["rows"]}
+    for row in rows.values():
+        low, high = row["rank_interval"]
+        assert low <= row["rank"] <= high, (row["name"], row["rank"], row["rank_interval"])
+    assert [rows[f"enc{e}"]["rank"] for e in range(5)] == [1, 2, 3, 4, 5]  # the exact seed-mean order
