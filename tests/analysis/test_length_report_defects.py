@@ -81,6 +81,10 @@ def test_2_an_extension_on_changed_data_is_said_at_the_run_and_in_the_report(tmp
     result["parent"]["data_sha256"] = "0123456789ab"
     said = checked_parent_data(result)
     assert said is not None and "other data than its parent /runs/parent" in said and "0123456789ab" in said
+    del result["parent"]["data_sha256"]  # a parent from before the hash was recorded: said, not silently passed
+    assert "could not be checked against its parent /runs/parent's" in checked_parent_data(result)
+    del result["parent"]
+    assert checked_parent_data(result) is None  # no extension, nothing to check
 
 
 def test_3_the_score_averages_the_multiples_every_row_has_and_says_which(tmp_path):
