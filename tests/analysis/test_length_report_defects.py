@@ -198,3 +198,15 @@ def test_6_a_rank_is_never_outside_its_interval_when_scores_nearly_tie(tmp_path)
         low, high = row["rank_interval"]
         assert low <= row["rank"] <= high, (row["name"], row["rank"], row["rank_interval"])
     assert [rows[f"enc{e}"]["rank"] for e in range(5)] == [1, 2, 3, 4, 5]  # the exact seed-mean order
+
+
+def test_7_the_sample_states_the_bytes_a_run_scored(tmp_path):
+    """The bytes scored at the training length (figures' ``bytes``, beside bpb) are the sample's bytes."""
+    for seed in (0, 1):
+        run = planted(tmp_path, "rope", seed, rising(2.0, 0.2))
+        result = json.loads((run / "results.json").read_text())
+        result["figures"]["128"]["bytes"] = 29_000
+        (run / "results.json").write_text(json.dumps(result))
+    summary = summary_of(tmp_path)
+    assert summary["corpora"]["wikitext2"]["sample"]["bytes"] == 29_000
+    assert "tokens 16,384 (bytes 29,000)" in length_markdown(summary)
