@@ -475,10 +475,19 @@ def initialise_from_parent(module: Any, cfg: DictConfig) -> dict[str, Any]:
 def checked_parent_data(results: dict[str, Any]) -> str | None:
     """An extension fine-tunes its parent on the parent's text: where the text it read (``data_hash`` of its
     sources) is not the parent's, one sentence for the log and results.json's ``data_notes`` (the comparison with
-    the parent's test-time rule then mixes two corpora); None where they agree, or either has no hash."""
-    parent = results.get("parent") or {}
+    the parent's test-time rule then mixes two corpora), or that it could not be checked (a parent run before the
+    hash was recorded); None where they agree, and for a run that is no extension."""
+    parent = results.get("parent")
+    if not isinstance(parent, dict) or not parent:
+        return None
     theirs, mine = parent.get("data_sha256"), data_hash(results)
-    if theirs is None or mine is None or theirs == mine:
+    if theirs is None or mine is None:
+        return (
+            f"this extension's data could not be checked against its parent {parent.get('path')}'s (no data hash "
+            f"recorded for {'the parent' if theirs is None else 'the extension'}): that both read the same text "
+            f"is assumed, not known."
+        )
+    if theirs == mine:
         return None
     return (
         f"this extension read other data than its parent {parent.get('path')} (data hash {mine}, the parent's "

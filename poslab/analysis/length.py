@@ -194,6 +194,7 @@ def row_summary(encoding: str, way: str, runs: list[LengthRun], ranked: list[int
         "way": way,
         "stride": strides.pop() if len(strides) == 1 else None,
         "seeds": len(runs),
+        "hosts": sorted({host_of(r.result) for r in runs}),  # more than one: its seeds' last digits may differ
         "bpb": {f"{m}x": over_seeds(bpb[m]) for m in multiples},
         "ratio_to_1x": {f"{m}x": over_seeds(ratio[m]) for m in multiples},
         "score": over_seeds(score),
@@ -338,13 +339,19 @@ def sample_summary(runs: list[LengthRun]) -> dict[str, Any]:
     return {
         "documents": _spread([s.get("documents") for s in samples]),
         "tokens": _spread([s.get("tokens") for s in samples]),
-        "bytes": _spread([s.get("bytes") for s in samples]),
+        "bytes": _spread([s.get("bytes", scored_bytes(r)) for s, r in zip(samples, runs)]),
         "stride": _spread([r.stride for r in runs]),
         "steps": _spread([r.result.get("steps") for r in runs]),
         "seeds": sorted({r.seed for r in runs}),
         "hosts": hosts,
         "mixed_hosts": len(hosts) > 1,
     }
+
+
+def scored_bytes(run: LengthRun) -> int | None:
+    """The bytes the run scored at its training length (``figures.<L>.bytes``), None where not recorded."""
+    value = (run.result["figures"].get(str(run.train_length)) or {}).get("bytes")
+    return None if value is None else int(value)
 
 
 def extension_comparison(run: LengthRun, rows: list[dict[str, Any]]) -> dict[str, Any] | None:

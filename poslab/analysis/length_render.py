@@ -80,6 +80,10 @@ def bpb_table(corpus: str, summary: dict[str, Any], ranked: list[int]) -> str:
         "variants (log scaling, RoPE's rules) are shown, not ranked (picking the best of them on these figures "
         f"would be a choice made on test). Not separated by the rank intervals: {shown}."
     )
+    mixed = [row["name"] for row in rows if len(row.get("hosts") or []) > 1]
+    if mixed:  # the sample line says the corpus mixes hosts; this says which rows' seeds do
+        named = "every row" if len(mixed) == len(rows) else ", ".join(mixed)
+        ranks += f" Rows whose seeds ran on different hosts ('unknown': a run that recorded none): {named}."
     return "\n".join([title, "", sample_line(summary), "", markdown_table(header, table), "", ranks])
 
 

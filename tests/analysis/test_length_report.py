@@ -62,6 +62,8 @@ def test_the_report_writes_tables_csv_json_and_pngs(multirun, report, tmp_path):
     assert "### my_notes: bits per byte" in text and "| rope + sliding |" in text and "| rope + test_yarn |" in text
     assert any(line.startswith("| alibi") and "+ log_scaled" in line for line in text.splitlines())
     assert "passkey exact match" in text
+    assert "(bytes not recorded)" not in text  # a run records the bytes it scored (figures.<L>.bytes)
+    assert json.loads(report.files["length.json"])["corpora"]["my_notes"]["sample"]["bytes"] > 0
     rows = list(csv.DictReader(io.StringIO((directory / "length.csv").read_text())))
     assert {row["multiple"] for row in rows if row["row"] == "rope"} == {"1x", "2x", "4x"}
 

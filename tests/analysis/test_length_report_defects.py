@@ -81,6 +81,10 @@ def test_2_an_extension_on_changed_data_is_said_at_the_run_and_in_the_report(tmp
     result["parent"]["data_sha256"] = "0123456789ab"
     said = checked_parent_data(result)
     assert said is not None and "other data than its parent /runs/parent" in said and "0123456789ab" in said
+    del result["parent"]["data_sha256"]  # a parent from before the hash was recorded: said, not silently passed
+    assert "could not be checked against its parent /runs/parent's" in checked_parent_data(result)
+    del result["parent"]
+    assert checked_parent_data(result) is None  # no extension, nothing to check
 
 
 def test_3_the_score_averages_the_multiples_every_row_has_and_says_which(tmp_path):
@@ -163,3 +167,46 @@ def test_7_every_report_states_its_sample_steps_stride_seeds_and_hosts(tmp_path)
 def test_a_degenerate_interval_is_printed_as_such():
     assert Interval.of([2.0, 2.0, 2.0]).cell(2) == "2.00 [degenerate: all 3 seeds equal]"
     assert Interval.of([2.0, 2.1, 2.0]).cell(2) == "2.03 [1.9, 2.2]"
+
+
+def test_a_row_whose_seeds_ran_on_different_hosts_is_named(tmp_path):
+    """The corpus line says hosts are mixed; which rows mix them is said too (a row on one host is not named)."""
+    planted(tmp_path, "rope", 0, rising(2.0, 0.2), cpu="AMD EPYC")
+    planted(tmp_path, "rope", 1, rising(2.1, 0.2), cpu="Intel Xeon")
+    planted(tmp_path, "alibi", 0, rising(2.0, 0.1), cpu="AMD EPYC")
+    planted(tmp_path, "alibi", 1, rising(2.1, 0.1), cpu="AMD EPYC")
+    summary = summary_of(tmp_path)
+    hosts = {row["name"]: row["hosts"] for row in summary["corpora"]["wikitext2"]["rows"]}
+    assert hosts == {"rope": ["AMD EPYC", "Intel Xeon"], "alibi": ["AMD EPYC"]}
+    text = length_markdown(summary)
+    assert "Rows whose seeds ran on different hosts ('unknown': a run that recorded none): rope." in text
+    planted(tmp_path, "alibi", 2, rising(2.2, 0.1), cpu="Intel Xeon")  # now both rows mix hosts
+    text = length_markdown(summary_of(tmp_path))
+    assert "on different hosts ('unknown': a run that recorded none): every row." in text
+
+
+def test_6_a_rank_is_never_outside_its_interval_when_scores_nearly_tie(tmp_path):
+    """The old report ranked scores rounded to 4 decimals (near-ties share the best place) and took the interval
+    from bootstrap percentiles of the exact scores: five rows 1e-6 apart read ``1 [2-2]``. The rank and its
+    interval now come from the same exact scores."""
+    base = {0: 2.0, 1: 2.1, 2: 1.95}  # each seed its own level; the rows differ by the same 1e-6 in every seed
+    for e in range(5):
+        for seed, level in base.items():
+            planted(tmp_path, f"enc{e}", seed, rising(level + 1e-6 * e, 0.1))
+    rows = {row["name"]: row for row in summary_of(tmp_path)["corpora"]["wikitext2"]["rows"]}
+    for row in rows.values():
+        low, high = row["rank_interval"]
+        assert low <= row["rank"] <= high, (row["name"], row["rank"], row["rank_interval"])
+    assert [rows[f"enc{e}"]["rank"] for e in range(5)] == [1, 2, 3, 4, 5]  # the exact seed-mean order
+
+
+def test_7_the_sample_states_the_bytes_a_run_scored(tmp_path):
+    """The bytes scored at the training length (figures' ``bytes``, beside bpb) are the sample's bytes."""
+    for seed in (0, 1):
+        run = planted(tmp_path, "rope", seed, rising(2.0, 0.2))
+        result = json.loads((run / "results.json").read_text())
+        result["figures"]["128"]["bytes"] = 29_000
+        (run / "results.json").write_text(json.dumps(result))
+    summary = summary_of(tmp_path)
+    assert summary["corpora"]["wikitext2"]["sample"]["bytes"] == 29_000
+    assert "tokens 16,384 (bytes 29,000)" in length_markdown(summary)
