@@ -49,7 +49,7 @@ from poslab.yaml_values import (  # noqa: F401  (re-exported: the YAML's values,
 )
 
 # ---- the enumerated settings: each list of options is defined here, once ------------------------------------
-SYNTHETIC_TASKS = ("lag", "seen", "copy", "associative_recall", "flip_flop", "counting")
+SYNTHETIC_TASKS = ("lag", "seen", "copy", "associative_recall", "flip_flop", "counting", "state_tracking")
 SCHEDULES = ("constant", "cosine")
 #: ``trainer.precision`` values poslab trains with. Mixed precision keeps fp32 weights and optimizer moments
 #: (autocast computes in bf16/fp16); the "-true" half precisions would store the weights, AdamW's moments and
@@ -210,6 +210,11 @@ class CountingSettings(SyntheticTaskSettings):
 
 
 @dataclass
+class StateTrackingSettings(SyntheticTaskSettings):
+    group: Literal["S5", "A5"]
+
+
+@dataclass
 class LanguageTaskSettings(TaskSettings):
     context_length: Count
     val_windows: Count
@@ -262,6 +267,7 @@ TASK_SCHEMAS = {
     "associative_recall": SyntheticTaskSettings,
     "flip_flop": FlipFlopSettings,
     "counting": CountingSettings,
+    "state_tracking": StateTrackingSettings,
     "lm": LanguageTaskSettings,
 }
 

@@ -12,6 +12,8 @@
   predict the bit of the most recent write.
 - ``counting``: programs of ``x = 0 ;``, ``x ++;`` and ``pass;``, then
   ``print x`` (CoPE's Counting task, Golovneva et al., 2024); predict x's value.
+- ``state_tracking``: a word of S5 or A5 elements (Merrill et al., 2024's word problem); at every position
+  predict the running product of the elements so far.
 
 The length defines the instance: the same rule makes a sequence of any length
 from a task's minimum on (trained at 32, evaluated at 64 to 256), and the
@@ -28,6 +30,7 @@ set per length, independent of the training seed.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Iterator, Sequence
@@ -531,6 +534,82 @@ class Counting(Task):
         targets = torch.full_like(tokens, IGNORE)
         targets[:, -1] = (increments & (position > last_set)).sum(dim=1)
         return targets
+
+
+def permutation_parity(perm: Sequence[int]) -> int:
+    """0 for an even permutation, 1 for an odd one (the parity of its number of inversions)."""
+    return sum(a > b for a, b in itertools.combinations(perm, 2)) % 2
+
+
+def group_elements(group: str) -> list[tuple[int, ...]]:
+    """The elements of S5 (all 120 permutations of 0..4) or A5 (the 60 even ones), in lexicographic order: an
+    element's index is its token id and its class. The identity (0, 1, 2, 3, 4) is index 0 in both."""
+    perms = list(itertools.permutations(range(5)))
+    return perms if group == "S5" else [p for p in perms if permutation_parity(p) == 0]
+
+
+def compose(later: Sequence[int], earlier: Sequence[int]) -> tuple[int, ...]:
+    """``later`` after ``earlier``: i -> later[earlier[i]]."""
+    return tuple(later[e] for e in earlier)
+
+
+@register
+@dataclass
+class StateTracking(Task):
+    """The word problem of a permutation group (Merrill et al., 2024, "The Illusion of State in State-Space
+    Models", ICML; the S5 and A5 words of the PaTH paper, Yang et al., 2025): tokens are group elements drawn
+    uniformly and i.i.d., and at every position the target is the running product ``y_t = x_t o y_(t-1)``
+    (``y_1 = x_1``; ``o`` composes permutations, the later applied after the earlier). ``group``: ``S5`` (120
+    elements, non-solvable) or ``A5`` (the 60 even permutations, the smallest non-solvable group). Token ids and
+    classes are element indices in lexicographic order (``group_elements``). Every position is scored; chance is
+    ``1 / |G|`` per token and ``|G| ** -length`` for a whole sequence."""
+
+    name: ClassVar[str] = "state_tracking"
+    shortest: ClassVar[str] = "any word of one element or more"
+
+    group: str
+
+    @property
+    def elements(self) -> list[tuple[int, ...]]:
+        return group_elements(self.group)
+
+    @property
+    def table(self) -> Tensor:
+        """``table[a, b]``: the index of ``a o b`` (b first, then a)."""
+        elements = self.elements
+        index = {e: i for i, e in enumerate(elements)}
+        rows = [[index[compose(a, b)] for b in elements] for a in elements]
+        return torch.tensor(rows, dtype=torch.long)
+
+    @property
+    def min_length(self) -> int:
+        return 1
+
+    @property
+    def num_classes(self) -> int:
+        return 120 if self.group == "S5" else 60
+
+    def validate(self, lengths: Sequence[int] = ()) -> None:
+        if self.group not in ("S5", "A5"):
+            raise ConfigError(f"task.group={self.group!r} is not a known group; allowed: 'S5', 'A5'.")
+        self.check_vocabulary(self.num_classes, f"the {self.num_classes} elements of {self.group}")
+        super().validate(lengths)
+
+    def draw(self, batch_size: int, length: int, generator: torch.Generator) -> Tensor:
+        return torch.randint(0, self.num_classes, (batch_size, length), generator=generator)
+
+    def targets(self, tokens: Tensor) -> Tensor:
+        table = self.table.to(tokens.device)
+        state = tokens[:, 0]
+        out = [state]
+        for t in range(1, tokens.shape[1]):  # a scan: the product is associative, but a loop is plainest
+            state = table[tokens[:, t], state]
+            out.append(state)
+        return torch.stack(out, dim=1)
+
+    def trivial_rules(self, tokens: Tensor) -> dict[str, Tensor]:
+        """``last_element``: the current element alone (right only at t = 1, or by chance)."""
+        return {"last_element": tokens.clone()}
 
 
 def make_task(name: str, vocab_size: int, **settings: Any) -> Task:

@@ -292,7 +292,7 @@ def test_unknown_task_lists_every_registered_one():
         ConfigError, match="unknown synthetic task 'kopy'; allowed: lag, seen, copy, associative_recall"
     ):
         SyntheticTask("kopy", 16)
-    assert set(NEW) | {"lag", "seen"} == set(TASKS)
+    assert set(NEW) | {"lag", "seen", "state_tracking"} == set(TASKS)  # state_tracking: test_state_tracking.py
 
 
 # ---- through the real configs -----------------------------------------------------------------------------------
