@@ -79,6 +79,8 @@ class Task:
     ``0 .. num_classes - 1`` at scored positions and ``IGNORE`` elsewhere."""
 
     name: ClassVar[str]
+    #: every prefix is an answer, so the evaluation also reports whole-sequence accuracy
+    whole_sequence: ClassVar[bool] = False
     #: why a sequence cannot be shorter than ``min_length``, for the message
     shortest: ClassVar[str]
 
@@ -566,6 +568,7 @@ class StateTracking(Task):
 
     name: ClassVar[str] = "state_tracking"
     shortest: ClassVar[str] = "any word of one element or more"
+    whole_sequence: ClassVar[bool] = True
 
     group: str
 

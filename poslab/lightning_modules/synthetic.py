@@ -22,6 +22,10 @@ upper bound on any constant rule) and the task's own trivial rules (``Task.trivi
 copy's repeated input). An encoding that draws at random in evaluation (randomized positions,
 ``PositionEncoding.evaluation_draws``) is evaluated under each draw: the figures are their mean, and
 ``accuracy_draw_sd`` / ``accuracy_past_train_draw_sd`` their standard deviation over draws.
+
+A task whose every prefix is an answer (``Task.whole_sequence``: state_tracking) also reports
+``sequence_accuracy``: the fraction of sequences whose every scored position is right (the plain model; chance
+``(1 / classes) ** length``).
 """
 
 from __future__ import annotations
@@ -61,6 +65,23 @@ class ClassCounts(Metric):
         return self.counts.max() / total if total else torch.tensor(math.nan)
 
 
+class SequenceAccuracy(Metric):
+    """The fraction of sequences whose every scored position is predicted right (summed over DDP ranks)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("right", default=torch.tensor(0), dist_reduce_fx="sum")
+        self.add_state("total", default=torch.tensor(0), dist_reduce_fx="sum")
+
+    def update(self, predicted: Tensor, targets: Tensor) -> None:
+        wrong = (predicted != targets) & (targets != IGNORE)
+        self.right += int((~wrong.any(dim=1)).sum())
+        self.total += len(targets)
+
+    def compute(self) -> Tensor:
+        return self.right / self.total if self.total else torch.tensor(math.nan)
+
+
 def past_training(targets: Tensor, train_length: int) -> Tensor:
     """``targets`` with every position before ``train_length`` unscored."""
     past = targets.clone()
@@ -87,6 +108,9 @@ class SyntheticTaskModule(TransformerModule):
         accuracy = lambda: MulticlassAccuracy(model.n_outputs, average="micro", ignore_index=IGNORE)  # noqa: E731
         names = [(length, name) for length in self.eval_lengths for name in self.accuracy_names(length)]
         self.metrics = nn.ModuleDict({self._key(length, name): accuracy() for length, name in names})
+        self.whole_sequence = task is not None and task.whole_sequence
+        if self.whole_sequence:
+            self.metrics.update({self._key(n, "sequence_accuracy"): SequenceAccuracy() for n in self.eval_lengths})
         self.constants = nn.ModuleDict(
             {self._key(n, f"baseline_constant{part}"): ClassCounts(model.n_outputs) for n, part in self.parts()}
         )
@@ -151,6 +175,8 @@ class SyntheticTaskModule(TransformerModule):
                             key = f"selection_{way.removeprefix('accuracy_')}"
                             self.metrics[self._key(length, key)].update(predicted, scored[PAST])
                         continue
+                    if self.whole_sequence and way == "accuracy" and draw == 0:
+                        self.metrics[self._key(length, "sequence_accuracy")].update(predicted, targets)
                     for part, target in scored.items():
                         self.metrics[self._key(length, way + part)].update(predicted, target)
                         if self.draws > 1 and way == "accuracy":

@@ -89,3 +89,17 @@ def test_a_tiny_model_trains_and_evaluates_on_state_tracking(tmp_path):
     fit_quietly(module, datamodule, steps=2).test(module, datamodule=datamodule, verbose=False)
     assert set(module.figures) == {"32", "64"}
     assert module.figures["64"]["baseline_chance"] == pytest.approx(1 / 60, abs=1e-6)
+    for row in module.figures.values():  # 8 sequences: a multiple of 1/8, never above the per-token accuracy
+        assert 0 <= row["sequence_accuracy"] <= row["accuracy"] + 1e-6
+        assert row["sequence_accuracy"] * 8 == pytest.approx(round(row["sequence_accuracy"] * 8), abs=1e-6)
+
+
+def test_sequence_accuracy_counts_only_wholly_right_sequences():
+    from poslab.datamodules.synthetic import IGNORE
+    from poslab.lightning_modules.synthetic import SequenceAccuracy
+
+    metric = SequenceAccuracy()
+    targets = torch.tensor([[1, 2, IGNORE], [1, 2, 3], [4, 4, 4]])
+    predicted = torch.tensor([[1, 2, 9], [1, 2, 0], [4, 4, 4]])  # row 0 right where scored, row 1 wrong once
+    metric.update(predicted, targets)
+    assert float(metric.compute()) == pytest.approx(2 / 3, abs=1e-6)
