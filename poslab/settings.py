@@ -201,6 +201,7 @@ class FlipFlopSettings(SyntheticTaskSettings):
     p_write: Fraction
     p_ignore: Fraction
     p_read: Fraction
+    eval_p_ignore: list[Fraction]
 
 
 @dataclass

@@ -34,7 +34,7 @@ import itertools
 import math
 import random
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar
 
 import lightning as L
@@ -137,6 +137,11 @@ class Task:
         ``[batch, length]`` to predicted classes of the same shape, from the tokens alone (only the scored
         positions count; elsewhere a valid class stands in). Constant answers are not here: they come from the
         targets. A task with no natural rule has none."""
+        return {}
+
+    def evaluation_mixes(self) -> dict[str, Task]:
+        """Other distributions of the same task the trained weights are also evaluated on, by name (flip_flop's
+        sparse and dense mixes); none by default."""
         return {}
 
 
@@ -336,6 +341,8 @@ class FlipFlop(Task):
     p_write: float
     p_ignore: float
     p_read: float
+    #: the out-of-distribution mixes the same weights are evaluated on: FFL(p) with p_write = p_read = (1 - p) / 2
+    eval_p_ignore: Sequence[float] = ()
 
     @property
     def min_length(self) -> int:
@@ -351,6 +358,12 @@ class FlipFlop(Task):
         for key, p in probabilities.items():
             if not 0 <= p <= 1:
                 raise ConfigError(f"task.{key}={p} is not a probability; allowed: 0 <= {key} <= 1.")
+        for p in self.eval_p_ignore:
+            if not 0 <= p < 1:
+                raise ConfigError(
+                    f"task.eval_p_ignore holds {p}, not a probability below 1; allowed: a list of 0 <= p < 1 "
+                    f"(the paper's sparse and dense mixes: [0.98, 0.1])."
+                )
         total = sum(probabilities.values())
         if not math.isclose(total, 1.0, abs_tol=1e-6):
             raise ConfigError(
@@ -358,6 +371,12 @@ class FlipFlop(Task):
                 f"= {total:g}; allowed: probabilities that sum to 1 (the paper's sparse FFL(0.8): 0.1, 0.8, 0.1)."
             )
         super().validate(lengths)
+
+    def evaluation_mixes(self) -> dict[str, Task]:
+        """FFL(p) for each ``eval_p_ignore`` p (Liu et al.'s sparse FFL(0.98) and dense FFL(0.1)), keyed ``ffl<p>``:
+        p_write = p_read = (1 - p) / 2, as the paper's mixes."""
+        mix = lambda p: replace(self, p_write=(1 - p) / 2, p_ignore=p, p_read=(1 - p) / 2, eval_p_ignore=())  # noqa: E731
+        return {f"ffl{p:g}": mix(float(p)) for p in self.eval_p_ignore}
 
     def remembered(self, instructions: Tensor, bits: Tensor) -> Tensor:
         """At every pair, the bit of the most recent write (pair 0 is a write)."""
