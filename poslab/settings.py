@@ -197,6 +197,12 @@ class SyntheticTaskSettings(TaskSettings):
 
 
 @dataclass
+class AssociativeRecallSettings(SyntheticTaskSettings):
+    num_pairs: Count | None  # null: length // 4, the most a length holds
+    eval_pairs: list[Count]
+
+
+@dataclass
 class FlipFlopSettings(SyntheticTaskSettings):
     p_write: Fraction
     p_ignore: Fraction
@@ -265,7 +271,7 @@ TASK_SCHEMAS = {
     "lag": SyntheticTaskSettings,
     "seen": SyntheticTaskSettings,
     "copy": SyntheticTaskSettings,
-    "associative_recall": SyntheticTaskSettings,
+    "associative_recall": AssociativeRecallSettings,
     "flip_flop": FlipFlopSettings,
     "counting": CountingSettings,
     "state_tracking": StateTrackingSettings,

@@ -141,8 +141,13 @@ class Task:
 
     def evaluation_mixes(self) -> dict[str, Task]:
         """Other distributions of the same task the trained weights are also evaluated on, by name (flip_flop's
-        sparse and dense mixes); none by default."""
+        sparse and dense mixes, associative_recall's numbers of pairs); none by default. A mix is evaluated at the
+        lengths from its own ``min_length`` on."""
         return {}
+
+    def mix_figures(self, name: str, accuracy: float) -> dict[str, float]:
+        """The figures ``results.json`` gives for mix ``name`` at a length, from the model's accuracy on it."""
+        return {f"accuracy_mix_{name}": accuracy}
 
 
 @register
@@ -272,6 +277,11 @@ class AssociativeRecall(Task):
     name: ClassVar[str] = "associative_recall"
     shortest: ClassVar[str] = "one key-value pair and a tail of 2 holding its query"
 
+    #: the number of pairs at every length (None: ``length // 4``, the most a length holds)
+    num_pairs: int | None = None
+    #: numbers of pairs the same weights are also evaluated on, at each eval length holding them (4P <= length)
+    eval_pairs: Sequence[int] = ()
+
     @property
     def num_keys(self) -> int:
         return (self.vocab_size - 1) // 2
@@ -282,18 +292,30 @@ class AssociativeRecall(Task):
 
     @property
     def min_length(self) -> int:
-        return 4
+        return 4 * (self.num_pairs or 1)
 
     @property
     def num_classes(self) -> int:
         return self.vocab_size - 1 - self.num_keys
 
-    @staticmethod
-    def pairs(length: int) -> int:
-        return length // 4
+    def pairs(self, length: int) -> int:
+        return self.num_pairs or length // 4
+
+    def evaluation_mixes(self) -> dict[str, Task]:
+        """MQAR with ``P`` pairs for each ``eval_pairs`` P, keyed ``pairs<P>`` (accuracy by number of pairs)."""
+        return {f"pairs{n}": replace(self, num_pairs=int(n), eval_pairs=()) for n in self.eval_pairs}
+
+    def mix_figures(self, name: str, accuracy: float) -> dict[str, float]:
+        return {f"accuracy_{name}": accuracy}
 
     def validate(self, lengths: Sequence[int] = ()) -> None:
         self.check_vocabulary(5, "at least 2 keys, 2 values and the blank")
+        for n in [*self.eval_pairs, *([self.num_pairs] if self.num_pairs is not None else [])]:
+            if not 1 <= n <= self.num_keys:
+                raise ConfigError(
+                    f"task.eval_pairs or task.num_pairs holds {n} pairs, but task.vocab_size={self.vocab_size} "
+                    f"gives {self.num_keys} distinct keys; allowed: 1 <= pairs <= {self.num_keys}."
+                )
         super().validate(lengths)
         if lengths and self.num_keys < self.pairs(max(lengths)):
             longest, needed = max(lengths), self.pairs(max(lengths))
@@ -377,6 +399,10 @@ class FlipFlop(Task):
         p_write = p_read = (1 - p) / 2, as the paper's mixes."""
         mix = lambda p: replace(self, p_write=(1 - p) / 2, p_ignore=p, p_read=(1 - p) / 2, eval_p_ignore=())  # noqa: E731
         return {f"ffl{p:g}": mix(float(p)) for p in self.eval_p_ignore}
+
+    def mix_figures(self, name: str, accuracy: float) -> dict[str, float]:
+        """The paper's read error %: flip_flop scores the reads only, so it is 100 x (1 - accuracy)."""
+        return {f"read_error_pct_{name}": 100.0 * (1.0 - accuracy)}
 
     def remembered(self, instructions: Tensor, bits: Tensor) -> Tensor:
         """At every pair, the bit of the most recent write (pair 0 is a write)."""

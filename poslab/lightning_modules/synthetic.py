@@ -203,6 +203,8 @@ class SyntheticTaskModule(TransformerModule):
     def update_mixes(self, length: int, batch_size: int, batch_idx: int, device: torch.device) -> None:
         """The plain model on a batch of each evaluation mix, drawn from a seed of its own (``mix_seed``)."""
         for place, mix in enumerate(self.mixes.values()):
+            if length < mix.min_length:  # the mix does not fit this length (associative_recall's 4P > length)
+                continue
             generator = torch.Generator().manual_seed(mix_seed(length, batch_idx, place))
             tokens, targets = (x.to(device) for x in mix.sample(batch_size, length, generator))
             logits = logits_in_way(self.model, tokens, self.coordinates(tokens), None, self.train_length)
@@ -232,10 +234,11 @@ class SyntheticTaskModule(TransformerModule):
                     row[key.removeprefix(prefix)] = float(collection[key].compute())
                     collection[key].reset()
             row = self.with_draw_spread(row)
-            if self.mixes:  # read error %, the paper's figure: the training mix's and each evaluation mix's
+            for place, (name, mix) in enumerate(self.mixes.items()):  # each mix's figures (Task.mix_figures)
+                accuracy = row.pop(f"mix{place}")
+                row.update(self.task.mix_figures(name, accuracy if length >= mix.min_length else math.nan))
+            if self.task is not None and self.task.name == "flip_flop":  # the training mix's read error %
                 row["read_error_pct"] = 100.0 * (1.0 - row["accuracy"])
-                for place, name in enumerate(self.mixes):
-                    row[f"read_error_pct_{name}"] = 100.0 * (1.0 - row.pop(f"mix{place}"))
             row["baseline_chance"] = 1.0 / self.model.cfg.n_outputs
             for metric, value in row.items():
                 self.log(f"eval/L{length}/{metric}", value, add_dataloader_idx=False, sync_dist=False)
