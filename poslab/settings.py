@@ -49,7 +49,7 @@ from poslab.yaml_values import (  # noqa: F401  (re-exported: the YAML's values,
 )
 
 # ---- the enumerated settings: each list of options is defined here, once ------------------------------------
-SYNTHETIC_TASKS = ("lag", "seen", "copy", "associative_recall", "flip_flop", "counting")
+SYNTHETIC_TASKS = ("lag", "seen", "copy", "associative_recall", "flip_flop", "counting", "state_tracking")
 SCHEDULES = ("constant", "cosine")
 #: ``trainer.precision`` values poslab trains with. Mixed precision keeps fp32 weights and optimizer moments
 #: (autocast computes in bf16/fp16); the "-true" half precisions would store the weights, AdamW's moments and
@@ -197,16 +197,28 @@ class SyntheticTaskSettings(TaskSettings):
 
 
 @dataclass
+class AssociativeRecallSettings(SyntheticTaskSettings):
+    num_pairs: Count | None  # null: length // 4, the most a length holds
+    eval_pairs: list[Count]
+
+
+@dataclass
 class FlipFlopSettings(SyntheticTaskSettings):
     p_write: Fraction
     p_ignore: Fraction
     p_read: Fraction
+    eval_p_ignore: list[Fraction]
 
 
 @dataclass
 class CountingSettings(SyntheticTaskSettings):
     num_variables: Count
     program_length: Annotated[int, Bound(">=", 6)] | None  # null: the program fills the whole length
+
+
+@dataclass
+class StateTrackingSettings(SyntheticTaskSettings):
+    group: Literal["S5", "A5"]
 
 
 @dataclass
@@ -261,9 +273,10 @@ TASK_SCHEMAS = {
     "lag": SyntheticTaskSettings,
     "seen": SyntheticTaskSettings,
     "copy": SyntheticTaskSettings,
-    "associative_recall": SyntheticTaskSettings,
+    "associative_recall": AssociativeRecallSettings,
     "flip_flop": FlipFlopSettings,
     "counting": CountingSettings,
+    "state_tracking": StateTrackingSettings,
     "lm": LanguageTaskSettings,
 }
 

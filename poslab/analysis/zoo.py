@@ -20,6 +20,9 @@ What is measured (``poslab.lightning_modules.synthetic``; the statistics are ``p
   rules (RoPE's), each past the training length; a rule is *chosen on the selection set* (other sequences of the
   same length) and its test figure reported, so the choice is not made on the figures it reports (runs written
   before selection sets existed: chosen on the test set, and marked so).
+- **Effective length**: the largest evaluated length at which the accuracy (past training, as the columns) stays
+  at or above 85% of the 1x accuracy, every shorter length too (``poslab.analysis.effective_length``), per seed
+  then over seeds with its interval.
 - **Intervals**: mean over seeds with a 95% Student-t interval; where seeds split into two outcomes the per-seed
   values instead. **Ranks**: within a task by the seed-mean score, with a joint 95% interval from the paired
   differences over seeds (every encoding sees the same data under a seed; ``stats.rank_intervals``: Bonferroni
@@ -43,6 +46,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+from poslab.analysis.effective_length import effective_length
 from poslab.analysis.extrapolation import is_grid_result
 from poslab.analysis.output import training_steps
 from poslab.analysis.stats import (
@@ -89,6 +93,12 @@ class ZooRun:
         values = [self.past(m) for m in EXTRAPOLATION if m in self.figures]
         values = [v for v in values if v == v]
         return mean(values) if values else math.nan
+
+    @property
+    def effective_length(self) -> float:
+        """In tokens: the largest length within 85% of the 1x accuracy (``effective_length``)."""
+        scores = {m * self.train_length: self.past(m) for m in self.figures}
+        return effective_length(scores, self.train_length)
 
     @property
     def variants(self) -> list[str]:
@@ -146,6 +156,7 @@ class Row:
     scaled: dict[int, SeedCell]
     rules: dict[int, Rule]
     draw_sd: dict[int, float] = field(default_factory=dict)  # randomized positions: mean sd over draws
+    effective: SeedCell = field(default_factory=lambda: SeedCell({}))  # effective length in tokens, by seed
     rank: float = math.nan
     rank_interval: tuple[int, int] = (0, 0)
     flagged: bool = False
@@ -191,6 +202,11 @@ def encoding_row(encoding: str, runs: list[ZooRun]) -> Row:
         scaled={m: cell_of(runs, lambda r, m=m: r.past(m, "accuracy_log_scaled")) for m in past},
         rules=rules,
         draw_sd={m: v for m, v in draw_sd.items() if v == v},
+        # clipped to the evaluated lengths: no seed can reach below 1x or past the longest
+        effective=SeedCell(
+            {r.seed: r.effective_length for r in runs},
+            (runs[0].train_length, max(multiples, default=1) * runs[0].train_length),
+        ),
     )
 
 
@@ -349,4 +365,5 @@ def row_summary(row: Row) -> dict[str, Any]:
             for m, rule in row.rules.items()
         },
         "draw_sd_past_train": {f"{m}x": value for m, value in row.draw_sd.items()},
+        "effective_length": row.effective.as_dict(),
     }

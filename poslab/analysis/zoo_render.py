@@ -62,13 +62,14 @@ def task_table(task: str, rows: list[Row], train_length: int, floor: dict[int, d
     multiples = sorted({m for row in rows for m in row.past})
     header = ["rank [95%]", "encoding", "seeds", f"1x ({train_length})"]
     header += [f"{m}x ({m * train_length}) past {train_length}" for m in multiples] + ["score (2-8x, past)"]
+    header.append("effective length (>= 85% of 1x)")
     table = []
     for row in rows:
         low, high = row.rank_interval
         cells = [f"{row.rank:g} [{low}, {high}]", row.encoding, row.seeds]
         cells.append(row.one_x.text() + (" !" if row.flagged else ""))
         cells += [row.past[m].text() if m in row.past else "n/a" for m in multiples]
-        table.append([*cells, row.score.text()])
+        table.append([*cells, row.score.text(), row.effective.interval.cell(0)])
     lines = [f"### {task} (trained at {train_length})", "", markdown_table(header, table)]
     if any(row.flagged for row in rows):
         lines += ["", "! : 1x accuracy under 0.9 of the task's best: the task was not learned at the training length."]

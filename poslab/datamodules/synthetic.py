@@ -12,6 +12,8 @@
   predict the bit of the most recent write.
 - ``counting``: programs of ``x = 0 ;``, ``x ++;`` and ``pass;``, then
   ``print x`` (CoPE's Counting task, Golovneva et al., 2024); predict x's value.
+- ``state_tracking``: a word of S5 or A5 elements (Merrill et al., 2024's word problem); at every position
+  predict the running product of the elements so far.
 
 The length defines the instance: the same rule makes a sequence of any length
 from a task's minimum on (trained at 32, evaluated at 64 to 256), and the
@@ -28,10 +30,11 @@ set per length, independent of the training seed.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar
 
 import lightning as L
@@ -76,6 +79,8 @@ class Task:
     ``0 .. num_classes - 1`` at scored positions and ``IGNORE`` elsewhere."""
 
     name: ClassVar[str]
+    #: every prefix is an answer, so the evaluation also reports whole-sequence accuracy
+    whole_sequence: ClassVar[bool] = False
     #: why a sequence cannot be shorter than ``min_length``, for the message
     shortest: ClassVar[str]
 
@@ -133,6 +138,16 @@ class Task:
         positions count; elsewhere a valid class stands in). Constant answers are not here: they come from the
         targets. A task with no natural rule has none."""
         return {}
+
+    def evaluation_mixes(self) -> dict[str, Task]:
+        """Other distributions of the same task the trained weights are also evaluated on, by name (flip_flop's
+        sparse and dense mixes, associative_recall's numbers of pairs); none by default. A mix is evaluated at the
+        lengths from its own ``min_length`` on."""
+        return {}
+
+    def mix_figures(self, name: str, accuracy: float) -> dict[str, float]:
+        """The figures ``results.json`` gives for mix ``name`` at a length, from the model's accuracy on it."""
+        return {f"accuracy_mix_{name}": accuracy}
 
 
 @register
@@ -262,6 +277,11 @@ class AssociativeRecall(Task):
     name: ClassVar[str] = "associative_recall"
     shortest: ClassVar[str] = "one key-value pair and a tail of 2 holding its query"
 
+    #: the number of pairs at every length (None: ``length // 4``, the most a length holds)
+    num_pairs: int | None = None
+    #: numbers of pairs the same weights are also evaluated on, at each eval length holding them (4P <= length)
+    eval_pairs: Sequence[int] = ()
+
     @property
     def num_keys(self) -> int:
         return (self.vocab_size - 1) // 2
@@ -272,18 +292,30 @@ class AssociativeRecall(Task):
 
     @property
     def min_length(self) -> int:
-        return 4
+        return 4 * (self.num_pairs or 1)
 
     @property
     def num_classes(self) -> int:
         return self.vocab_size - 1 - self.num_keys
 
-    @staticmethod
-    def pairs(length: int) -> int:
-        return length // 4
+    def pairs(self, length: int) -> int:
+        return self.num_pairs or length // 4
+
+    def evaluation_mixes(self) -> dict[str, Task]:
+        """MQAR with ``P`` pairs for each ``eval_pairs`` P, keyed ``pairs<P>`` (accuracy by number of pairs)."""
+        return {f"pairs{n}": replace(self, num_pairs=int(n), eval_pairs=()) for n in self.eval_pairs}
+
+    def mix_figures(self, name: str, accuracy: float) -> dict[str, float]:
+        return {f"accuracy_{name}": accuracy}
 
     def validate(self, lengths: Sequence[int] = ()) -> None:
         self.check_vocabulary(5, "at least 2 keys, 2 values and the blank")
+        for n in [*self.eval_pairs, *([self.num_pairs] if self.num_pairs is not None else [])]:
+            if not 1 <= n <= self.num_keys:
+                raise ConfigError(
+                    f"task.eval_pairs or task.num_pairs holds {n} pairs, but task.vocab_size={self.vocab_size} "
+                    f"gives {self.num_keys} distinct keys; allowed: 1 <= pairs <= {self.num_keys}."
+                )
         super().validate(lengths)
         if lengths and self.num_keys < self.pairs(max(lengths)):
             longest, needed = max(lengths), self.pairs(max(lengths))
@@ -331,6 +363,8 @@ class FlipFlop(Task):
     p_write: float
     p_ignore: float
     p_read: float
+    #: the out-of-distribution mixes the same weights are evaluated on: FFL(p) with p_write = p_read = (1 - p) / 2
+    eval_p_ignore: Sequence[float] = ()
 
     @property
     def min_length(self) -> int:
@@ -346,6 +380,12 @@ class FlipFlop(Task):
         for key, p in probabilities.items():
             if not 0 <= p <= 1:
                 raise ConfigError(f"task.{key}={p} is not a probability; allowed: 0 <= {key} <= 1.")
+        for p in self.eval_p_ignore:
+            if not 0 <= p < 1:
+                raise ConfigError(
+                    f"task.eval_p_ignore holds {p}, not a probability below 1; allowed: a list of 0 <= p < 1 "
+                    f"(the paper's sparse and dense mixes: [0.98, 0.1])."
+                )
         total = sum(probabilities.values())
         if not math.isclose(total, 1.0, abs_tol=1e-6):
             raise ConfigError(
@@ -353,6 +393,16 @@ class FlipFlop(Task):
                 f"= {total:g}; allowed: probabilities that sum to 1 (the paper's sparse FFL(0.8): 0.1, 0.8, 0.1)."
             )
         super().validate(lengths)
+
+    def evaluation_mixes(self) -> dict[str, Task]:
+        """FFL(p) for each ``eval_p_ignore`` p (Liu et al.'s sparse FFL(0.98) and dense FFL(0.1)), keyed ``ffl<p>``:
+        p_write = p_read = (1 - p) / 2, as the paper's mixes."""
+        mix = lambda p: replace(self, p_write=(1 - p) / 2, p_ignore=p, p_read=(1 - p) / 2, eval_p_ignore=())  # noqa: E731
+        return {f"ffl{p:g}": mix(float(p)) for p in self.eval_p_ignore}
+
+    def mix_figures(self, name: str, accuracy: float) -> dict[str, float]:
+        """The paper's read error %: flip_flop scores the reads only, so it is 100 x (1 - accuracy)."""
+        return {f"read_error_pct_{name}": 100.0 * (1.0 - accuracy)}
 
     def remembered(self, instructions: Tensor, bits: Tensor) -> Tensor:
         """At every pair, the bit of the most recent write (pair 0 is a write)."""
@@ -531,6 +581,83 @@ class Counting(Task):
         targets = torch.full_like(tokens, IGNORE)
         targets[:, -1] = (increments & (position > last_set)).sum(dim=1)
         return targets
+
+
+def permutation_parity(perm: Sequence[int]) -> int:
+    """0 for an even permutation, 1 for an odd one (the parity of its number of inversions)."""
+    return sum(a > b for a, b in itertools.combinations(perm, 2)) % 2
+
+
+def group_elements(group: str) -> list[tuple[int, ...]]:
+    """The elements of S5 (all 120 permutations of 0..4) or A5 (the 60 even ones), in lexicographic order: an
+    element's index is its token id and its class. The identity (0, 1, 2, 3, 4) is index 0 in both."""
+    perms = list(itertools.permutations(range(5)))
+    return perms if group == "S5" else [p for p in perms if permutation_parity(p) == 0]
+
+
+def compose(later: Sequence[int], earlier: Sequence[int]) -> tuple[int, ...]:
+    """``later`` after ``earlier``: i -> later[earlier[i]]."""
+    return tuple(later[e] for e in earlier)
+
+
+@register
+@dataclass
+class StateTracking(Task):
+    """The word problem of a permutation group (Merrill et al., 2024, "The Illusion of State in State-Space
+    Models", ICML; the S5 and A5 words of the PaTH paper, Yang et al., 2025): tokens are group elements drawn
+    uniformly and i.i.d., and at every position the target is the running product ``y_t = x_t o y_(t-1)``
+    (``y_1 = x_1``; ``o`` composes permutations, the later applied after the earlier). ``group``: ``S5`` (120
+    elements, non-solvable) or ``A5`` (the 60 even permutations, the smallest non-solvable group). Token ids and
+    classes are element indices in lexicographic order (``group_elements``). Every position is scored; chance is
+    ``1 / |G|`` per token and ``|G| ** -length`` for a whole sequence."""
+
+    name: ClassVar[str] = "state_tracking"
+    shortest: ClassVar[str] = "any word of one element or more"
+    whole_sequence: ClassVar[bool] = True
+
+    group: str
+
+    @property
+    def elements(self) -> list[tuple[int, ...]]:
+        return group_elements(self.group)
+
+    @property
+    def table(self) -> Tensor:
+        """``table[a, b]``: the index of ``a o b`` (b first, then a)."""
+        elements = self.elements
+        index = {e: i for i, e in enumerate(elements)}
+        rows = [[index[compose(a, b)] for b in elements] for a in elements]
+        return torch.tensor(rows, dtype=torch.long)
+
+    @property
+    def min_length(self) -> int:
+        return 1
+
+    @property
+    def num_classes(self) -> int:
+        return 120 if self.group == "S5" else 60
+
+    def validate(self, lengths: Sequence[int] = ()) -> None:
+        if self.group not in ("S5", "A5"):
+            raise ConfigError(f"task.group={self.group!r} is not a known group; allowed: 'S5', 'A5'.")
+        self.check_vocabulary(self.num_classes, f"the {self.num_classes} elements of {self.group}")
+        super().validate(lengths)
+
+    def draw(self, batch_size: int, length: int, generator: torch.Generator) -> Tensor:
+        return torch.randint(0, self.num_classes, (batch_size, length), generator=generator)
+
+    def targets(self, tokens: Tensor) -> Tensor:
+        table = self.table.to(tokens.device)
+        state = tokens[:, 0]
+        out = [state]
+        for t in range(1, tokens.shape[1]):  # a scan: the product is associative, but a loop is plainest
+            state = table[tokens[:, t], state]
+            out.append(state)
+        return torch.stack(out, dim=1)
+
+    def trivial_rules(self, tokens: Tensor) -> dict[str, Tensor]:
+        """``last_element``: the current element alone (right only at t = 1, or by chance)."""
+        return {"last_element": tokens.clone()}
 
 
 def make_task(name: str, vocab_size: int, **settings: Any) -> Task:

@@ -22,6 +22,16 @@ upper bound on any constant rule) and the task's own trivial rules (``Task.trivi
 copy's repeated input). An encoding that draws at random in evaluation (randomized positions,
 ``PositionEncoding.evaluation_draws``) is evaluated under each draw: the figures are their mean, and
 ``accuracy_draw_sd`` / ``accuracy_past_train_draw_sd`` their standard deviation over draws.
+
+A task whose every prefix is an answer (``Task.whole_sequence``: state_tracking) also reports
+``sequence_accuracy``: the fraction of sequences whose every scored position is right (the plain model; chance
+``(1 / classes) ** length``).
+
+A task with evaluation mixes (``Task.evaluation_mixes``: flip_flop's FFL(0.98) and FFL(0.1)) is also evaluated,
+plain model, on each mix at every length: with each test batch, a batch of the mix of the same size and length,
+drawn from its own seed (the length, the batch index and the mix's place: the same sequences for every run). Its
+figure is ``read_error_pct_<mix>`` (flip_flop scores the reads only, so 100 x (1 - accuracy) is the paper's read
+error %), and ``read_error_pct`` the training mix's.
 """
 
 from __future__ import annotations
@@ -61,6 +71,29 @@ class ClassCounts(Metric):
         return self.counts.max() / total if total else torch.tensor(math.nan)
 
 
+class SequenceAccuracy(Metric):
+    """The fraction of sequences whose every scored position is predicted right (summed over DDP ranks)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("right", default=torch.tensor(0), dist_reduce_fx="sum")
+        self.add_state("total", default=torch.tensor(0), dist_reduce_fx="sum")
+
+    def update(self, predicted: Tensor, targets: Tensor) -> None:
+        wrong = (predicted != targets) & (targets != IGNORE)
+        self.right += int((~wrong.any(dim=1)).sum())
+        self.total += len(targets)
+
+    def compute(self) -> Tensor:
+        return self.right / self.total if self.total else torch.tensor(math.nan)
+
+
+def mix_seed(length: int, batch_idx: int, place: int) -> int:
+    """The seed of evaluation mix ``place``'s batch ``batch_idx`` at ``length``: distinct for each triple (lengths
+    under a million, batch indices under 100,000)."""
+    return ((place + 1) * 1_000_000 + length) * 100_000 + batch_idx
+
+
 def past_training(targets: Tensor, train_length: int) -> Tensor:
     """``targets`` with every position before ``train_length`` unscored."""
     past = targets.clone()
@@ -87,6 +120,14 @@ class SyntheticTaskModule(TransformerModule):
         accuracy = lambda: MulticlassAccuracy(model.n_outputs, average="micro", ignore_index=IGNORE)  # noqa: E731
         names = [(length, name) for length in self.eval_lengths for name in self.accuracy_names(length)]
         self.metrics = nn.ModuleDict({self._key(length, name): accuracy() for length, name in names})
+        self.whole_sequence = task is not None and task.whole_sequence
+        self.mixes = task.evaluation_mixes() if task is not None else {}
+        # metrics by the mix's place (a module name has no dots)
+        self.metrics.update(
+            {self._key(n, f"mix{i}"): accuracy() for n in self.eval_lengths for i in range(len(self.mixes))}
+        )
+        if self.whole_sequence:
+            self.metrics.update({self._key(n, "sequence_accuracy"): SequenceAccuracy() for n in self.eval_lengths})
         self.constants = nn.ModuleDict(
             {self._key(n, f"baseline_constant{part}"): ClassCounts(model.n_outputs) for n, part in self.parts()}
         )
@@ -143,6 +184,7 @@ class SyntheticTaskModule(TransformerModule):
             del scored[PAST]
         if not selection:
             self.update_baselines(tokens, scored)
+            self.update_mixes(length, len(tokens), batch_idx, tokens.device)
         for draw in range(self.draws):
             with self.model.encoding.evaluation_draw(draw):
                 for way, predicted in self.predictions(tokens):
@@ -151,10 +193,22 @@ class SyntheticTaskModule(TransformerModule):
                             key = f"selection_{way.removeprefix('accuracy_')}"
                             self.metrics[self._key(length, key)].update(predicted, scored[PAST])
                         continue
+                    if self.whole_sequence and way == "accuracy" and draw == 0:
+                        self.metrics[self._key(length, "sequence_accuracy")].update(predicted, targets)
                     for part, target in scored.items():
                         self.metrics[self._key(length, way + part)].update(predicted, target)
                         if self.draws > 1 and way == "accuracy":
                             self.metrics[self._key(length, f"accuracy{part}_draw{draw}")].update(predicted, target)
+
+    def update_mixes(self, length: int, batch_size: int, batch_idx: int, device: torch.device) -> None:
+        """The plain model on a batch of each evaluation mix, drawn from a seed of its own (``mix_seed``)."""
+        for place, mix in enumerate(self.mixes.values()):
+            if length < mix.min_length:  # the mix does not fit this length (associative_recall's 4P > length)
+                continue
+            generator = torch.Generator().manual_seed(mix_seed(length, batch_idx, place))
+            tokens, targets = (x.to(device) for x in mix.sample(batch_size, length, generator))
+            logits = logits_in_way(self.model, tokens, self.coordinates(tokens), None, self.train_length)
+            self.metrics[self._key(length, f"mix{place}")].update(logits.argmax(-1), targets)
 
     def update_baselines(self, tokens: Tensor, scored: dict[str, Tensor]) -> None:
         """The best-constant counts and the task's trivial rules on this batch of the test set."""
@@ -180,6 +234,11 @@ class SyntheticTaskModule(TransformerModule):
                     row[key.removeprefix(prefix)] = float(collection[key].compute())
                     collection[key].reset()
             row = self.with_draw_spread(row)
+            for place, (name, mix) in enumerate(self.mixes.items()):  # each mix's figures (Task.mix_figures)
+                accuracy = row.pop(f"mix{place}")
+                row.update(self.task.mix_figures(name, accuracy if length >= mix.min_length else math.nan))
+            if self.task is not None and self.task.name == "flip_flop":  # the training mix's read error %
+                row["read_error_pct"] = 100.0 * (1.0 - row["accuracy"])
             row["baseline_chance"] = 1.0 / self.model.cfg.n_outputs
             for metric, value in row.items():
                 self.log(f"eval/L{length}/{metric}", value, add_dataloader_idx=False, sync_dist=False)

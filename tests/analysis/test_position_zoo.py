@@ -29,7 +29,9 @@ def test_the_zoo_covers_every_encoding_and_synthetic_task_and_the_wandb_sweep_is
     params = zoo_params()
     assert sorted(params["encoding"]) == ENCODINGS  # a new encoding's YAML must join the zoo
     # every synthetic task, counting as counting_filler: the same answers at every length
-    assert sorted(params["task"]) == sorted(t if t != "counting" else "counting_filler" for t in SYNTHETIC_TASKS)
+    # state_tracking has its own experiment (conf/experiment/state_tracking.yaml)
+    zoo_tasks = [t if t != "counting" else "counting_filler" for t in SYNTHETIC_TASKS if t != "state_tracking"]
+    assert sorted(params["task"]) == sorted(zoo_tasks)
     assert params["seed"] == ["0", "1", "2", "3", "4"]
     sweep = yaml.safe_load((ROOT / "sweeps" / "position_zoo.yaml").read_text())["parameters"]
     assert sweep["experiment"]["value"] == "position_zoo"
@@ -160,6 +162,11 @@ def test_the_report_ranks_planted_runs_by_their_extrapolation_past_training_with
     assert bad["rule"]["8x"]["variant"] == "test_yarn" and bad["rule"]["8x"]["chosen_on"] == "selection set"
     assert bad["rule"]["8x"]["mean"] == pytest.approx(0.6)  # the chosen rule's test figure, not the best test one
     assert bad["log_scaled_past_train"]["8x"]["mean"] == pytest.approx(0.05)
+    # effective length (>= 85% of 1x, every shorter length too): good on a stops at 32 at seed 0 (2x: 0.8 < 0.85)
+    # and at 64 at seeds 1 and 2 (2x: 0.9, 1.0; 4x: 0.8 < 0.85); flat stops at 32 (0.6)
+    assert good["effective_length"]["per_seed"] == {"0": 32.0, "1": 64.0, "2": 64.0}
+    assert rows["a"][1]["effective_length"]["mean"] == 32.0
+    assert "effective length (>= 85% of 1x)" in result.report and "| 53 [32, 99] |" in result.report
     assert tables["tasks"]["a"]["baselines"]["8"] == {"chance": 0.5, "constant": 0.65}
     assert tables["tasks"]["a"]["baselines"]["1"] == {"chance": 0.5, "constant": 0.6}
     assert "| constant | 0.600 | 0.650 | 0.650 | 0.650 |" in result.report

@@ -113,7 +113,7 @@ def test_copy_scores_the_separator_and_the_copy_with_the_next_copied_token():
 
 
 def test_associative_recall_answers_each_query_with_its_keys_value():
-    task = make_task("associative_recall", 9)  # keys 0..3, values 4..7 (classes 0..3), blank 8
+    task = make_task("associative_recall", 9, eval_pairs=[])  # keys 0..3, values 4..7 (classes 0..3), blank 8
     tokens = torch.tensor([[1, 6, 3, 4, 8, 3, 8, 1], [2, 7, 0, 7, 0, 8, 2, 8]])
     assert task.targets(tokens).tolist() == [[I, I, I, I, I, 0, I, 2], [I, I, I, I, 3, I, 3, I]]
     assert task.num_classes == 4 and task.num_keys == 4
@@ -292,7 +292,7 @@ def test_unknown_task_lists_every_registered_one():
         ConfigError, match="unknown synthetic task 'kopy'; allowed: lag, seen, copy, associative_recall"
     ):
         SyntheticTask("kopy", 16)
-    assert set(NEW) | {"lag", "seen"} == set(TASKS)
+    assert set(NEW) | {"lag", "seen", "state_tracking"} == set(TASKS)  # state_tracking: test_state_tracking.py
 
 
 # ---- through the real configs -----------------------------------------------------------------------------------
@@ -311,7 +311,9 @@ def test_a_tiny_model_trains_and_evaluates_on_the_composed_task(name, tmp_path):
     assert any(not torch.equal(a, b) for a, b in zip(before, module.parameters()))
     trainer.test(module, datamodule=datamodule, verbose=False)
     assert set(module.figures) == {"32", "64"} and "accuracy_past_train" in module.figures["64"]
-    assert all(0.0 <= value <= 1.0 for row in module.figures.values() for value in row.values())
+    rows = module.figures.values()  # read error is in %; a mix that does not fit a length is NaN
+    fractions = [v for row in rows for k, v in row.items() if not k.startswith("read_error_pct") and v == v]
+    assert all(0.0 <= value <= 1.0 for value in fractions)
 
 
 def test_the_typed_settings_know_every_task_and_each_tasks_own_settings():
