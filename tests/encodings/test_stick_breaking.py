@@ -1,7 +1,9 @@
-"""Stick-breaking attention (issue 38): against fla-core 0.6.0's naive reference (loaded by file path) and the
-paper's product written out as a loop, forward and gradient; the encoding in a model."""
+"""Stick-breaking attention (issue 38): against fla-core 0.6.0's naive reference (loaded by file path), the
+authors' sb_ref and the paper's product written out as a loop, forward and gradient; the encoding in a model."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -27,6 +29,36 @@ def test_stick_breaking_is_flas_naive_reference_forward_and_gradient(attend_curr
     torch.testing.assert_close(mine_left, theirs_left, rtol=1e-5, atol=1e-6)
     cotangent = torch.randn_like(mine)
     grads = [torch.autograd.grad((out * cotangent).sum(), (q, k, v)) for out in (mine, theirs)]
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def sb_ref(q, k, v, mask, cum_weight):
+    """The authors' reference, ``stickbreaking`` of shawntan/stickbreaking-attention ``stickbreaking_attention/
+    sb_ref.py`` (commit ea69b8d), its steps transcribed (its debug print left out): ``[B, H, T, D]``, the hidden
+    keys ``mask`` filled with -1e5 in log space, the breaks after each key summed by a matmul with the strictly
+    lower-triangular ``cum_weight``. Returns (output, remaining stick)."""
+    logits = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    log_z = F.logsigmoid(logits.float()).masked_fill(mask, -1e5)
+    log_beta = F.logsigmoid(-logits.float()).masked_fill(mask, 0)
+    log_att = log_z + torch.einsum("bhij,jk->bhik", log_beta, cum_weight.to(log_beta))
+    att = log_att.exp()
+    return att @ v, 1 - att.sum(dim=-1)
+
+
+@pytest.mark.parametrize("attend_current", [False, True])
+def test_stick_breaking_is_the_authors_sb_ref_forward_and_gradient(attend_current):
+    """As the authors' tests/test_attn.py calls it: mask triu(1) (attend_current) or triu(0), cum_weight tril(-1);
+    both in fp32, so only the order of sums differs (the tolerances)."""
+    q, k, v = (x.requires_grad_() for x in qkv(2, 40, 3, 16, seed=4))
+    T = 40
+    mask = torch.ones(T, T).triu(1 if attend_current else 0).bool()
+    theirs, theirs_left = sb_ref(*(x.transpose(1, 2) for x in (q, k, v)), mask, torch.ones(T, T).tril(-1))
+    mine, mine_left = stick_breaking_attention(q, k, v, attend_current=attend_current)
+    torch.testing.assert_close(mine, theirs.transpose(1, 2), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(mine_left, theirs_left.transpose(1, 2), rtol=1e-5, atol=1e-6)
+    cotangent = torch.randn_like(mine)
+    grads = [torch.autograd.grad((out * cotangent).sum(), (q, k, v)) for out in (mine, theirs.transpose(1, 2))]
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
