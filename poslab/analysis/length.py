@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from poslab.analysis.effective_length import effective_length_over_seeds
 from poslab.analysis.stats import not_separated, over_seeds, rank_intervals, seed_tables
 from poslab.errors import MissingRunError
 from poslab.extension import checked_parent_data
@@ -188,6 +189,9 @@ def row_summary(encoding: str, way: str, runs: list[LengthRun], ranked: list[int
     ratio = {m: {s: v / one_x[s] for s, v in seeds.items()} for m, seeds in bpb.items()}
     score = {r.seed: mean(bpb[m][r.seed] for m in ranked) if ranked else math.nan for r in runs}
     strides = {r.stride for r in runs} if way == "sliding" else {None}
+    train = runs[0].train_length
+    by_length = {r.seed: {m * train: bpb[m][r.seed] for m in multiples} for r in runs}  # seed -> length -> bpb
+    effective = effective_length_over_seeds(by_length, train, higher_is_better=False) if 1 in multiples else None
     return {
         "name": encoding if way == PLAIN else f"{encoding} + {way}",
         "encoding": encoding,
@@ -199,6 +203,8 @@ def row_summary(encoding: str, way: str, runs: list[LengthRun], ranked: list[int
         "ratio_to_1x": {f"{m}x": over_seeds(ratio[m]) for m in multiples},
         "score": over_seeds(score),
         "score_multiples": ranked,
+        # the longest length whose bits/byte stays within 1.05x of 1x's, every length on the way too (None: no 1x)
+        "effective_length": None if effective is None else effective.as_dict(),
     }
 
 

@@ -49,6 +49,10 @@ def sample_line(summary: dict[str, Any]) -> str:
     )
 
 
+#: the effective-context-length column (poslab/analysis/effective_length.py): tokens, mean over seeds [95%]
+EFFECTIVE = "effective length (bpb <= 1.05x 1x's)"
+
+
 def place_cell(row: dict[str, Any]) -> str:
     """``3 [2-5]``: the rank and its interval (from paired differences: it always holds the rank); ``-`` for a row
     that is not ranked (a test-time variant)."""
@@ -64,14 +68,14 @@ def bpb_table(corpus: str, summary: dict[str, Any], ranked: list[int]) -> str:
     rows, multiples = summary["rows"], multiples_of(summary["rows"])
     shared = summary.get("score_multiples", ranked)
     score_header = f"score: mean of {', '.join(f'{m}x' for m in shared)}" if shared else "score: no multiple shared"
-    header = ["rank [95% joint]", "encoding", "stride", *multiples, score_header, "seeds"]
+    header = ["rank [95% joint]", "encoding", "stride", *multiples, score_header, EFFECTIVE, "seeds"]
     table = []
     for row in rows:
         stride = "" if row["way"] != "sliding" else str(row.get("stride"))
         score = Interval.from_dict(row["score"]).cell()
-        table.append(
-            [place_cell(row), row["name"], stride, *interval_cells(row["bpb"], multiples), score, row["seeds"]]
-        )
+        effective = "" if not row.get("effective_length") else Interval.from_dict(row["effective_length"]).cell(0)
+        cells = [*interval_cells(row["bpb"], multiples), score, effective, row["seeds"]]
+        table.append([place_cell(row), row["name"], stride, *cells])
     groups = summary["not_separated"]
     shown = "; ".join(", ".join(group) for group in groups) if groups else "none (every place separated)"
     title = f"### {corpus}: bits per byte (trained at {summary['train_length']} tokens; lower is better)"

@@ -210,3 +210,16 @@ def test_7_the_sample_states_the_bytes_a_run_scored(tmp_path):
     summary = summary_of(tmp_path)
     assert summary["corpora"]["wikitext2"]["sample"]["bytes"] == 29_000
     assert "tokens 16,384 (bytes 29,000)" in length_markdown(summary)
+
+
+def test_the_effective_context_length_is_a_column_with_its_interval(tmp_path):
+    """Issue 38: the longest length whose bits/byte stays within 1.05x of 1x's (every length on the way too)."""
+    planted(tmp_path, "rope", 0, rising(2.0, 0.08))  # 2x 1.04 of 1x, 4x 1.08: 256 tokens
+    planted(tmp_path, "rope", 1, rising(2.0, 0.2))  # 2x 1.10: 128 tokens (the training length)
+    planted(tmp_path, "alibi", 0, rising(2.0, 0.0))
+    planted(tmp_path, "alibi", 1, rising(2.0, 0.0))  # flat: every length, 2,048 (degenerate: said so)
+    summary = summary_of(tmp_path)
+    rows = {row["name"]: row for row in summary["corpora"]["wikitext2"]["rows"]}
+    assert rows["rope"]["effective_length"]["mean"] == 192 and rows["alibi"]["effective_length"]["mean"] == 2048
+    text = length_markdown(summary)
+    assert "effective length (bpb <= 1.05x 1x's)" in text and "| 2048 [degenerate: all 2 seeds equal] |" in text
