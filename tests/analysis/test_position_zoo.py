@@ -15,7 +15,9 @@ from poslab.cli import main
 from poslab.settings import SYNTHETIC_TASKS
 from tests.conftest import CONF, ROOT, GlobalHydra, compose, initialize_config_dir, run_train
 
-ENCODINGS = sorted(p.stem for p in (CONF / "encoding").glob("*.yaml"))
+#: encodings not (yet) in the zoos (issue 38, the second frontier batch: the lead adds them with their rerun)
+NOT_IN_ZOOS = {"dape", "fope", "bipe"}
+ENCODINGS = sorted(p.stem for p in (CONF / "encoding").glob("*.yaml") if p.stem not in NOT_IN_ZOOS)
 
 
 def zoo_params() -> dict[str, list[str]]:
