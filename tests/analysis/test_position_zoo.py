@@ -15,6 +15,7 @@ from poslab.cli import main
 from poslab.settings import SYNTHETIC_TASKS
 from tests.conftest import CONF, ROOT, GlobalHydra, compose, initialize_config_dir, run_train
 
+#: encodings not (yet) in the zoos (issue 38, the second frontier batch: the lead adds them with their rerun)
 ENCODINGS = sorted(p.stem for p in (CONF / "encoding").glob("*.yaml"))
 
 

@@ -62,3 +62,37 @@ def test_the_encoding_trains():
     tokens = torch.randint(0, 16, (3, 20))
     F.cross_entropy(model(tokens[:, :-1]).logits.reshape(-1, 16), tokens[:, 1:].reshape(-1)).backward()
     assert model.blocks[1].attn.qkv.weight.grad.abs().sum() > 0
+
+
+def pseudocode_torch(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """The paper's Figure 2 in torch, line for line (q, k [B, H, T, d]): the attention weights, differentiable."""
+    n, dk = q.shape[-2], q.shape[-1]
+    causal_mask = torch.ones(n, n, dtype=torch.bool).tril()
+    attn_logits = torch.einsum("bhnd,bhmd->bhnm", q, k) / np.sqrt(dk)
+    attn_logits = torch.where(causal_mask, attn_logits, float("-inf"))
+    S = attn_logits[:, 0]  # Only head 0
+    S = F.relu(S)  # Only positive selection
+    S = S.clone()
+    S[..., 0] = 0  # Do not mask <BOS>
+    S = (1 - torch.eye(n, dtype=q.dtype)) * S  # Do not mask self
+    S = torch.roll(S, 1, -2)  # Mask strictly in the future
+    S[..., 0, :] = 0
+    F_ = torch.cumsum(S, dim=-2)  # Accumulate
+    attn_logits = attn_logits - F_[:, None]
+    return attn_logits.softmax(-1)
+
+
+def test_the_term_gives_the_papers_weights_and_gradients_in_torch():
+    generator = torch.Generator().manual_seed(3)
+    q, k = (torch.randn(2, 3, 10, 8, generator=generator, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    causal = torch.ones(10, 10, dtype=torch.bool).tril()
+    scores = (q @ k.transpose(-2, -1)) / np.sqrt(8) + selection_term(q, k)
+    mine = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+    reference = pseudocode_torch(q, k)
+    # the term is computed in fp32 (selection_term casts): fp32 tolerances
+    torch.testing.assert_close(mine, reference, rtol=1e-5, atol=1e-6)
+    weights = torch.randn(mine.shape, generator=generator, dtype=torch.float64)
+    mine_grads = torch.autograd.grad((mine * weights).sum(), (q, k))
+    reference_grads = torch.autograd.grad((reference * weights).sum(), (q, k))
+    for a, b in zip(mine_grads, reference_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -72,6 +72,7 @@ ROTARY = {  # each rotary encoding, with settings that fit the tiny model and ta
     "cope": {"inner": "rope"},
     "forget_gate": {"inner": "rope"},
     "selective": {"inner": "rope"},
+    "bipe": {},  # inter: rope, rotated by the sentence index
     "rope_nope_mix": {"nope_every": 2},  # the second layer NoPE
     "randomized_rope": {"max_position": 256, "eval_draws": 1},
     "increments_shared": {},
