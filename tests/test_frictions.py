@@ -1,0 +1,73 @@
+"""Small frictions a new user hit (issue 39, item 3; docs/frictions.md): each one a clear message or a fix."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from poslab.datamodules.corpora import SourceGroup, check_local_corpus, local_pattern, resolve_group
+from poslab.datamodules.corpora.writer import describe_splits
+from poslab.encodings.rope_scaling import MAX_SCALING_FACTOR, validate_scaling
+from poslab.errors import ConfigError
+
+
+def test_corpus_path_expands_home_and_environment_variables(tmp_path, monkeypatch):
+    (tmp_path / "book.txt").write_text("one document\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("POSLAB_DATA", str(tmp_path))
+    assert local_pattern("~/book.txt", "text") == str(tmp_path / "book.txt")
+    assert local_pattern("$POSLAB_DATA/book.txt", "text") == str(tmp_path / "book.txt")
+    assert local_pattern("${POSLAB_DATA}/book.txt", "text") == str(tmp_path / "book.txt")
+    check_local_corpus({"path": "$POSLAB_DATA/book.txt", "format": "text", "segmentation": None})
+
+
+def test_a_folder_of_extensionless_files_is_read_as_text(tmp_path):
+    folder = tmp_path / "letters"
+    folder.mkdir()
+    (folder / "README").write_text("first letter\n")
+    (folder / "NOTES").write_text("second letter\n")
+    (folder / "skip.jsonl").write_text('{"text": "not text"}\n')
+    check_local_corpus({"path": str(folder), "format": "text", "segmentation": None})
+    group = SourceGroup.from_config(
+        "main", {"local": [{"pattern": local_pattern(str(folder), "text"), "format": "text", "extensionless": True}]}
+    )
+    files = [path.name for _, path in resolve_group("local", group, tmp_path, "strict").files]
+    assert files == ["NOTES", "README"]
+    # other formats keep their one extension: a folder of extensionless files under jsonl still matches nothing
+    with pytest.raises(ConfigError, match=r"matches nothing"):
+        check_local_corpus({"path": str(tmp_path / "letters" / "NOTES.nothing"), "format": "jsonl"})
+
+
+def test_a_file_reached_twice_is_read_once_with_a_warning(tmp_path, caplog):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.txt").write_text("a document\n")
+    (tmp_path / "data" / "link.txt").symlink_to(tmp_path / "data" / "a.txt")
+    sources = [{"pattern": "data/*.txt", "format": "text"}, {"pattern": "data/a.txt", "format": "text"}]
+    group = SourceGroup.from_config("main", {"local": sources})
+    with caplog.at_level(logging.WARNING):
+        files = resolve_group("local", group, tmp_path, "strict").files
+    assert [path.name for _, path in files] == ["a.txt"]
+    assert "a.txt" in caplog.text and "twice" in caplog.text
+
+
+def test_an_empty_split_is_described_in_words_not_a_dict():
+    text = describe_splits({"train": {"documents": 1, "tokens": 12}, "validation": {"documents": 0, "tokens": 0}})
+    assert text == "train: 1 document, 12 tokens; validation: 0 documents, 0 tokens"
+    assert "{" not in text
+
+
+@pytest.mark.parametrize("rule", ["linear", "ntk", "yarn", "llama3"])
+@pytest.mark.parametrize("factor", [1e9, float("inf"), 0.5, "eight"])
+def test_scaling_factors_are_bounded(rule, factor):
+    settings = {"scaling": rule, "scaling_factor": factor, "original_length": 128, "test_scaling": "none"}
+    with pytest.raises(ConfigError, match=rf"encoding.scaling_factor=.*{int(MAX_SCALING_FACTOR)}"):
+        validate_scaling(settings)
+    validate_scaling({**settings, "scaling_factor": 8})
+
+
+def test_yarn_betas_must_be_numbers_in_order():
+    base = {"scaling": "yarn", "scaling_factor": 4, "original_length": 128, "test_scaling": "none"}
+    for bad in ({"beta_slow": -1}, {"beta_fast": 1, "beta_slow": 32}):
+        with pytest.raises(ConfigError, match=r"encoding.beta_"):
+            validate_scaling({**base, **bad})
