@@ -71,3 +71,46 @@ def test_yarn_betas_must_be_numbers_in_order():
     for bad in ({"beta_slow": -1}, {"beta_fast": 1, "beta_slow": 32}):
         with pytest.raises(ConfigError, match=r"encoding.beta_"):
             validate_scaling({**base, **bad})
+
+
+def test_an_unquoted_tilde_on_the_command_line_says_how_to_quote_it():
+    from poslab.precheck import parse
+
+    with pytest.raises(ConfigError, match=r"""corpus\.path=~/x: .*'~' only quoted; give 'corpus\.path="~/x"'"""):
+        parse(["corpus=local", "corpus.path=~/x"])
+    assert parse(['corpus.path="~/x"'])[0].value() == "~/x"  # what the message says parses, and is expanded later
+
+
+def test_a_lock_file_is_removed_and_never_held_twice(tmp_path):
+    import threading
+    import time
+
+    from poslab.datamodules.locking import removed_lock
+
+    lock, holders, most = tmp_path / "x.lock", [], []
+
+    def hold(pause: float) -> None:
+        with removed_lock(lock):
+            holders.append(1)
+            most.append(len(holders))
+            time.sleep(pause)
+            holders.pop()
+
+    threads = [threading.Thread(target=hold, args=(0.02 * (i % 3),)) for i in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert len(most) == 12 and max(most) == 1  # all went through, one at a time, files removed between them
+    assert not lock.exists()
+
+
+def test_preparing_a_corpus_leaves_no_lock_file(tmp_path):
+    from poslab.datamodules.corpora import prepare_corpus
+
+    (tmp_path / "data").mkdir()
+    for i in range(4):
+        (tmp_path / "data" / f"d{i}.txt").write_text(f"document {i} " * 40 + "\n")
+    corpus = {"name": "tiny", "groups": {"main": {"local": [{"pattern": "data/*.txt", "format": "text"}]}}}
+    prepare_corpus(corpus, tmp_path, tmp_path / "cache")
+    assert not list((tmp_path / "cache").glob("**/*.lock"))
