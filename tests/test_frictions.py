@@ -114,3 +114,17 @@ def test_preparing_a_corpus_leaves_no_lock_file(tmp_path):
     corpus = {"name": "tiny", "groups": {"main": {"local": [{"pattern": "data/*.txt", "format": "text"}]}}}
     prepare_corpus(corpus, tmp_path, tmp_path / "cache")
     assert not list((tmp_path / "cache").glob("**/*.lock"))
+
+
+def test_a_tiny_held_out_sample_is_said_in_a_note():
+    from poslab.datamodules.held_out import EvaluationPlan
+    from poslab.datamodules.language import MIN_WINDOWS, small_sample_note
+
+    tiny = EvaluationPlan(train_length=128, lengths=[128], span=128, groups=["main"], token_budget=128)
+    note = small_sample_note(tiny, 3000)  # 3000 held-out tokens: 23 windows at 128, enough
+    assert note is None
+    note = small_sample_note(tiny, 150)
+    assert note is not None and "150 tokens, scored as 1 window of 128 tokens" in note
+    assert f"fewer than {MIN_WINDOWS}" in note
+    # a short sample asked for (val_windows=1) from enough held-out text is no note
+    assert small_sample_note(tiny, 128 * MIN_WINDOWS + 1) is None
