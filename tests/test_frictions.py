@@ -128,3 +128,16 @@ def test_a_tiny_held_out_sample_is_said_in_a_note():
     assert f"fewer than {MIN_WINDOWS}" in note
     # a short sample asked for (val_windows=1) from enough held-out text is no note
     assert small_sample_note(tiny, 128 * MIN_WINDOWS + 1) is None
+
+
+def test_a_list_setting_of_the_wrong_length_is_refused_up_front():
+    import typing
+
+    from poslab.settings import OptimizerSettings, check_value, value_fits
+
+    betas = typing.get_type_hints(OptimizerSettings, include_extras=True)["betas"]
+    with pytest.raises(ConfigError, match=r"optimizer\.betas=\[0\.9\] is not allowed.*exactly 2 long"):
+        check_value("optimizer.betas", [0.9], betas)
+    with pytest.raises(ConfigError, match=r"optimizer\.betas=\[0\.9, 'a'\]"):
+        check_value("optimizer.betas", [0.9, "a"], betas)
+    assert value_fits([0.9, 0.99], betas) and value_fits(None, betas)
