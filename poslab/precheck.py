@@ -52,6 +52,11 @@ def parse(overrides: list[str]) -> list[Any]:
                     f"{line}: Hydra's command line takes characters outside ASCII only quoted; give "
                     f"{key}='{value}' (in a shell: \"{key}='{value}'\")."
                 ) from None
+            if equals and "~" in value and value[:1] not in ("'", '"'):  # Hydra's grammar has no bare ~
+                raise ConfigError(
+                    f"{line}: Hydra's command line takes '~' only quoted; give '{key}=\"{value}\"' (quoted so "
+                    f"for the shell too; poslab expands ~ and $VAR in path settings itself)."
+                ) from None
         raise ConfigError(f"the command line does not parse: {str(error).splitlines()[0]}") from None
 
 

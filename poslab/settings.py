@@ -103,6 +103,20 @@ class Bound:
         return f"{COMPARISONS[self.comparison][0]} {shown}"
 
 
+@dataclass(frozen=True)
+class Length:
+    """A list setting's exact length, in ``Annotated[list[float], Length(2)]`` (AdamW's two betas): a list of
+    another length is refused before anything runs, not deep in torch."""
+
+    n: int
+
+    def holds(self, value: Any) -> bool:
+        return len(value) == self.n
+
+    def __str__(self) -> str:
+        return f"exactly {self.n} long"
+
+
 Count = Annotated[int, Bound(">=", 1)]  # sizes, steps, lengths: no zero, no negatives
 NonNegative = Annotated[int, Bound(">=", 0)]
 PositiveFloat = Annotated[float, Bound(">", 0)]
@@ -145,7 +159,8 @@ class TrainerSettings:
 class OptimizerSettings:
     lr: Annotated[float, Bound(">=", 0)]  # 0: the weights stay as they are (evaluation-only runs, tests)
     weight_decay: Annotated[float, Bound(">=", 0)]
-    betas: list[Annotated[float, Bound(">=", 0), Bound("<", 1)]] | None  # null: PyTorch's AdamW betas
+    # null: PyTorch's AdamW betas
+    betas: Annotated[list[Annotated[float, Bound(">=", 0), Bound("<", 1)]], Length(2)] | None
     eps: PositiveFloat
     schedule: Literal[SCHEDULES]
     warmup_steps: NonNegative
@@ -340,7 +355,8 @@ def describe(annotation: Any) -> str:
         return "one of " + ", ".join(dict.fromkeys(str(a) for a in typing.get_args(base)))
     if origin is list:
         (item,) = typing.get_args(base) or (Any,)
-        return f"a list of {describe(item).removeprefix('a ').removeprefix('an ')}s" if item is not Any else "a list"
+        listed = f"a list of {describe(item).removeprefix('a ').removeprefix('an ')}s" if item is not Any else "a list"
+        return listed + "".join(f", {bound}" for bound in bounds)
     words = {int: "a whole number", float: "a number", bool: "true or false", str: "a string"}.get(base, "a value")
     return words + (", " + " and ".join(map(str, bounds)) if bounds else "")
 
@@ -348,7 +364,7 @@ def describe(annotation: Any) -> str:
 def unannotated(annotation: Any) -> tuple[Any, list[Any]]:
     if typing.get_origin(annotation) is Annotated:
         base, *extras = typing.get_args(annotation)
-        return base, [e for e in extras if isinstance(e, Bound)]
+        return base, [e for e in extras if isinstance(e, (Bound, Length))]
     return annotation, []
 
 
@@ -366,7 +382,8 @@ def value_fits(value: Any, annotation: Any) -> bool:
         return value in typing.get_args(base) and not isinstance(value, bool)
     if origin is list:
         (item,) = typing.get_args(base) or (Any,)
-        return isinstance(value, (list, tuple, ListConfig)) and all(value_fits(v, item) for v in value)
+        fits = isinstance(value, (list, tuple, ListConfig)) and all(value_fits(v, item) for v in value)
+        return fits and all(bound.holds(value) for bound in bounds)
     if base is bool:
         return isinstance(value, bool)
     if base is int:

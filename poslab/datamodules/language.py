@@ -81,6 +81,26 @@ def stack(windows: list[dict[str, Tensor]]) -> dict[str, Tensor]:
     return {key: torch.stack([w[key] for w in windows]) for key in windows[0]}
 
 
+#: fewer windows than this at the context length: the figures are one or a few windows' loss, said in a note
+#: (train.log and results.json's data_notes); the run goes on (a smoke test on a small file is legitimate)
+MIN_WINDOWS = 8
+
+
+def small_sample_note(plan: EvaluationPlan, held_out: int) -> str | None:
+    """A note when the shortest validation split (``held_out`` tokens) holds fewer than ``MIN_WINDOWS`` windows
+    at the context length: the corpus is too small for a steady figure, whatever the evaluation asked for (a
+    short sample asked for on purpose, ``val_windows``, is no note)."""
+    length = plan.lengths[0]
+    windows = (held_out - 1) // length  # whole windows of the context (and their token of context) it holds
+    if windows >= MIN_WINDOWS:
+        return None
+    return (
+        f"the held-out text is {held_out} tokens, scored as {windows} window{'s' if windows != 1 else ''} of "
+        f"{length} tokens at the context length, fewer than {MIN_WINDOWS}, so the figures are noisy; give a larger "
+        f"corpus or a larger corpus.validation_fraction."
+    )
+
+
 class TrainingWindows(IterableDataset):
     def __init__(
         self, groups: list[PreparedGroup], batch_size: int, context_length: int, seed: int,
@@ -302,20 +322,24 @@ class LanguageModelDataModule(L.LightningDataModule):
         }
 
     def evaluation_notes(self) -> list[str]:
-        """One line when the held-out text was too short for some of the default evaluation lengths, and one per
-        group that ``task.eval_tokens`` subsamples (a remainder shorter than the lengths' lcm, left out of nearly
-        every run, is logged and in results.json's ``evaluation.notes``, not a data note)."""
+        """One line when the held-out text was too short for some of the default evaluation lengths, one per group
+        that ``task.eval_tokens`` subsamples (a remainder shorter than the lengths' lcm, left out of nearly every run,
+        is logged and in results.json's ``evaluation.notes``, not a data note), and one when it holds fewer than
+        ``MIN_WINDOWS`` windows at the context (``small_sample_note``)."""
         plan = self.evaluation
         if plan is None:
             return []
         capped = [note for note in plan.notes if note.startswith("a subsample")]
-        if not plan.left_out:
-            return capped
         shortest = min(len(g.splits["validation"]) for g in self.groups)
-        return [*capped,
+        small = small_sample_note(plan, shortest)
+        if not plan.left_out:
+            return [*capped, *([small] if small else [])]
+        return [
+            *capped,
             f"evaluated at lengths {', '.join(map(str, plan.lengths))} only: the default's "
             f"{', '.join(map(str, plan.left_out))} need more held-out tokens than the shortest validation split "
-            f"holds ({shortest}); raise corpus.validation_fraction or give task.eval_lengths."
+            f"holds ({shortest}); raise corpus.validation_fraction or give task.eval_lengths.",
+            *([small] if small else []),
         ]
 
     @property

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from filelock import FileLock
 
 from poslab.datamodules.codec import BYTE_VOCAB, SEPARATOR, decode_text, encode_bytes, utf8_lengths
+from poslab.datamodules.locking import removed_lock
 from poslab.errors import ConfigError
 from poslab.settings import TOKENIZERS, corpus_setting
 
@@ -163,7 +163,7 @@ def load_tokenizer(corpus: dict[str, Any], cache_dir: Path, fingerprint: list[An
     key = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
     path = cache_dir / "tokenizers" / f"{corpus['name']}-bpe{vocab_size}-{key}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
+    with removed_lock(str(path) + ".lock"):
         if not path.is_file():
             train_bpe(training_texts(), vocab_size, path)
     return BpeTokenizer(path)

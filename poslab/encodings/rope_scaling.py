@@ -185,8 +185,21 @@ def keep_fraction(inv_freq: Tensor, fraction: float) -> Tensor:
     return out
 
 
+#: the largest scaling factor taken: ``transformers`` (``_validate_*_rope_parameters``) asks only ``factor >= 1``;
+#: published uses stay far below (Llama 3.1: 8, YaRN: up to 32, LongRoPE: 128), and past this the rules divide
+#: frequencies below float32's resolution (a factor of 1e9 was accepted and silently trained on noise)
+MAX_SCALING_FACTOR = 1024.0
+
+
 def check_factor(settings: dict[str, Any], rule: str) -> None:
-    check_number("encoding.scaling_factor", settings["scaling_factor"], at_least=1.0)
+    value = settings["scaling_factor"]
+    number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    if not (1.0 <= number <= MAX_SCALING_FACTOR):  # NaN fails both
+        raise ConfigError(
+            f"encoding.scaling_factor={value!r} for the {rule} rule must be a number of at least 1 and at most "
+            f"{MAX_SCALING_FACTOR:g} (the target length over the training length; transformers asks factor >= 1, "
+            f"and published uses stay below 128)."
+        )
 
 
 def check_original(settings: dict[str, Any], rule: str) -> None:

@@ -77,7 +77,8 @@ def test_include_tests_with_a_latin1_test_module_under_replace_is_counted_once_a
     assert "test split" not in console
     (results_path,) = (tmp_path / "logs" / "runs").glob("*/results.json")
     results = json.loads(results_path.read_text())
-    assert results["status"] == "success" and results["data_notes"] == []
+    notes = [n for n in results["data_notes"] if not n.startswith("the held-out text is")]  # a tiny corpus
+    assert results["status"] == "success" and notes == []
     sources = results["sources"]["main"]
     assert sources["files"] == 11 and sources["test_files_trained_on"] == []  # test/ is read: include_tests
     assert sources["empty_files"] == 1  # empty.py: counted (and logged)

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from filelock import FileLock
 
 from poslab.datamodules.corpora.coordinates import BOUNDARY_ARRAYS, Coordinate, PreparedGroup, PreparedSplit
 from poslab.datamodules.corpora.documents import SPLIT_RULE
@@ -28,6 +27,7 @@ from poslab.datamodules.corpora.provenance import named_files
 from poslab.datamodules.corpora.resolution import ResolvedGroup, resolve_corpus
 from poslab.datamodules.corpora.sources import SPLITS
 from poslab.datamodules.corpora.writer import CHECKSUM, _array_files, _digest, _write_group, log_empty
+from poslab.datamodules.locking import removed_lock
 from poslab.datamodules.tokenization import BpeTokenizer, Tokenizer, load_tokenizer
 from poslab.errors import ConfigError, DataError
 from poslab.settings import with_corpus_defaults
@@ -82,7 +82,7 @@ def prepare_group(
     final = cache_dir / f"{corpus}-{group.name}-{key}"
     cache_dir.mkdir(parents=True, exist_ok=True)
     # checked, moved aside and written under the lock: no process reads a directory another is replacing
-    with FileLock(str(final) + ".lock"):
+    with removed_lock(str(final) + ".lock"):
         _remove_stale_temporaries(final)
         prepared = None
         if final.exists():

@@ -29,7 +29,8 @@ LOCAL_SUFFIX = {"text": "txt", "jsonl": "jsonl", "wikitext": "raw", "python": "p
 def _absolute(path: str) -> str:
     # relative to the current directory, as the user typed it; absolute in the saved config, so an analysis run
     # from elsewhere reads the same files
-    return os.path.abspath(os.path.expanduser(path))
+    # (``~`` and ``$VAR``/``${VAR}`` expanded: a path setting reads as it would in a shell)
+    return os.path.abspath(os.path.expandvars(os.path.expanduser(path)))
 
 
 def local_pattern(path: str | None, format: str | None) -> str | None:
@@ -79,10 +80,11 @@ def check_local_corpus(corpus: dict[str, Any]) -> None:
     if style is not None and style not in STYLES:
         raise ConfigError(f"corpus.segmentation={style!r} is not a segmentation style; allowed: {', '.join(STYLES)}.")
     pattern = local_pattern(path, kind)
-    files = LocalSource(pattern, format=kind).files(Path("."))
+    files = LocalSource(pattern, format=kind, extensionless=True).files(Path("."))
     if not files:
         directory = pattern != _absolute(str(path))
         what = f"no .{LOCAL_SUFFIX[kind]} file below it" if directory else "no file"
+        what += " nor a file without an extension" if directory and kind == "text" else ""
         others = _other_formats(Path(_absolute(str(path))), kind) if directory else ""
         raise ConfigError(
             f"corpus.path={path} matches nothing ({what}; corpus.format={kind})"

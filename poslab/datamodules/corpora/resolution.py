@@ -4,6 +4,7 @@ documents with the split each belongs to (``ResolvedGroup.documents``, the one p
 from __future__ import annotations
 
 import hashlib
+import logging
 import platform
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ from poslab.datamodules.corpora.provenance import LISTED_FILES, file_sha256, is_
 from poslab.datamodules.corpora.sources import STDLIB, LocalSource, SourceGroup, format_mismatch, hub_is_offline
 from poslab.errors import ConfigError
 from poslab.settings import FORMATS, with_corpus_defaults
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -136,8 +139,25 @@ class ResolvedGroup:
             yield CorpusDocument(tail.split, last + 1, tail.style, tail.text)
 
 
+def unique_files(corpus: str, files: list[tuple[LocalSource, Path]]) -> list[tuple[LocalSource, Path]]:
+    """Each file once, by its real path (a symlink, or a pattern and a folder both matching it, would read it
+    twice and weigh it double), with a warning naming it: the first source that reaches it keeps it."""
+    seen: dict[Path, Path] = {}
+    kept = []
+    for source, path in files:
+        real = path.resolve()
+        if real in seen:
+            log.warning(
+                "corpus %r: %s is reached twice (as %s and as %s); it is read once", corpus, real, seen[real], path
+            )
+            continue
+        seen[real] = path
+        kept.append((source, path))
+    return kept
+
+
 def resolve_group(corpus: str, group: SourceGroup, data_dir: Path, decode_errors: str) -> ResolvedGroup:
-    files = [(source, path) for source in group.local for path in source.files(data_dir)]
+    files = unique_files(corpus, [(source, path) for source in group.local for path in source.files(data_dir)])
     for source, path in files:
         wrong = format_mismatch(source.format, path)
         if wrong is not None:

@@ -54,6 +54,9 @@ class LocalSource:
     segmentation: str | None = None  # paragraph/sentence style (segmentation.STYLES); None: by format
     exclude: list[str] = dataclass_field(default_factory=list)  # directory names (shell patterns) to skip
     include_tests: bool = True  # False: skip test packages (TEST_PACKAGES directories)
+    # text in a directory (a pattern ending */*.txt): files without an extension are text too (README, LICENSE,
+    # a folder of letters); corpus=local sets it, named corpora list their files exactly
+    extensionless: bool = False
 
     def segmentation_style(self, path: Path) -> str:
         return self.segmentation or DEFAULT_SEGMENTATION[self.file_format(path)]
@@ -67,8 +70,11 @@ class LocalSource:
         pattern = self.pattern.replace(STDLIB, sysconfig.get_paths()["stdlib"])
         full = Path(pattern) if Path(pattern).is_absolute() else data_dir / pattern
         root, excluded = glob_root(str(full)), self.excluded
+        names = glob.glob(str(full), recursive=True)
+        if self.extensionless and self.format == "text" and str(full).endswith("*.txt"):
+            names += [n for n in glob.glob(str(full)[: -len(".txt")], recursive=True) if not Path(n).suffix]
         files = []
-        for name in glob.glob(str(full), recursive=True):
+        for name in names:
             path = Path(name)
             folders = path.parent.relative_to(root).parts if path.parent.is_relative_to(root) else ()
             if path.is_file() and not any(fnmatch.fnmatch(part, ex) for part in folders for ex in excluded):

@@ -204,11 +204,22 @@ def _write_into(
     if empty:
         raise ConfigError(
             f"corpus {settings['corpus']!r}, group {settings['group']!r}: the {empty[0]} split is empty "
-            f"({meta['splits']}); give more documents (a text file is one document unless corpus.document_start "
-            f"splits it) or a larger corpus.validation_fraction."
+            f"({describe_splits(meta['splits'])}); give more documents (a text file is one document unless "
+            f"corpus.document_start splits it) or a larger corpus.validation_fraction."
         )
     (tmp / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
     os.replace(tmp, final)  # atomic: readers see no cache or a complete one (final is absent: see prepare_group)
+
+
+def describe_splits(splits: dict[str, dict[str, int]]) -> str:
+    """``train: 1 document, 12 tokens; validation: 0 documents, 0 tokens`` (meta.json's ``splits``, in words)."""
+
+    def plural(n: int, word: str) -> str:
+        return f"{n} {word}{'' if n == 1 else 's'}"
+
+    return "; ".join(
+        f"{split}: {plural(c['documents'], 'document')}, {plural(c['tokens'], 'token')}" for split, c in splits.items()
+    )
 
 
 def _split_record(plan: SplitPlan | None, fraction: float, splits: dict[str, dict[str, int]]) -> dict[str, Any]:
