@@ -42,7 +42,14 @@ from typing import Any
 import numpy as np
 
 from poslab.analysis.effective_length import effective_length_over_seeds
-from poslab.analysis.stats import not_separated, over_seeds, rank_intervals, seed_tables
+from poslab.analysis.stats import (
+    crossed_interval,
+    linearised_ratio,
+    not_separated,
+    over_seeds,
+    rank_intervals,
+    seed_tables,
+)
 from poslab.errors import MissingRunError
 from poslab.extension import checked_parent_data
 from poslab.runs.files import RESULTS_FILE
@@ -175,6 +182,34 @@ def keep_data_versions_apart(runs: list[LengthRun]) -> list[str]:
 
 
 # ---- the bits-per-byte table ---------------------------------------------------------------------------------------
+def document_sums(run: LengthRun, way: str, length: int) -> tuple[list[float], list[float]] | None:
+    """One run's test documents at ``length`` in ``way``: (loss in bits, bytes) per document, every group's in
+    group order (results.json's ``held_out.documents``); None for a run without them (written before issue 37)."""
+    documents = (run.result.get("held_out") or {}).get("documents") or {}
+    losses: list[float] = []
+    sizes: list[float] = []
+    for group in documents.values():
+        at = (group.get("by_length") or {}).get(str(length))
+        loss = None if at is None else (at.get("loss") or {}).get(way)
+        if loss is None:
+            return None
+        test = [not chosen for chosen in group.get("selection") or [0] * len(loss)]
+        losses += [nats / math.log(2) for nats, keep in zip(loss, test) if keep]
+        sizes += [float(b) for b, keep in zip(at["bytes"], test) if keep]
+    return (losses, sizes) if losses and sum(sizes) > 0 else None
+
+
+def over_seeds_and_documents(runs: list[LengthRun], way: str, multiple: int) -> dict[str, Any] | None:
+    """A row's bits/byte at ``multiple`` on the test documents with its interval over seeds and documents
+    (``stats.crossed_interval`` of the byte-weighted ratio, linearised): None unless every seed recorded the same
+    test documents (the same bytes) in that way."""
+    tables = [document_sums(r, way, multiple * r.train_length) for r in runs]
+    if len(runs) < 2 or any(t is None for t in tables) or len({tuple(t[1]) for t in tables}) != 1:
+        return None
+    losses, sizes = np.array([t[0] for t in tables]), np.array(tables[0][1])
+    return crossed_interval(linearised_ratio(losses, sizes)).as_dict()
+
+
 def row_multiples(way: str, runs: list[LengthRun]) -> set[int]:
     """The multiples every seed of a row was evaluated at."""
     return set.intersection(*(set(r.bpb.get(way, {})) for r in runs)) if runs else set()
@@ -203,6 +238,8 @@ def row_summary(encoding: str, way: str, runs: list[LengthRun], ranked: list[int
         "ratio_to_1x": {f"{m}x": over_seeds(ratio[m]) for m in multiples},
         "score": over_seeds(score),
         "score_multiples": ranked,
+        # on the test documents, with the interval over seeds and documents (runs that recorded them)
+        "bpb_documents": {f"{m}x": c for m in multiples if (c := over_seeds_and_documents(runs, way, m))},
         # the longest length whose bits/byte stays within 1.05x of 1x's, every length on the way too (None: no 1x)
         "effective_length": None if effective is None else effective.as_dict(),
     }

@@ -91,6 +91,25 @@ def bpb_table(corpus: str, summary: dict[str, Any], ranked: list[int]) -> str:
     return "\n".join([title, "", sample_line(summary), "", markdown_table(header, table), "", ranks])
 
 
+def documents_table(corpus: str, summary: dict[str, Any]) -> str:
+    """Bits per byte on the test documents with the interval over seeds *and* documents (``crossed_interval``),
+    for the rows whose runs recorded per-document sums; empty when none did (runs before issue 37)."""
+    rows = [row for row in summary["rows"] if row.get("bpb_documents")]
+    if not rows:
+        return ""
+    multiples = multiples_of([{"bpb": row["bpb_documents"]} for row in rows])
+    cells = lambda row: [Interval.from_dict(row["bpb_documents"][m]).cell() if m in row["bpb_documents"] else ""  # noqa: E731
+                         for m in multiples]  # fmt: skip
+    first = next(iter(rows[0]["bpb_documents"].values()))
+    title = (
+        f"### {corpus}: bits per byte on the test documents ({first['documents']} documents), 95% interval over "
+        "seeds and documents (stats.crossed_interval)"
+    )
+    return "\n".join(
+        [title, "", markdown_table(["encoding", *multiples], [[row["name"], *cells(row)] for row in rows])]
+    )
+
+
 def ratio_table(corpus: str, summary: dict[str, Any]) -> str:
     """Each row's bits per byte over its encoding's plain model at 1x, per seed then over seeds."""
     rows, multiples = summary["rows"], multiples_of(summary["rows"])
@@ -154,7 +173,9 @@ def length_markdown(summary: dict[str, Any]) -> str:
     ranked = summary["ranked_multiples"]
     parts = []
     for corpus, part in summary["corpora"].items():
-        parts += [bpb_table(corpus, part, ranked), ratio_table(corpus, part)]
+        parts += [bpb_table(corpus, part, ranked)]
+        parts += [table for table in (documents_table(corpus, part),) if table]
+        parts += [ratio_table(corpus, part)]
         tables = [extension_table(corpus, part), passkey_table(corpus, part), cost_table(corpus, part)]
         parts += [table for table in tables if table]
     notes = summary.get("notes") or []

@@ -223,3 +223,36 @@ def test_the_effective_context_length_is_a_column_with_its_interval(tmp_path):
     assert rows["rope"]["effective_length"]["mean"] == 192 and rows["alibi"]["effective_length"]["mean"] == 2048
     text = length_markdown(summary)
     assert "effective length (bpb <= 1.05x 1x's)" in text and "| 2048 [degenerate: all 2 seeds equal] |" in text
+
+
+def with_documents(run_dir: Path, loss_bits: list[list[float]], sizes: list[int], selection: list[int]) -> None:
+    """Add results.json's ``held_out.documents`` to a planted run: per length, each document's summed loss (nats)
+    and bytes (one group), the selection documents marked."""
+    path = run_dir / "results.json"
+    result = json.loads(path.read_text())
+    by_length = {
+        str(length): {"tokens": sizes, "bytes": sizes, "loss": {"plain": [b * np.log(2) for b in bits]}}
+        for length, bits in zip(LENGTHS, loss_bits)
+    }
+    result["held_out"] = {"documents": {"main": {"selection": selection, "by_length": by_length}}}
+    path.write_text(json.dumps(result))
+
+
+def test_text_figures_get_an_interval_over_seeds_and_documents(tmp_path):
+    """Issue 37, item 4: with per-document sums, the test documents' bits/byte and its crossed interval."""
+    rng = np.random.default_rng(0)
+    sizes = np.array([int(s) for s in rng.integers(500, 5000, size=12)])
+    selection = [1, 0] * 6  # documents 1, 3, ... are test
+    test = np.array(selection) == 0
+    per_seed = []
+    for seed in (0, 1, 2):
+        run = planted(tmp_path, "rope", seed, rising(2.0, 0.1))
+        rate = 2.0 + rng.normal(0, 0.2, size=12) + 0.02 * seed
+        with_documents(run, [list(rate * sizes * (1 + 0.05 * i)) for i in range(5)], sizes.tolist(), selection)
+        per_seed.append((rate * sizes)[test].sum() / sizes[test].sum())  # the seed's test bits/byte at 1x
+    summary = summary_of(tmp_path)
+    one_x = summary["corpora"]["wikitext2"]["rows"][0]["bpb_documents"]["1x"]
+    assert one_x["documents"] == 6 and one_x["seeds"] == 3
+    assert one_x["mean"] == pytest.approx(np.mean(per_seed), rel=1e-9)  # byte-weighted, test documents only
+    assert one_x["low"] < one_x["mean"] < one_x["high"] and one_x["document_term"] > 0 and one_x["seed_term"] > 0
+    assert "interval over seeds and documents" in length_markdown(summary)
