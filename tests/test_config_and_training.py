@@ -157,7 +157,7 @@ def test_learned_rows_past_the_training_length_are_unchanged_by_training(tmp_pat
 @pytest.mark.parametrize(
     ("overrides", "fragment"),
     [
-        (["encoding.name=fancy"], "encoding.name='fancy' is not allowed; allowed: alibi, cope, fire"),
+        (["encoding.name=fancy"], "encoding.name='fancy' is not allowed; allowed: alibi, bipe, cope, dape, fire"),
         (["encoding=rope", "model.d_model=66", "model.n_heads=6"], "must be even"),
         (["encoding=alibi", "encoding.slopes=[0.5,0.25]"], "but the model has 1 heads"),
         (["encoding=learned", "encoding.max_positions=64"], "encoding.max_positions=64 is shorter than the longest"),

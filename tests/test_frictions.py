@@ -120,7 +120,9 @@ def test_a_tiny_held_out_sample_is_said_in_a_note():
     from poslab.datamodules.held_out import EvaluationPlan
     from poslab.datamodules.language import MIN_WINDOWS, small_sample_note
 
-    tiny = EvaluationPlan(train_length=128, lengths=[128], span=128, groups=["main"], token_budget=128)
+    tiny = EvaluationPlan(
+        train_length=128, lengths=[128], spans={"main": 128}, val_span=128, groups=["main"], token_budget=128
+    )
     note = small_sample_note(tiny, 3000)  # 3000 held-out tokens: 23 windows at 128, enough
     assert note is None
     note = small_sample_note(tiny, 150)

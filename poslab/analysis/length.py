@@ -393,7 +393,7 @@ def sample_summary(runs: list[LengthRun]) -> dict[str, Any]:
 
 def scored_bytes(run: LengthRun) -> int | None:
     """The bytes the run scored at its training length (``figures.<L>.bytes``), None where not recorded."""
-    value = (run.result["figures"].get(str(run.train_length)) or {}).get("bytes")
+    value = ((run.result.get("figures") or {}).get(str(run.train_length)) or {}).get("bytes")
     return None if value is None else int(value)
 
 

@@ -236,7 +236,8 @@ class SyntheticTaskModule(TransformerModule):
             row = self.with_draw_spread(row)
             for place, (name, mix) in enumerate(self.mixes.items()):  # each mix's figures (Task.mix_figures)
                 accuracy = row.pop(f"mix{place}")
-                row.update(self.task.mix_figures(name, accuracy if length >= mix.min_length else math.nan))
+                if length >= mix.min_length:  # a length too short for the mix (16 pairs in 32 tokens) has no figure
+                    row.update(self.task.mix_figures(name, accuracy))
             if self.task is not None and self.task.name == "flip_flop":  # the training mix's read error %
                 row["read_error_pct"] = 100.0 * (1.0 - row["accuracy"])
             row["baseline_chance"] = 1.0 / self.model.cfg.n_outputs
