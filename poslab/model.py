@@ -286,6 +286,9 @@ class Transformer(nn.Module):
         if cfg.tie_embeddings:
             self.head.weight = self.embed.weight
         self._block_masks: dict[tuple[int, str], Any] = {}  # FlexAttention's causal block masks, per length
+        # whether the encoding computes attention itself (PaTH, stick-breaking): decided once, so every other
+        # encoding's layers bind and call no hook that returns None
+        self._own_attention = type(self.encoding).attention is not PositionEncoding.attention
 
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)) and module not in self.encoding.modules():
@@ -334,9 +337,8 @@ class Transformer(nn.Module):
             transform = self.encoding.query_key_transform(context, transform)
             positions.append(None if transform is None else transform.positions)
             # the score term needs the layer's q and k, which only the attention computes: it gets the hook
-            hooks = LayerEncoding(
-                transform, partial(self.encoding.score_term, context), partial(self.encoding.attention, context)
-            )
+            own = partial(self.encoding.attention, context) if self._own_attention else None
+            hooks = LayerEncoding(transform, partial(self.encoding.score_term, context), own)
             x, weights = block(x, settings, hooks)
             if weights is not None:
                 attention.append(weights)
