@@ -163,6 +163,18 @@ class Outcome:
     diverged: DivergedError | None = None
 
 
+def test(trainer: L.Trainer, module: L.LightningModule, datamodule: L.LightningDataModule) -> None:
+    """The test after training, in the rounds the datamodule asks for (a language model choosing test-time ways
+    on selection documents: two, ``LanguageModelDataModule.test_rounds``; otherwise one), each a ``trainer.test``:
+    the module's sums carry over, and each round ends on every DDP rank before the next starts."""
+    rounds = getattr(datamodule, "test_rounds", None)
+    for test_round in rounds(bool(getattr(module, "chooses", False))) if rounds else [None]:
+        if test_round is not None:
+            module.test_round = datamodule.test_round = test_round
+            log.info("test, round %s", test_round)
+        trainer.test(module, datamodule=datamodule, verbose=False)
+
+
 def fit_and_test(
     trainer: L.Trainer,
     module: L.LightningModule,
@@ -178,7 +190,7 @@ def fit_and_test(
             log.info("resuming from %s", ckpt_path)
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
         train_seconds = time.perf_counter() - start
-        trainer.test(module, datamodule=datamodule, verbose=False)
+        test(trainer, module, datamodule)
         status = "success"
         outcome = Outcome(status, train_seconds, time.perf_counter() - start - train_seconds)
     except DivergedError as error:  # written down as such (results.json), never averaged as an ordinary run

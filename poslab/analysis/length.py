@@ -57,6 +57,7 @@ from poslab.runs.results import FinishedRun, collect_runs, data_hash, differing_
 
 RANKED = (2, 4, 8, 16)  # the multiples of the context the score averages: past training, to 16x
 PLAIN = "plain"
+CHOSEN = "chosen on selection"  # a row: per seed, the way chosen on the selection documents, on the test documents
 WAY_KEY = re.compile(r"^bpb(?:_(?P<way>[a-z0-9_]+))?$")  # bpb, bpb_sliding, bpb_test_yarn; not bpb[en] nor sds
 
 
@@ -100,6 +101,25 @@ def length_bpb(figures: dict[str, Any], train_length: int) -> dict[str, dict[int
     return dict(found)
 
 
+def chosen_way(result: dict[str, Any]) -> str | None:
+    """The way a run chose on its selection documents for every length past the context (``held_out.chosen``)."""
+    return ((result.get("held_out") or {}).get("chosen") or {}).get("way")
+
+
+def with_chosen(result: dict[str, Any], bpb: dict[str, dict[int, float]], train_length: int) -> dict[str, dict]:
+    """A run's rows with the way chosen on selection (``CHOSEN``: its test documents' bits/byte, past the context),
+    and without the test-time ways a test in two rounds scored on the selection documents only (results.json's
+    ``held_out.test_ways``): their figures are on part of the text. A run without a selection split: as it is."""
+    held = result.get("held_out") or {}
+    chosen = held.get("chosen") or {}
+    if not chosen.get("test"):
+        return bpb
+    if held.get("test_ways") is not None:  # two rounds: figures of the plain model (and sliding) and the chosen
+        bpb = {way: values for way, values in bpb.items() if way in (PLAIN, "sliding")}
+    test = {int(n) // train_length: f["bpb"] for n, f in chosen["test"].items() if f and f.get("bpb") is not None}
+    return {**bpb, CHOSEN: test} if test else bpb
+
+
 def extension_of(result: dict[str, Any]) -> tuple[str, int] | None:
     """A context extension's row name suffix and its parent's context (its multiples are the parent's, so that it
     sits beside its parent and the parent's test-time rule); None for any other run."""
@@ -120,7 +140,7 @@ def length_run(run: FinishedRun, keys: list[str]) -> LengthRun:
         encoding=" ".join([str(result.get("label") or result.get("encoding")), *settings]),
         seed=int(result["seed"]),
         train_length=train,
-        bpb=length_bpb(result["figures"], train),
+        bpb=with_chosen(result, length_bpb(result["figures"], train), train),
         result=result,
         path=run.path,
     )
@@ -188,6 +208,7 @@ def document_sums(run: LengthRun, way: str, length: int) -> tuple[list[float], l
     documents = (run.result.get("held_out") or {}).get("documents") or {}
     losses: list[float] = []
     sizes: list[float] = []
+    way = (chosen_way(run.result) or "") if way == CHOSEN else way  # each seed's own choice
     for group in documents.values():
         at = (group.get("by_length") or {}).get(str(length))
         loss = None if at is None else (at.get("loss") or {}).get(way)
@@ -227,8 +248,9 @@ def row_summary(encoding: str, way: str, runs: list[LengthRun], ranked: list[int
     train = runs[0].train_length
     by_length = {r.seed: {m * train: bpb[m][r.seed] for m in multiples} for r in runs}  # seed -> length -> bpb
     effective = effective_length_over_seeds(by_length, train, higher_is_better=False) if 1 in multiples else None
+    chosen = sorted({str(chosen_way(r.result)) for r in runs}) if way == CHOSEN else []
     return {
-        "name": encoding if way == PLAIN else f"{encoding} + {way}",
+        "name": encoding if way == PLAIN else f"{encoding} + {way}" + (f" ({', '.join(chosen)})" if chosen else ""),
         "encoding": encoding,
         "way": way,
         "stride": strides.pop() if len(strides) == 1 else None,

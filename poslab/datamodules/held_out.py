@@ -210,6 +210,18 @@ def document_index(split: Any, positions: np.ndarray) -> np.ndarray:
     return np.searchsorted(starts, np.asarray(positions, dtype=np.int64), side="right") - 1
 
 
+def touches_selection(split: Any, layout: Layout, length: int, selection: np.ndarray) -> np.ndarray:
+    """``[windows]`` bool: True for each window of ``layout`` (windows of ``length + 1`` tokens) with a scored token
+    in a selection document (``selection``: ``select_documents``' mask over the split's held-out documents). A
+    window's scored tokens are one run of positions, so it touches the documents from its first scored token's to
+    its last's."""
+    starts = np.asarray(layout.starts, dtype=np.int64)
+    first = document_index(split, starts + 1 + np.asarray(layout.scored_from, dtype=np.int64))
+    last = document_index(split, starts + length)
+    before = np.concatenate(([0], np.cumsum(selection.astype(np.int64))))  # selection documents before each index
+    return before[last + 1] - before[first] > 0
+
+
 def selection_draw(seed: int, group: str, ordinal: int) -> float:
     """A fixed pseudo-random number in [0, 1) per document and seed: its place in the selection order."""
     digest = hashlib.sha1(f"selection:{seed}:{group}:{ordinal}".encode()).digest()
@@ -355,13 +367,16 @@ def held_out_results(
     selection: Mapping[str, np.ndarray],
     train_length: int,
     draws: int = 1,
+    partial: Mapping[int, set[str]] | None = None,
 ) -> dict[str, Any]:
     """results.json's ``held_out``: per length each way's figures on the selection and on the test documents, the
     way chosen on selection past the context (``chosen``: per length, and one for all lengths past it) with its
     test figures, and every document's sums per length and way (a bootstrap over documents resamples them).
     ``rows``: length -> ``LengthTotals``' per-document rows; ``ways``: length -> the module's ways there;
-    ``selection``: group -> ``select_documents``' mask."""
+    ``selection``: group -> ``select_documents``' mask; ``partial``: length -> the ways a test in two rounds
+    scored in its first only (not chosen): their test figures and test documents' sums are null."""
     masks = [selection[g] for g in groups]
+    partial = partial or {}
     out: dict[str, Any] = {"lengths": {}, "documents": {g: {"selection": selection[g].astype(int).tolist(),
                                                             "by_length": {}} for g in groups}}  # fmt: skip
     for length, names in ways.items():
@@ -370,13 +385,17 @@ def held_out_results(
                 for w in scored}  # fmt: skip
         row = {part: {w: split_figure(s, [m if part == "selection" else ~m for m in masks]) for w, s in sums.items()}
                for part in ("selection", "test")}  # fmt: skip
+        for way in partial.get(length, set()) & set(sums):  # scored on the windows touching selection only
+            row["test"][way] = None
         candidates = [w for w in sums if w not in NOT_CHOSEN and row["selection"][w]["bpb"] is not None]
         if length > train_length and candidates:
             way = choose(row["selection"], candidates)
             row["chosen"] = {"way": way, "selection": row["selection"][way], "test": row["test"][way]}
         out["lengths"][str(length)] = row
         for g, name in enumerate(groups):
-            per_way = {w: np.round(s[g][0], 6).tolist() for w, s in sums.items()}
+            per_way = {w: [None if w in partial.get(length, ()) and not kept else v
+                           for v, kept in zip(np.round(s[g][0], 6).tolist(), masks[g].tolist(), strict=True)]
+                       for w, s in sums.items()}  # fmt: skip
             first = next(iter(sums.values()))[g] if sums else np.zeros((3, len(masks[g])))
             out["documents"][name]["by_length"][str(length)] = {
                 "tokens": first[1].round().astype(int).tolist(), "bytes": first[2].round().astype(int).tolist(),

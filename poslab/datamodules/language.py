@@ -41,6 +41,7 @@ from poslab.datamodules.held_out import (
     document_index,
     plan_evaluation,
     select_documents,
+    touches_selection,
 )
 from poslab.datamodules.passkey_phrases import plant_pairs
 from poslab.datamodules.synthetic import assign_rank, batch_generator
@@ -149,6 +150,18 @@ class TrainingWindows(IterableDataset):
             index += 1
 
 
+#: the test's two rounds where a way is chosen on selection: the windows that touch a selection document, scored
+#: in every way; then the rest, in the plain model and the ways chosen (docs/evaluation.md, "Two rounds")
+TEST_ROUNDS = ("selection", "test")
+
+
+def in_round(split: PreparedSplit, layout: Layout, length: int, selection: np.ndarray, test_round: str) -> Layout:
+    """The windows of ``layout`` in ``test_round``: those touching a selection document, or the others."""
+    touching = touches_selection(split, layout, length, selection)
+    keep = touching if test_round == "selection" else ~touching
+    return Layout(layout.starts[keep], layout.scored_from[keep])
+
+
 class EvaluationBatches(Dataset):
     """The evaluation's batches, each item a whole batch (``DataLoader(batch_size=None)``) of windows of one length
     from one group: ``tokens`` ``[R, L + 1]``, their ``paragraph`` / ``sentence`` indices, ``group`` (its index),
@@ -157,7 +170,10 @@ class EvaluationBatches(Dataset):
     given the tokenizer's ``token_bytes`` (``[vocab]``), ``bytes`` ``[R, L + 1]``: the UTF-8 bytes of each token,
     which bits per byte divides by. The non-overlapping windows of every length, then (``sliding``) the sliding
     ones. ``sample``: ``test`` (after training: each group's whole held-out split, ``plan.spans``) or
-    ``validation`` (during training: the ``val_windows`` sample, ``plan.val_span``)."""
+    ``validation`` (during training: the ``val_windows`` sample, ``plan.val_span``). ``test_round`` (the test in
+    two rounds, ``LanguageModelDataModule.test_rounds``): ``selection``, only the windows with a scored token in a
+    selection document (``selection``: group name -> ``select_documents``' mask), or ``test``, only the others;
+    None: every window."""
 
     def __init__(
         self,
@@ -166,6 +182,8 @@ class EvaluationBatches(Dataset):
         sliding: bool = False,
         token_bytes: Tensor | None = None,
         sample: str = "test",
+        test_round: str | None = None,
+        selection: dict[str, np.ndarray] | None = None,
     ) -> None:
         self.groups, self.token_bytes = groups, token_bytes
         self.items: list[tuple[int, int, bool, Layout]] = []  # (group, length, sliding, one batch's windows)
@@ -175,6 +193,10 @@ class EvaluationBatches(Dataset):
                 layouts = [(False, plan.non_overlapping(length, name, sample))]
                 if sliding and plan.stride is not None:
                     layouts.append((True, plan.sliding(length, name, sample)))
+                if test_round is not None:
+                    assert selection is not None and test_round in TEST_ROUNDS, test_round
+                    split, mask = groups[g].splits["validation"], selection[name]
+                    layouts = [(s, in_round(split, layout, length, mask, test_round)) for s, layout in layouts]
                 rows = plan.rows(length)
                 for is_sliding, layout in layouts:
                     for i in range(0, len(layout.starts), rows):
@@ -288,6 +310,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         self.token_bytes: Tensor | None = None  # the UTF-8 bytes of each token id (the tokenizer's token_bytes)
         self.train_windows: TrainingWindows | None = None
         self.evaluation: EvaluationPlan | None = None
+        self.test_round: str | None = None  # which round test_dataloader serves (test_rounds); None: every window
 
     @property
     def max_length(self) -> int:
@@ -459,12 +482,24 @@ class LanguageModelDataModule(L.LightningDataModule):
         self.train_windows.start = self.trainer.global_step if self.trainer is not None else 0
         return DataLoader(self.train_windows, batch_size=None)
 
-    def evaluation_dataloader(self, sliding: bool, sample: str = "test") -> DataLoader:
+    def evaluation_dataloader(self, sliding: bool, sample: str = "test", test_round: str | None = None) -> DataLoader:
         # each DDP rank evaluates its own batches, none twice (Lightning's DistributedSampler would pad the last
         # rank with repeated ones); the losses are summed over ranks, as one process computes them
         rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
-        batches = EvaluationBatches(self.groups, self.evaluation, sliding, self.token_bytes, sample)
+        batches = EvaluationBatches(
+            self.groups, self.evaluation, sliding, self.token_bytes, sample, test_round, self.selection
+        )
         return DataLoader(batches, batch_size=None, sampler=RankShard(len(batches), rank, world))
+
+    def test_rounds(self, chooses: bool) -> list[str | None]:
+        """The test's rounds (``fit_and_test`` runs one ``trainer.test`` each, setting ``test_round``): where the
+        module ``chooses`` among ways past the context and a selection split exists, first the windows touching a
+        selection document (every way: the choice is made on them), then the rest (the plain model and the ways
+        chosen), so that a way not chosen is not scored on windows of test documents only (docs/evaluation.md,
+        "Two rounds"); otherwise one round of every window in every way."""
+        self.prepare()
+        split = any(mask.any() and not mask.all() for mask in self.selection.values())
+        return list(TEST_ROUNDS) if chooses and split else [None]
 
     def val_dataloader(self) -> DataLoader:
         """Every length's non-overlapping windows of the ``val_windows`` sample (the plain model's loss, at every
@@ -473,5 +508,5 @@ class LanguageModelDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         """Every length's non-overlapping windows over each group's whole held-out split (or ``task.eval_tokens``),
-        then the sliding ones (``task.eval_stride``)."""
-        return self.evaluation_dataloader(sliding=True)
+        then the sliding ones (``task.eval_stride``); of those in ``test_round`` (``test_rounds``)."""
+        return self.evaluation_dataloader(sliding=True, test_round=self.test_round)

@@ -39,6 +39,7 @@ With ``task.passkey.at_validation``, every validation also scores the plain mode
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import time
 import warnings
@@ -58,6 +59,7 @@ from poslab.lightning_modules.passkey import evaluate_passkey, evaluation_ways
 from poslab.model import ModelConfig
 
 PLAIN, SLIDING = "plain", "sliding"
+log = logging.getLogger("poslab")
 
 
 class LengthTotals(Metric):
@@ -119,7 +121,10 @@ class LengthTotals(Metric):
             # a rank that scored no batch here still joins the gather (an empty list state cannot be synced):
             # one row of way -1, which no way's sums read
             self.document_rows.append(torch.tensor([[-1.0, 0, 0, 0, 0, 0]], dtype=torch.float64, device=self.device))
-        values = self.compute()
+        # a fresh sync: torchmetrics caches compute()'s result until this rank's next update, but the test's second
+        # round may add to other ranks' sums only (a collective every rank joins, each time it is read)
+        self._computed = None
+        values = dict(self.compute())  # a copy: the cached dict would lose document_rows to the pop below
         rows = values.pop("document_rows").reshape(-1, 6).cpu()
         rows = rows[rows[:, 0] >= 0]
         sums = {name: value.reshape(self.shapes[name]).cpu() for name, value in values.items()}
@@ -171,6 +176,10 @@ class LanguageModelModule(TransformerModule):
         self.figures: dict[str, Any] = {}
         self.loss_by_position: dict[str, Any] = {}
         self.held_out: dict[str, Any] | None = None  # the test's figures on the selection and test documents
+        # the test in two rounds (LanguageModelDataModule.test_rounds): which round runs, and per length the ways
+        # chosen on selection in the first, which the second scores beside the plain model
+        self.test_round: str | None = None
+        self.test_ways: dict[int, list[str]] = {}
         self.passkey: dict[str, Any] | None = None
         self.passkey_by_step: list[dict[str, Any]] = []  # task.passkey.at_validation: the copying curve
 
@@ -201,13 +210,32 @@ class LanguageModelModule(TransformerModule):
         losses = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none")
         return losses.view_as(targets)
 
+    @property
+    def chooses(self) -> bool:
+        """Whether the test chooses among ways: at a length past the context, log scaling and the test-time rules
+        are candidates beside the plain model."""
+        return any(length > self.train_length for length in self.eval_lengths)
+
     def batch_ways(self, length: int, sliding: bool) -> list[str]:
         """What one evaluation batch is scored in: sliding windows by the plain model; non-overlapping ones by
-        the plain model at a validation, in every way at the test (or outside a Trainer)."""
+        the plain model at a validation, in every way at the test (or outside a Trainer), but in its second round
+        (``test_round`` ``test``: windows of test documents only) by the plain model and the ways chosen on
+        selection in the first (``test_ways``)."""
         if sliding:
             return [SLIDING]
         testing = self._trainer is None or self.trainer.testing
-        return [way for way in self.ways(length) if way != SLIDING] if testing else [PLAIN]
+        if not testing:
+            return [PLAIN]
+        if self.test_round == "test":
+            return [PLAIN, *self.test_ways.get(length, [])]
+        return [way for way in self.ways(length) if way != SLIDING]
+
+    def partial_ways(self, length: int) -> set[str]:
+        """The ways that scored only the first round's windows at ``length`` (after a test in two rounds): not
+        chosen on selection, so they have figures on the selection documents only."""
+        if self.test_round != "test":
+            return set()
+        return {w for w in self.ways(length) if w not in (PLAIN, SLIDING, *self.test_ways.get(length, []))}
 
     def evaluation_step(self, batch: dict[str, Tensor]) -> None:
         length = batch["tokens"].shape[1] - 1
@@ -267,6 +295,9 @@ class LanguageModelModule(TransformerModule):
         self.log("val/passkey_digits", digits, sync_dist=False)
 
     def on_test_epoch_end(self) -> None:
+        if self.test_round == "selection":  # the choice; the sums stay for the second round to add to
+            self.test_ways = self.chosen_on_selection()
+            return
         self.report()
         self.passkey = self.passkey_retrieval()
         for length in self.loss_by_position["lengths"]:
@@ -307,6 +338,25 @@ class LanguageModelModule(TransformerModule):
             }
         self.held_out = self.selection_results(rows)
 
+    def chosen_on_selection(self) -> dict[int, list[str]]:
+        """After the test's first round: per length past the context, the ways chosen on the selection documents
+        (that length's own and the one for every length, ``held_out_results``' ``chosen``), but the plain model."""
+        rows = {}
+        for length in self.eval_lengths:
+            with warnings.catch_warnings():  # as in report: a length without batches is no news here
+                warnings.filterwarnings("ignore", message=r"(?s).*was called before the ``update`` method")
+                rows[length] = self.totals[str(length)].sums()["document_rows"].numpy()
+        results = self.selection_results({n: r for n, r in rows.items() if len(r)}) or {}
+        overall = (results.get("chosen") or {}).get("way")
+        chosen: dict[int, list[str]] = {}
+        for length in self.eval_lengths:
+            at = ((results.get("lengths") or {}).get(str(length)) or {}).get("chosen") or {}
+            ways = [w for w in (at.get("way"), overall if length > self.train_length else None) if w]
+            chosen[length] = sorted(set(ways) - {PLAIN}, key=self.ways(length).index)
+        log.info("test: chosen on the selection documents, scored on the test documents: %s",
+                 {n: ways for n, ways in chosen.items() if ways} or "the plain model")  # fmt: skip
+        return chosen
+
     def selection_results(self, rows: dict[int, np.ndarray]) -> dict[str, Any] | None:
         """results.json's ``held_out`` after the test (``held_out.held_out_results``: each way on the selection and
         test documents, the way chosen on selection, per-document sums), given the datamodule's selection split
@@ -317,14 +367,18 @@ class LanguageModelModule(TransformerModule):
         if not testing or not selection or any(not len(r) for r in rows.values()):
             return None
         ways = {length: self.ways(length) for length in rows}
-        results = held_out_results(rows, ways, self.group_names, selection, self.train_length, self.draws)
+        partial = {length: self.partial_ways(length) for length in rows}
+        results = held_out_results(rows, ways, self.group_names, selection, self.train_length, self.draws, partial)
+        if self.test_round == "test":  # two rounds: what the test documents were scored in besides the plain model
+            results["test_ways"] = {str(n): list(self.test_ways.get(n, [])) for n in rows}
         return {**getattr(datamodule, "selection_settings", {}), **results}
 
     def length_row(self, length: int, sums: dict[str, Tensor]) -> dict[str, float]:
         """One length's figures: each way this evaluation scored (tokens counted), then the spread over draws."""
         row: dict[str, float] = {}
+        partial = self.partial_ways(length)  # not chosen on selection: scored on its documents only, no figure here
         for w, way in enumerate(self.ways(length)):
-            if float(sums["tokens"][w].sum()) == 0:  # not scored in this evaluation (a validation: plain only)
+            if float(sums["tokens"][w].sum()) == 0 or way in partial:  # not scored (a validation: plain only)
                 continue
             suffix = "" if way == PLAIN else f"_{way}"
             row.update(self.loss_and_bpb(sums["loss"][w], sums["tokens"][w], sums["bytes"][w], suffix))

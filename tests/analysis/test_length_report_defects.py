@@ -257,3 +257,37 @@ def test_text_figures_get_an_interval_over_seeds_and_documents(tmp_path):
     assert one_x["mean"] == pytest.approx(np.mean(per_seed), rel=1e-9)  # byte-weighted, test documents only
     assert one_x["low"] < one_x["mean"] < one_x["high"] and one_x["document_term"] > 0 and one_x["seed_term"] > 0
     assert "interval over seeds and documents" in length_markdown(summary)
+
+
+# ---- issue 37, item 5: the way chosen on selection, reported on test ---------------------------------------------
+def with_two_rounds(directory: Path, chosen: str, test_bpb: dict[int, float], rule_bpb: float) -> None:
+    """Make a planted run one whose test ran in two rounds: ``chosen`` picked on its selection documents (its test
+    figures ``test_bpb`` by length), the other rules scored on selection only, yet a stale whole-sample figure of
+    one (``rule_bpb``) left in ``figures`` that the report must not show."""
+    path = directory / "results.json"
+    result = json.loads(path.read_text())
+    past = [n for n in LENGTHS if n > 128]
+    result["held_out"] = {
+        "chosen": {"way": chosen, "over_lengths": past, "selection_mean_bpb": 1.0,
+                   "test": {str(n): {"bpb": test_bpb[n], "loss": 0.0, "documents": 3, "tokens": 9, "bytes": 9}
+                            for n in past}},
+        "test_ways": {str(n): ([chosen] if n > 128 else []) for n in LENGTHS},
+        "lengths": {}, "documents": {},
+    }  # fmt: skip
+    for n in past:
+        result["figures"][str(n)]["bpb_test_linear"] = rule_bpb
+    path.write_text(json.dumps(result))
+
+
+def test_the_way_chosen_on_selection_is_one_row_of_test_figures_and_the_unchosen_rules_none(tmp_path):
+    for seed, chosen in ((0, "test_ntk"), (1, "test_yarn")):
+        directory = planted(tmp_path, "rope", seed, rising(2.0, 0.3))
+        with_two_rounds(directory, chosen, rising(1.5 + 0.1 * seed, 0.05), rule_bpb=0.5)
+    rows = next(iter(summary_of(tmp_path)["corpora"].values()))["rows"]
+    names = [row["name"] for row in rows]
+    assert sorted(names) == ["rope", "rope + chosen on selection (test_ntk, test_yarn)"]
+    chosen = next(row for row in rows if row["way"] == "chosen on selection")
+    assert chosen["rank"] is None  # a choice: never ranked beside the models
+    assert chosen["bpb"]["16x"]["mean"] == pytest.approx(np.mean([1.7, 1.8]), rel=1e-9)  # 4 steps of 0.05
+    assert "1x" not in chosen["bpb"]  # past the context only
+    assert not any("test_linear" in name for name in names)  # scored on selection documents only: no row

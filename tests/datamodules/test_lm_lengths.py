@@ -58,9 +58,10 @@ def lm_config(corpus: Path, run_dir: Path, *extra: str):
 @pytest.fixture(scope="module")
 def rope_run(corpus, tmp_path_factory) -> tuple[Path, dict]:
     """A trained rope model evaluated at 1x, 2x and 4x over 192 tokens, sliding windows with stride 24 (the
-    context)."""
+    context), without a selection split: one round, every way on every window (the two rounds: below)."""
     run_dir = tmp_path_factory.mktemp("rope_run")
     settings = ["task.eval_lengths=[48,96]", "task.eval_tokens=192", f"task.eval_stride={CONTEXT}"]
+    settings.append("task.selection_fraction=0")
     cfg = lm_config(corpus, run_dir, "encoding=rope", *settings)
     return run_dir, run(cfg)
 
@@ -70,10 +71,16 @@ def rope_run(corpus, tmp_path_factory) -> tuple[Path, dict]:
 @pytest.mark.parametrize("encoding", config_groups()["encoding"])
 def test_every_encoding_trains_a_language_model_and_reports_finite_figures_at_4x(corpus, tmp_path, encoding):
     cfg = lm_config(corpus, tmp_path, f"encoding={encoding}", "task.eval_lengths=[96]", "save_model=false")
-    figures = run(cfg)["figures"]
+    results = run(cfg)
+    figures, held = results["figures"], results["held_out"]["lengths"]["96"]
     assert set(figures) == {"val_loss", "val_bpb", "step", "24", "96"}
     assert figures["val_loss"] == figures["24"]["loss"] and figures["val_bpb"] == figures["24"]["bpb"]
-    assert {"loss", "bpb", "loss_log_scaled", "bpb_log_scaled"} <= set(figures["96"])
+    # the test in two rounds: every way on the selection documents, the plain model and the way chosen there on all
+    assert {"plain", "log_scaled"} <= set(held["selection"])
+    assert all(math.isfinite(held["selection"][way]["bpb"]) for way in held["selection"])
+    chosen = held["chosen"]["way"]
+    assert {"loss", "bpb"} <= set(figures["96"]) and (chosen == "plain" or f"bpb_{chosen}" in figures["96"])
+    assert held["test"][chosen]["bpb"] is not None
     assert all(math.isfinite(v) for row in (figures["24"], figures["96"]) for v in row.values()), figures
     assert read_results(tmp_path)["figures"]["96"] == figures["96"]  # what a report reads, schema checked
 

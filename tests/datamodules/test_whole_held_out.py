@@ -147,3 +147,71 @@ def test_per_document_sums_add_up_to_the_figures_and_the_sample(folder):
     best = min(past["selection"], key=lambda w: past["selection"][w]["bpb"])
     assert past["chosen"]["way"] == best and past["chosen"]["test"] == past["test"][best]
     assert held["fraction"] == 0.5 and held["seed"] == 0
+
+
+# ---- the test in two rounds (docs/evaluation.md, "Two rounds") ---------------------------------------------------
+def untrained_rope(dm: LanguageModelDataModule, seed: int = 0) -> LanguageModelModule:
+    import torch
+
+    torch.manual_seed(seed)
+    rope = {"name": "rope", "original_length": CONTEXT}
+    model = ModelConfig(vocab_size=257, n_outputs=257, n_layers=1, d_model=32, encoding=rope)
+    return LanguageModelModule(model, {"lr": 1e-3}, dm.max_length, **dm.module_arguments())
+
+
+def quiet_trainer() -> L.Trainer:
+    return L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+
+
+def test_the_rounds_split_every_length_s_windows_by_whether_they_touch_a_selection_document(folder):
+    dm = datamodule(folder)
+    split, mask = dm.groups[0].splits["validation"], dm.selection["main"]
+    assert dm.test_rounds(chooses=True) == ["selection", "test"] and dm.test_rounds(chooses=False) == [None]
+    every = EvaluationBatches(dm.groups, dm.evaluation, sample="test")
+    rounds = {r: EvaluationBatches(dm.groups, dm.evaluation, sample="test", test_round=r, selection=dm.selection)
+              for r in ("selection", "test")}  # fmt: skip
+    for length in dm.evaluation.lengths:
+        union = sorted(scored_positions(rounds["selection"], length) + scored_positions(rounds["test"], length))
+        assert union == scored_positions(every, length)  # a partition: each scored token in one round
+        document_of = np.asarray(split.documents)  # each token's held-out document ordinal
+        ordinals = list(np.asarray(split.documents.values))
+        in_selection = {o for o, chosen in zip(ordinals, mask, strict=True) if chosen}
+        for test_round, batches in rounds.items():
+            for _, n, _, part in batches.items:
+                if n != length:
+                    continue
+                for start in part.starts:
+                    touched = {int(document_of[p]) for p in range(start + 1, start + n + 1)} & in_selection
+                    assert bool(touched) == (test_round == "selection"), (length, start)
+        assert scored_positions(rounds["test"], length)  # the test round is not empty at any length here
+
+
+def test_two_rounds_give_the_figures_of_one_round_but_score_the_ways_not_chosen_on_selection_only(folder):
+    from poslab.training import test
+
+    dm = datamodule(folder)
+    one, two = untrained_rope(dm), untrained_rope(dm)  # the same weights
+    quiet_trainer().test(one, datamodule=dm, verbose=False)  # one round: every way on every window
+    test(quiet_trainer(), two, dm)  # what train.py runs: two rounds, as the datamodule asks
+    assert dm.test_round == "test" and two.test_round == "test"
+    held_one, held_two = one.held_out, two.held_out
+    for length in ("24", "48", "96"):
+        assert two.figures[length]["loss"] == pytest.approx(one.figures[length]["loss"], rel=1e-9)
+        for way, figure in held_one["lengths"][length]["selection"].items():  # every way on selection: the same
+            assert held_two["lengths"][length]["selection"][way]["bpb"] == pytest.approx(figure["bpb"], rel=1e-9)
+    past_one, past_two = held_one["lengths"]["96"], held_two["lengths"]["96"]
+    chosen = past_two["chosen"]["way"]
+    assert chosen == past_one["chosen"]["way"] and held_two["chosen"]["way"] == held_one["chosen"]["way"]
+    assert past_two["test"][chosen]["bpb"] == pytest.approx(past_one["test"][chosen]["bpb"], rel=1e-9)
+    scored_on_test = {"plain", chosen, held_two["chosen"]["way"]}
+    not_chosen = set(past_one["test"]) - scored_on_test
+    assert not_chosen and all(past_two["test"][way] is None for way in not_chosen)
+    assert all(f"bpb_{way}" not in two.figures["96"] for way in not_chosen)  # no figure on part of the test text
+    assert chosen == "plain" or two.figures["96"][f"bpb_{chosen}"] == pytest.approx(
+        one.figures["96"][f"bpb_{chosen}"], rel=1e-9
+    )
+    sums = held_two["documents"]["main"]["by_length"]["96"]["loss"]
+    mask = np.array(held_two["documents"]["main"]["selection"], dtype=bool)
+    way = sorted(not_chosen)[0]
+    assert all(v is None for v, s in zip(sums[way], mask, strict=True) if not s)  # test documents: not all scored
+    assert all(v is not None for v, s in zip(sums[way], mask, strict=True) if s)

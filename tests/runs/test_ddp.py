@@ -101,3 +101,8 @@ def test_language_model_validation_under_ddp_counts_every_window_once(tmp_path):
             assert (one["tokens"], one["documents"]) == (two["tokens"], two["documents"]) and one["tokens"] > 0
             assert abs(one["loss"] - two["loss"]) <= 1e-6, (length, part, one, two)
     assert c["documents"]["main"]["by_length"]["32"]["tokens"] == d["documents"]["main"]["by_length"]["32"]["tokens"]
+    # the test in two rounds: every rank takes the same choice on the selection documents, then scores it on test
+    assert c["test_ways"] == d["test_ways"] and c["chosen"]["way"] == d["chosen"]["way"]
+    for length, figure in c["chosen"]["test"].items():
+        other = d["chosen"]["test"][length]
+        assert figure["tokens"] == other["tokens"] > 0 and abs(figure["loss"] - other["loss"]) <= 1e-6
