@@ -5,7 +5,7 @@ null) takes the values it leaves out from there.
 
 - ``enabled``: run it after training.
 - ``distances``: tokens between the starts of the two phrases, as multiples of ``task.context_length`` (null: the
-  powers of two 1/8 .. 16, ``DEFAULT_DISTANCES``, less those shorter than the phrase at a small context); each at
+  powers of two 1/8 .. 8, ``DEFAULT_DISTANCES``, less those shorter than the phrase at a small context); each at
   least one phrase long (24 tokens for 5 digits), no two equal in tokens.
 - ``depths``: fractions in [0, 1]: the first phrase starts after ``round(depth x depth_span x context)`` tokens
   (null: 0, 1/4, 1/2, 3/4 and 1, ``DEFAULT_DEPTHS``).
@@ -40,8 +40,9 @@ from poslab.yaml_values import yaml_defaults
 
 PREFIX = " The pass key is "  # the phrase before the key; the filler may not hold it (it would be a third copy)
 SUFFIX = ". "
-#: what ``distances: null`` means: multiples of the context, 1/8 to 16, powers of 2
-DEFAULT_DISTANCES = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+#: what ``distances: null`` means: multiples of the context, 1/8 to 8, powers of 2 (issue 39: passkey's longest
+#: trials cost the most; the passkey recipe, experiment=lm_passkey, names 16x itself)
+DEFAULT_DISTANCES = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)  # what ``depths: null`` means
 MAX_KEY_LENGTH = 20
 MAX_SEED = 2**32 - 1
