@@ -103,7 +103,7 @@ def binomial_bound(p: float, n: int, sigmas: float = 5.0) -> float:
 def test_a_model_that_copies_retrieves_every_key_at_every_distance_and_depth():
     result = evaluate_passkey(InductionOracle(), FILLER, settings(trials=3), CONTEXT)
     assert np.all(np.asarray(result["exact"]) == 1.0) and np.all(np.asarray(result["digits"]) == 1.0)
-    assert result["distances"] == [32, 64, 128, 256, 512, 1024, 2048, 4096]
+    assert result["distances"] == [32, 64, 128, 256, 512, 1024, 2048]
     assert result["chance_digit"] == 0.1 and result["chance_exact"] == 1e-5
     assert result["chance_digit_uniform"] == pytest.approx(1 / 257)
 
@@ -316,19 +316,19 @@ def test_a_tokenizer_other_than_bytes_is_refused_unless_passkey_is_off():
 
 def test_held_out_text_shorter_than_the_longest_trial_is_refused():
     chosen = settings()
-    assert chosen.max_length(CONTEXT) == 256 + 4096 + 24
-    check_filler(chosen, CONTEXT, 4376)
-    with pytest.raises(ConfigError, match=r"the held-out text \(wikitext2\) has 4375 tokens, fewer than the longest"):
-        check_filler(chosen, CONTEXT, 4375, "wikitext2")
-    with pytest.raises(ConfigError, match="fewer than the longest passkey trial of 4376"):
-        build_trials(FILLER[:4000], chosen, CONTEXT)
+    assert chosen.max_length(CONTEXT) == 256 + 2048 + 24
+    check_filler(chosen, CONTEXT, 2328)
+    with pytest.raises(ConfigError, match=r"the held-out text \(wikitext2\) has 2327 tokens, fewer than the longest"):
+        check_filler(chosen, CONTEXT, 2327, "wikitext2")
+    with pytest.raises(ConfigError, match="fewer than the longest passkey trial of 2328"):
+        build_trials(FILLER[:2000], chosen, CONTEXT)
 
 
 def test_the_defaults_are_the_yamls_and_null_distances_the_issue_s_grid():
-    """Settings left out take conf/task/lm.yaml's values (their one home); its null distances mean 1/8 .. 16."""
+    """Settings left out take conf/task/lm.yaml's values (their one home); its null distances mean 1/8 .. 8."""
     yaml = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "task" / "lm.yaml").passkey)
     chosen = check_passkey_settings(None, 512)
-    assert chosen.distances == (0.125, 0.25, 0.5, 1, 2, 4, 8, 16) and yaml["distances"] is None
+    assert chosen.distances == (0.125, 0.25, 0.5, 1, 2, 4, 8) and yaml["distances"] is None
     assert chosen.depths == tuple(yaml["depths"]) and chosen.trials == yaml["trials"]
     assert chosen.key_length == yaml["key_length"] == 5 and chosen.phrase_length == 24
     assert check_passkey_settings({"trials": 2}, 512) == replace(chosen, trials=2)
@@ -336,8 +336,8 @@ def test_the_defaults_are_the_yamls_and_null_distances_the_issue_s_grid():
 
 
 def test_the_longest_passkey_sequence_of_a_task_config():
-    """What a learned table and a memory estimate must cover: 17 contexts and the phrase by default, none when off."""
-    assert passkey_max_length({"context_length": 512, "passkey": {}}) == 512 + 16 * 512 + 24
+    """What a learned table and a memory estimate must cover: 9 contexts and the phrase by default, none when off."""
+    assert passkey_max_length({"context_length": 512, "passkey": {}}) == 512 + 8 * 512 + 24
     assert passkey_max_length({"context_length": 512, "passkey": {"enabled": False}}) == 0
     assert passkey_max_length({"context_length": 512}) == 0
     assert passkey_max_length({"context_length": 512, "passkey": {"distances": [1], "depth_span": 0.5}}) == 792
@@ -365,7 +365,7 @@ def test_the_heatmap_renders_from_the_result_dict_alone(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     fig = plot_passkey(stored)
     heatmap, bar = fig.axes
-    assert [t.get_text() for t in heatmap.get_xticklabels()] == ["1/8", "1/4", "1/2", "1", "2", "4", "8", "16"]
+    assert [t.get_text() for t in heatmap.get_xticklabels()] == ["1/8", "1/4", "1/2", "1", "2", "4", "8"]
     assert "exact match" in bar.get_ylabel()
     (line,) = heatmap.get_lines()  # the training context: before 1x, where d + m first exceeds L
     assert line.get_xdata()[0] == pytest.approx(-0.5)
@@ -495,7 +495,7 @@ def test_passkey_at_every_validation_keeps_the_copying_curve_by_step(tmp_path):
     curve = read_results(tmp_path / "run")["passkey_by_step"]
     assert [entry["step"] for entry in curve] == [2, 4]
     for entry in curve:
-        assert entry["distances"] == [32, 64, 128, 256] and len(entry["exact_by_distance"]) == 4
+        assert entry["distances"] == [32, 64, 128] and len(entry["exact_by_distance"]) == 3  # 2x .. 8x of 16
         assert 0.0 <= entry["exact"] <= 1.0 and 0.0 <= entry["digits"] <= 1.0
 
 
