@@ -246,6 +246,7 @@ class LanguageTaskSettings(TaskSettings):
     eval_stride: Count | None  # sliding-window evaluation's stride; null: none
     selection_fraction: float  # held-out documents that choose among test-time rules (0 .. <1); the rest: test
     selection_seed: int  # the selection split's draw (held_out.select_documents), not the run's seed
+    every_way_on_test: bool  # one round of every way on every window (each way's test figure), not two
     passkey: Any  # passkey retrieval after training: checked by poslab.passkey_settings
     extended_from: Annotated[int, Bound(">=", 2)] | None  # a context extension's parent's context; null: none
     corpus: Any

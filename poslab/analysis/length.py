@@ -254,6 +254,7 @@ def row_summary(encoding: str, way: str, runs: list[LengthRun], ranked: list[int
         "encoding": encoding,
         "way": way,
         "stride": strides.pop() if len(strides) == 1 else None,
+        "chosen_ways": chosen,  # a CHOSEN row: the ways its seeds chose on selection (its figures: test documents)
         "seeds": len(runs),
         "hosts": sorted({host_of(r.result) for r in runs}),  # more than one: its seeds' last digits may differ
         "bpb": {f"{m}x": over_seeds(bpb[m]) for m in multiples},
@@ -405,6 +406,9 @@ def sample_summary(runs: list[LengthRun]) -> dict[str, Any]:
         "documents": _spread([s.get("documents") for s in samples]),
         "tokens": _spread([s.get("tokens") for s in samples]),
         "bytes": _spread([s.get("bytes", scored_bytes(r)) for s, r in zip(samples, runs)]),
+        # the split the figures to cite are on (chosen ways; the interval over documents), and the one choosing
+        **{f"{part}_{key}": _spread([(s.get(part) or {}).get(key) for s in samples])
+           for part in ("test", "selection") for key in ("documents", "bytes")},  # fmt: skip
         "stride": _spread([r.stride for r in runs]),
         "steps": _spread([r.result.get("steps") for r in runs]),
         "seeds": sorted({r.seed for r in runs}),

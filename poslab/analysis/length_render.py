@@ -37,6 +37,13 @@ def sample_line(summary: dict[str, Any]) -> str:
     if sample["stride"] is not None:
         windows += f" (sliding rows: stride {_shown(sample['stride'])})"
     seeds, hosts = sample["seeds"], ", ".join(sample["hosts"])
+    split = ""
+    if sample.get("test_documents") is not None:  # runs that split their held-out documents (issue 37)
+        split = (
+            f"; of them the test split {_shown(sample['test_documents'])} documents ({_shown(sample['test_bytes'])} "
+            f"bytes) and the selection split {_shown(sample.get('selection_documents'))} "
+            f"({_shown(sample.get('selection_bytes'))} bytes), which chooses the test-time way"
+        )
     host = (
         f"hosts mixed: {hosts} (bf16 kernels differ in their last digits)"
         if sample["mixed_hosts"]
@@ -44,7 +51,7 @@ def sample_line(summary: dict[str, Any]) -> str:
     )
     return (
         f"Sample at the training length: held-out documents {_shown(sample['documents'])}, tokens "
-        f"{_shown(sample['tokens'])} (bytes {_shown(sample['bytes'])}), the same at every length, in {windows}; "
+        f"{_shown(sample['tokens'])} (bytes {_shown(sample['bytes'])}), the same at every length, in {windows}{split}; "
         f"training steps {_shown(sample['steps'])}; seeds {', '.join(map(str, seeds))} ({len(seeds)}); {host}."
     )
 
@@ -84,6 +91,11 @@ def bpb_table(corpus: str, summary: dict[str, Any], ranked: list[int]) -> str:
         "variants (log scaling, RoPE's rules) are shown, not ranked (picking the best of them on these figures "
         f"would be a choice made on test). Not separated by the rank intervals: {shown}."
     )
+    if any(row.get("chosen_ways") for row in rows):
+        ranks += (
+            " A 'chosen on selection' row is each seed's way chosen on the selection documents (named in brackets),"
+            " its figures on the test documents only; the other rows are on the whole held-out sample."
+        )
     mixed = [row["name"] for row in rows if len(row.get("hosts") or []) > 1]
     if mixed:  # the sample line says the corpus mixes hosts; this says which rows' seeds do
         named = "every row" if len(mixed) == len(rows) else ", ".join(mixed)

@@ -270,6 +270,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         extended_from: int | None = LM["extended_from"],
         selection_fraction: float = LM["selection_fraction"],
         selection_seed: int = LM["selection_seed"],
+        every_way_on_test: bool = LM["every_way_on_test"],
         seed: int = ROOT["seed"],
     ) -> None:
         """A setting not given (a datamodule made in Python, an older run's config) takes its YAML value (``LM``,
@@ -290,6 +291,7 @@ class LanguageModelDataModule(L.LightningDataModule):
             )
         # the held-out documents' split into selection and test (held_out.select_documents): the same in every seed
         self.selection_settings = {"fraction": float(selection_fraction), "seed": int(selection_seed)}
+        self.every_way_on_test = bool(every_way_on_test)
         self.selection: dict[str, np.ndarray] = {}  # group name -> [documents] bool, True: the selection split
         self.evaluation_settings = {
             "context_length": self.context_length,
@@ -496,10 +498,10 @@ class LanguageModelDataModule(L.LightningDataModule):
         module ``chooses`` among ways past the context and a selection split exists, first the windows touching a
         selection document (every way: the choice is made on them), then the rest (the plain model and the ways
         chosen), so that a way not chosen is not scored on windows of test documents only (docs/evaluation.md,
-        "Two rounds"); otherwise one round of every window in every way."""
+        "Two rounds"); otherwise, or with ``task.every_way_on_test``, one round of every window in every way."""
         self.prepare()
         split = any(mask.any() and not mask.all() for mask in self.selection.values())
-        return list(TEST_ROUNDS) if chooses and split else [None]
+        return list(TEST_ROUNDS) if chooses and split and not self.every_way_on_test else [None]
 
     def val_dataloader(self) -> DataLoader:
         """Every length's non-overlapping windows of the ``val_windows`` sample (the plain model's loss, at every

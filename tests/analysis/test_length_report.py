@@ -35,6 +35,7 @@ def multirun(tmp_path_factory) -> Path:
         "model=tiny", "task.context_length=16", "task.batch_size=4", "task.val_windows=1", "task.val_every_n_steps=2",
         "task.eval_lengths=[32,64]", "task.eval_stride=16", "trainer.max_steps=2", "save_model=false",
         "task.passkey.trials=1", "task.passkey.distances=[2,4]", "~logger", "~callbacks", "threads=1",
+        "task.every_way_on_test=true",  # one round: every rule has a test figure (the extension sits by its rule)
     ]  # fmt: skip
     for job, (encoding, seed) in enumerate((e, s) for e in ENCODINGS for s in SEEDS):
         run(compose_config([*common, f"encoding={encoding}", f"seed={seed}"], directory / str(job)))
