@@ -81,6 +81,6 @@ def test_the_extrapolation_grid_passes_the_whole_check(capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_the_readme_says_what_is_refused():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert "`task.eval_lengths`" in readme and "below the training length" in readme
+def test_the_checks_doc_says_what_is_refused():
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "checks.md").read_text()
+    assert "`task.eval_lengths`" in doc and "below the training length" in doc

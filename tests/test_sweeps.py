@@ -1,9 +1,11 @@
-"""Every W&B sweep file names real config groups and keys: each of its combinations composes, and the README
-gives its offline (Hydra multirun) form."""
+"""Every W&B sweep file names real config groups and keys: each of its combinations composes, and docs/sweeps.md
+gives its offline (Hydra multirun) form and its number of runs."""
 
 from __future__ import annotations
 
 import itertools
+import math
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -17,6 +19,7 @@ from poslab.model import Transformer
 from tests.conftest import CONF, ROOT, compose_config
 
 SWEEPS = sorted((ROOT / "sweeps").glob("*.yaml"))
+SWEEPS_DOC = ROOT / "docs" / "sweeps.md"
 MISSING = object()
 
 
@@ -81,14 +84,25 @@ def test_ablation_sweeps_cover_their_grids():
 
 
 @pytest.mark.parametrize("sweep", SWEEPS, ids=[p.stem for p in SWEEPS])
-def test_readme_gives_each_sweep_and_its_multirun_form(sweep):
+def test_the_sweeps_doc_gives_each_sweep_and_its_multirun_form(sweep):
     """``wandb sweep sweeps/X.yaml``, and a ``train.py -m`` line with the sweep's values (an experiment that
     is a multirun itself, as extrapolation_grid with its hydra.sweeper.params, is named by that line)."""
-    lines = (ROOT / "README.md").read_text().splitlines()
+    lines = SWEEPS_DOC.read_text().splitlines()
     assert any(f"wandb sweep sweeps/{sweep.name}" in line for line in lines)
     _, choices = sweep_parameters(sweep)
     arguments = [f"{name}={','.join(str(v) for v in values)}" for name, values in choices.items()]
     multiruns = [line for line in lines if "train.py -m" in line]
     assert any(f"experiment={sweep.stem}" in line for line in multiruns) or any(
         all(argument in line for argument in arguments) for line in multiruns
-    ), f"README.md has no `python train.py -m` line with {' '.join(arguments)}"
+    ), f"docs/sweeps.md has no `python train.py -m` line with {' '.join(arguments)}"
+
+
+@pytest.mark.parametrize("sweep", SWEEPS, ids=[p.stem for p in SWEEPS])
+def test_the_sweeps_doc_gives_each_sweeps_number_of_runs(sweep):
+    """The table's row for the file ends its runs column with ``= N``, N the product of the file's values."""
+    rows = [line for line in SWEEPS_DOC.read_text().splitlines() if line.startswith(f"| `{sweep.name}` |")]
+    assert len(rows) == 1, f"docs/sweeps.md has {len(rows)} table rows for {sweep.name}"
+    _, choices = sweep_parameters(sweep)
+    runs = math.prod(len(values) for values in choices.values())
+    stated = re.search(r"= (\d[\d,]*)", rows[0].split(" | ")[1])
+    assert stated and int(stated.group(1).replace(",", "")) == runs, f"{sweep.name} is {runs} runs: {rows[0]}"
