@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 import torch
 
+from poslab.builders import build_datamodule, build_module
 from poslab.datamodules.synthetic import IGNORE, TrainingBatches, make_task
 from poslab.errors import ConfigError
 from poslab.settings import check_settings
-from tests.conftest import compose_config
+from tests.conftest import compose_config, fit_quietly
 
 ZOOLOGY = {"query_gaps": "power_law", "power_a": 0.01, "distinct_values": True, "filler": "random"}
 #: chi-square upper quantiles at p = 0.001, by degrees of freedom (tables; the draws are seeded, so each test is
@@ -245,3 +246,14 @@ def test_task_mqar_zoology_composes_zoologys_settings_and_the_schema_refuses_bad
     assert compose_config(["task=associative_recall"], tmp_path).task.query_gaps == "uniform"
     with pytest.raises(ConfigError, match=r"task.filler='noise' is not allowed; task.filler takes one of blank"):
         check_settings(compose_config(["task=mqar_zoology", "task.filler=noise"], tmp_path))
+
+
+def test_a_tiny_run_of_task_mqar_zoology_reports_accuracy_by_pairs(tmp_path):
+    tiny = ["model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.batch_size=8", "task.eval_size=8"]
+    overrides = ["task=mqar_zoology", "task.vocab_size=256", *tiny, "task.eval_batch_size=8"]
+    cfg = compose_config([*overrides, "task.eval_lengths=[32,64]", "task.eval_pairs=[4,16]"], tmp_path)
+    datamodule = build_datamodule(cfg)
+    assert datamodule.task.filler == "random" and datamodule.num_classes == 128
+    module = build_module(cfg, datamodule)
+    fit_quietly(module, datamodule, steps=2).test(module, datamodule=datamodule, verbose=False)
+    assert 0.0 <= module.figures["64"]["accuracy_pairs16"] <= 1.0 and "accuracy_pairs16" not in module.figures["32"]
