@@ -275,7 +275,7 @@ class AssociativeRecall(Task):
 
     Three settings choose between poslab's variant (the defaults, which draw the very batches they always drew for
     a seed) and Zoology's ``multiquery_ar`` (HazyResearch/zoology, ``zoology/data/multiquery_ar.py`` at commit
-    d88d6f5474f36998d82d5c3bd58a190248d0a669; ``task=mqar_zoology`` sets all three):
+    d88d6f5474f36998d82d5c3bd58a190248d0a669; ``task=mqar_zoology`` sets them, and ``power_a``, to Zoology's):
 
     - ``distinct_values``: false, values uniform with replacement; true, distinct values (Zoology's
       ``np.random.choice(value_choices, replace=False)``).
@@ -292,8 +292,8 @@ class AssociativeRecall(Task):
       targets come from the drawn query positions (``sample``), not from the tokens (``targets``).
 
     What stays poslab's: a model's output is a class over the values (Zoology's predicts the next token over the
-    vocabulary, the value's id), and any length from 4P is allowed (Zoology's asserts an even length, whose odd
-    tail offsets are filler, and ``vocab_size > length``).
+    vocabulary, the value's id), and any length from 4P is allowed (Zoology asserts an even length and
+    ``vocab_size > length``; an odd length here ends with one more filler).
     """
 
     name: ClassVar[str] = "associative_recall"
