@@ -215,6 +215,10 @@ class SyntheticTaskSettings(TaskSettings):
 class AssociativeRecallSettings(SyntheticTaskSettings):
     num_pairs: Count | None  # null: length // 4, the most a length holds
     eval_pairs: list[Count]
+    query_gaps: Literal["uniform", "power_law"]  # where the queries sit in the tail (Zoology's: power_law)
+    power_a: PositiveFloat  # power_law's exponent: p(gap g) ~ g^(power_a - 1) (Zoology's 0.01)
+    distinct_values: bool  # values drawn without replacement (Zoology's: true)
+    filler: Literal["blank", "random"]  # the tail's other positions (Zoology's random_non_queries: random)
 
 
 @dataclass

@@ -34,7 +34,7 @@ import itertools
 import math
 import random
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import KW_ONLY, dataclass, fields, replace
 from typing import Any, ClassVar
 
 import lightning as L
@@ -263,24 +263,57 @@ class Copy(Task):
 class AssociativeRecall(Task):
     """Multi-query associative recall (Zoology's MQAR; Arora et al., 2023, "Zoology: Measuring and Improving
     Recall in Efficient Language Models", after H3's associative recall): ``P = length // 4`` pairs
-    ``k_1 v_1 .. k_P v_P`` (distinct keys, values uniform), then a tail of ``length - 2P`` positions in which
-    every key is queried once, in random order, at random positions; the rest of the tail is a blank token.
-    The target at a query's position is its key's value (a next-token model's answer, the value's class).
-    ``P = length // 4`` is the most pairs Zoology's ``multiquery_ar`` allows at a length (its ``4P <= length``).
+    ``k_1 v_1 .. k_P v_P`` (distinct keys), then a tail of ``length - 2P`` positions in which every key is
+    queried once; the tail's other positions are filler. The target at a query's position is its key's value (a
+    next-token model's answer, the value's class). ``P = length // 4`` is the most pairs Zoology's
+    ``multiquery_ar`` allows at a length (its ``4P <= length``).
 
     The vocabulary splits as Zoology's does: keys ``0 .. K - 1`` with ``K = (vocab_size - 1) // 2``, values
-    ``K .. vocab_size - 2`` (class = id - K), blank ``vocab_size - 1``. Where poslab differs from Zoology's
-    ``multiquery_ar``: values are drawn with replacement (not distinct), query positions are uniform over the
-    tail (not power-law gaps at even offsets) and the tail's other positions are the blank (not random tokens).
+    ``K .. vocab_size - 2`` (class = id - K), blank ``vocab_size - 1``. For an even ``vocab_size`` this is
+    Zoology's split relabelled, poslab id = (Zoology id - 1) mod vocab_size: Zoology's filler 0, keys
+    ``1 .. V/2 - 1`` and values ``V/2 .. V - 1`` are poslab's blank, keys and values, the same counts.
+
+    Three settings choose between poslab's variant (the defaults, which draw the very batches they always drew for
+    a seed) and Zoology's ``multiquery_ar`` (HazyResearch/zoology, ``zoology/data/multiquery_ar.py`` at commit
+    d88d6f5474f36998d82d5c3bd58a190248d0a669; ``task=mqar_zoology`` sets them, and ``power_a``, to Zoology's):
+
+    - ``distinct_values``: false, values uniform with replacement; true, distinct values (Zoology's
+      ``np.random.choice(value_choices, replace=False)``).
+    - ``query_gaps``: ``uniform``, the P query positions uniform (without replacement) over the whole tail, in
+      random order; ``power_law``, Zoology's: pair i's key is queried at tail offset ``2 gap_i``, the gaps drawn
+      without replacement from ``0 .. space - 1`` (``space = (length - 2P) // 2``) with
+      ``p(gap) ~ (gap + 1)^(power_a - 1)``, in their order of drawing (so the first pairs tend to get the
+      smallest gaps, as in Zoology). numpy's weighted ``choice(replace=False)`` is successive sampling; here it
+      is its exact equivalent on a torch generator, the Gumbel top-k (the top P of ``log p + Gumbel`` noise, in
+      decreasing order).
+    - ``filler``: ``blank``, the blank token; ``random``, tokens uniform over the whole vocabulary (keys, values
+      and the blank too: Zoology's ``random_non_queries=True`` replaces every 0 of the input by
+      ``torch.randint(vocab_size)``). A random filler may repeat a key; it is not scored, as in Zoology, so the
+      targets come from the drawn query positions (``sample``), not from the tokens (``targets``).
+
+    What stays poslab's: a model's output is a class over the values (Zoology's predicts the next token over the
+    vocabulary, the value's id), and any length from 4P is allowed (Zoology asserts an even length and
+    ``vocab_size > length``; an odd length here ends with one more filler).
     """
 
     name: ClassVar[str] = "associative_recall"
     shortest: ClassVar[str] = "one key-value pair and a tail of 2 holding its query"
+    QUERY_GAPS: ClassVar[tuple[str, ...]] = ("uniform", "power_law")
+    FILLERS: ClassVar[tuple[str, ...]] = ("blank", "random")
 
     #: the number of pairs at every length (None: ``length // 4``, the most a length holds)
     num_pairs: int | None = None
     #: numbers of pairs the same weights are also evaluated on, at each eval length holding them (4P <= length)
     eval_pairs: Sequence[int] = ()
+    _: KW_ONLY  # the protocol's settings have their defaults in conf/task/associative_recall.yaml (make_task)
+    #: where the queries sit in the tail: ``uniform`` (poslab's) or ``power_law`` (Zoology's)
+    query_gaps: str
+    #: ``power_law``'s exponent: p(gap g) ~ g^(power_a - 1) for g = 1, 2, .. (Zoology's 0.01; 1: uniform gaps)
+    power_a: float
+    #: values drawn without replacement (Zoology's) instead of uniform with replacement (poslab's)
+    distinct_values: bool
+    #: the tail's positions that are not queries: ``blank`` (poslab's) or ``random`` tokens (Zoology's)
+    filler: str
 
     @property
     def num_keys(self) -> int:
@@ -310,6 +343,7 @@ class AssociativeRecall(Task):
 
     def validate(self, lengths: Sequence[int] = ()) -> None:
         self.check_vocabulary(5, "at least 2 keys, 2 values and the blank")
+        self.validate_protocol()
         for n in [*self.eval_pairs, *([self.num_pairs] if self.num_pairs is not None else [])]:
             if not 1 <= n <= self.num_keys:
                 raise ConfigError(
@@ -325,16 +359,73 @@ class AssociativeRecall(Task):
                 f"vocab_size >= {2 * needed + 1}."
             )
 
-    def draw(self, batch_size: int, length: int, generator: torch.Generator) -> Tensor:
+    def validate_protocol(self) -> None:
+        """The three settings that choose between poslab's variant and Zoology's protocol, and ``power_a``."""
+        if self.query_gaps not in self.QUERY_GAPS:
+            raise ConfigError(
+                f"task.query_gaps={self.query_gaps!r} is not a known placement of the queries; allowed: 'uniform' "
+                f"(poslab's, uniform over the tail) or 'power_law' (Zoology's multiquery_ar)."
+            )
+        if self.filler not in self.FILLERS:
+            raise ConfigError(
+                f"task.filler={self.filler!r} is not a known filler; allowed: 'blank' (poslab's blank token) or "
+                f"'random' (Zoology's random_non_queries, tokens uniform over the vocabulary)."
+            )
+        if not isinstance(self.distinct_values, bool):
+            raise ConfigError(
+                f"task.distinct_values={self.distinct_values!r} is not a flag; allowed: false (values with "
+                f"replacement, poslab's) or true (distinct values, Zoology's)."
+            )
+        a = self.power_a
+        if isinstance(a, bool) or not isinstance(a, int | float) or not (math.isfinite(a) and a > 0):
+            raise ConfigError(
+                f"task.power_a={a!r} is not a positive exponent; allowed: a finite power_a > 0, p(gap g) ~ "
+                f"g^(power_a - 1) (Zoology's 0.01; 1 makes the gaps uniform)."
+            )
+
+    def draw_queries(self, batch_size: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """``(tokens, query_at)``: the sequences and, ``[batch, P]``, the position where pair i's key is queried."""
         pairs, tail = self.pairs(length), length - 2 * self.pairs(length)
         keys = torch.rand(batch_size, self.num_keys, generator=generator).argsort(dim=1)[:, :pairs]  # distinct
-        values = torch.randint(self.num_keys, self.vocab_size - 1, (batch_size, pairs), generator=generator)
-        query_at = 2 * pairs + torch.rand(batch_size, tail, generator=generator).argsort(dim=1)[:, :pairs]
+        if self.distinct_values:
+            values = self.num_keys + torch.rand(batch_size, self.num_classes, generator=generator).argsort(dim=1)
+            values = values[:, :pairs]
+        else:
+            values = torch.randint(self.num_keys, self.vocab_size - 1, (batch_size, pairs), generator=generator)
+        if self.query_gaps == "power_law":
+            query_at = 2 * pairs + 2 * self.power_law_gaps(batch_size, tail // 2, pairs, generator)
+        else:
+            query_at = 2 * pairs + torch.rand(batch_size, tail, generator=generator).argsort(dim=1)[:, :pairs]
         tokens = torch.full((batch_size, length), self.blank, dtype=torch.long)
+        if self.filler == "random":  # as Zoology: drawn last, over the whole input; it lands on the tail only
+            filler = torch.randint(0, self.vocab_size, (batch_size, length), generator=generator)
+            tokens[:, 2 * pairs :] = filler[:, 2 * pairs :]
         tokens[:, 0 : 2 * pairs : 2], tokens[:, 1 : 2 * pairs : 2] = keys, values
-        return tokens.scatter_(1, query_at, keys)
+        return tokens.scatter_(1, query_at, keys), query_at
+
+    def power_law_gaps(self, batch_size: int, space: int, pairs: int, generator: torch.Generator) -> Tensor:
+        """``[batch, pairs]`` distinct gaps in ``0 .. space - 1``, drawn one after another with
+        ``p(gap) ~ (gap + 1)^(power_a - 1)`` among those left (Zoology's ``np.random.choice(arange(space),
+        replace=False, p=p)``), by the Gumbel top-k: the same distribution, the order of drawing included."""
+        log_p = (self.power_a - 1) * torch.arange(1, space + 1, dtype=torch.float64).log()
+        uniform = torch.rand(batch_size, space, generator=generator, dtype=torch.float64)
+        gumbel = -(-uniform.clamp_min(torch.finfo(torch.float64).tiny).log()).log()
+        return (log_p + gumbel).topk(pairs, dim=1).indices  # sorted: the first drawn first
+
+    def draw(self, batch_size: int, length: int, generator: torch.Generator) -> Tensor:
+        return self.draw_queries(batch_size, length, generator)[0]
+
+    def sample(self, batch_size: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """The targets from the drawn query positions: a random filler may repeat a key, and is not a query."""
+        tokens, query_at = self.draw_queries(batch_size, length, generator)
+        pairs = query_at.shape[1]
+        values = tokens[:, 1 : 2 * pairs : 2] - self.num_keys
+        return tokens, torch.full_like(tokens, IGNORE).scatter_(1, query_at, values)
 
     def targets(self, tokens: Tensor) -> Tensor:
+        """The rule read from the tokens, with the blank filler (every non-blank tail token is a query)."""
+        if self.filler != "blank":
+            raise ValueError("with task.filler='random' a filler may repeat a key: the targets come from sample()")
         pairs = self.pairs(tokens.shape[1])
         keys, values, tail = tokens[:, 0 : 2 * pairs : 2], tokens[:, 1 : 2 * pairs : 2], tokens[:, 2 * pairs :]
         pair = (tail[:, :, None] == keys[:, None, :]).long().argmax(dim=-1)  # [B, tail]: the queried key's pair
