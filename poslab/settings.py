@@ -117,6 +117,36 @@ class Length:
         return f"exactly {self.n} long"
 
 
+@dataclass(frozen=True)
+class LengthOf:
+    """A list setting whose length another setting decides, in ``Annotated[list[float], LengthOf("model.n_heads",
+    "head")]`` (ALiBi's slopes: one per head): checked against that setting's value in the same config, before
+    anything runs. ``per`` names what each value is for, in a message."""
+
+    key: str
+    per: str
+
+    def holds(self, value: Any, sizes: Mapping[str, int]) -> bool:
+        return self.key not in sizes or len(value) == sizes[self.key]  # a size not known here: validate checks it
+
+    def said(self, sizes: Mapping[str, int]) -> str:
+        known = f"{sizes[self.key]} long, " if self.key in sizes else ""
+        value = f"={sizes[self.key]}" if self.key in sizes else ""
+        return f"{known}one per {self.per} ({self.key}{value})"
+
+
+def holds(bound: Bound | Length | LengthOf, value: Any, sizes: Mapping[str, int]) -> bool:
+    return bound.holds(value, sizes) if isinstance(bound, LengthOf) else bound.holds(value)
+
+
+def said(bound: Bound | Length | LengthOf, sizes: Mapping[str, int]) -> str:
+    return bound.said(sizes) if isinstance(bound, LengthOf) else str(bound)
+
+
+#: the sizes a ``LengthOf`` may name, read from a composed config (``config_sizes``)
+SIZE_SETTINGS = ("model.n_heads", "model.n_layers")
+
+
 Count = Annotated[int, Bound(">=", 1)]  # sizes, steps, lengths: no zero, no negatives
 NonNegative = Annotated[int, Bound(">=", 0)]
 PositiveFloat = Annotated[float, Bound(">", 0)]
@@ -205,7 +235,7 @@ class SyntheticTaskSettings(TaskSettings):
     train_length: Annotated[int, Bound(">=", 2)]  # log-length scaling divides by log(train_length)
     # [low, high]: each training batch's length drawn from it (high must equal train_length: the datamodule checks);
     # null: every batch at train_length
-    train_lengths: list[Annotated[int, Bound(">=", 2)]] | None
+    train_lengths: Annotated[list[Annotated[int, Bound(">=", 2)]], Length(2)] | None
     eval_lengths: list[Annotated[int, Bound(">=", 2)]] | None
     eval_size: Count
     eval_seed: Seed
@@ -348,20 +378,23 @@ def check_number(
     return number
 
 
-def describe(annotation: Any) -> str:
-    """What a value of ``annotation`` is, in words: ``a whole number of at least 1``, ``one of a, b``."""
+def describe(annotation: Any, sizes: Mapping[str, int] | None = None) -> str:
+    """What a value of ``annotation`` is, in words: ``a whole number of at least 1``, ``one of a, b``; ``sizes``:
+    the values of the settings a ``LengthOf`` names (``config_sizes``)."""
     base, bounds = unannotated(annotation)
     origin = typing.get_origin(base)
+    sizes = sizes or {}
     if origin in (Union, types.UnionType):
-        parts = [describe(a) for a in typing.get_args(base) if a is not type(None)]
-        text = " or ".join(parts)
-        return f"{text} or null" if type(None) in typing.get_args(base) else text
+        parts = [describe(a, sizes) for a in typing.get_args(base) if a is not type(None)]
+        parts += ["null"] if type(None) in typing.get_args(base) else []
+        return (", or " if any(", " in part for part in parts) else " or ").join(parts)
     if origin is Literal:
         return "one of " + ", ".join(dict.fromkeys(str(a) for a in typing.get_args(base)))
     if origin is list:
         (item,) = typing.get_args(base) or (Any,)
-        listed = f"a list of {describe(item).removeprefix('a ').removeprefix('an ')}s" if item is not Any else "a list"
-        return listed + "".join(f", {bound}" for bound in bounds)
+        kind, _, each = describe(item).removeprefix("a ").removeprefix("an ").partition(", ")
+        listed = "a list" if item is Any else f"a list of {kind}s" + (f" (each {each})" if each else "")
+        return listed + "".join(f", {said(bound, sizes)}" for bound in bounds)
     words = {int: "a whole number", float: "a number", bool: "true or false", str: "a string"}.get(base, "a value")
     return words + (", " + " and ".join(map(str, bounds)) if bounds else "")
 
@@ -369,18 +402,19 @@ def describe(annotation: Any) -> str:
 def unannotated(annotation: Any) -> tuple[Any, list[Any]]:
     if typing.get_origin(annotation) is Annotated:
         base, *extras = typing.get_args(annotation)
-        return base, [e for e in extras if isinstance(e, (Bound, Length))]
+        return base, [e for e in extras if isinstance(e, (Bound, Length, LengthOf))]
     return annotation, []
 
 
-def value_fits(value: Any, annotation: Any) -> bool:
-    """Whether ``value`` is of the declared type and within its bounds."""
+def value_fits(value: Any, annotation: Any, sizes: Mapping[str, int] | None = None) -> bool:
+    """Whether ``value`` is of the declared type and within its bounds (``sizes``: as ``describe``'s)."""
     base, bounds = unannotated(annotation)
     origin = typing.get_origin(base)
+    sizes = sizes or {}
     if base is Any:
         return True
     if origin in (Union, types.UnionType):
-        return any(value_fits(value, a) for a in typing.get_args(base))
+        return any(value_fits(value, a, sizes) for a in typing.get_args(base))
     if base is type(None):
         return value is None
     if origin is Literal:
@@ -388,7 +422,7 @@ def value_fits(value: Any, annotation: Any) -> bool:
     if origin is list:
         (item,) = typing.get_args(base) or (Any,)
         fits = isinstance(value, (list, tuple, ListConfig)) and all(value_fits(v, item) for v in value)
-        return fits and all(bound.holds(value) for bound in bounds)
+        return fits and all(holds(bound, value, sizes) for bound in bounds)
     if base is bool:
         return isinstance(value, bool)
     if base is int:
@@ -402,8 +436,10 @@ def value_fits(value: Any, annotation: Any) -> bool:
     return fits and all(bound.holds(value) for bound in bounds)
 
 
-def check_value(key: str, value: Any, annotation: Any) -> None:
-    if value_fits(value, annotation):
+def check_value(key: str, value: Any, annotation: Any, sizes: Mapping[str, int] | None = None) -> None:
+    """One sentence when ``value`` does not fit ``annotation``: the key, the value (a list's length) and what is
+    allowed; ``sizes``: the settings a ``LengthOf`` names, as ``describe``'s."""
+    if value_fits(value, annotation, sizes):
         return
     base, _ = unannotated(annotation)
     choices = [a for u in _union_members(base) if typing.get_origin(u) is Literal for a in typing.get_args(u)]
@@ -411,7 +447,9 @@ def check_value(key: str, value: Any, annotation: Any) -> None:
     written = ""
     if isinstance(value, float) and value.is_integer() and int in _union_members(base):
         written = f" (write {int(value)}, without a decimal point)"
-    raise ConfigError(f"{key}={value!r} is not allowed{written};{hint} {key} takes {describe(annotation)}.")
+    if isinstance(value, (list, tuple)) and any(typing.get_origin(u) is list for u in _union_members(base)):
+        written = f" (it has {len(value)} value{'s' if len(value) != 1 else ''})"
+    raise ConfigError(f"{key}={value!r} is not allowed{written};{hint} {key} takes {describe(annotation, sizes)}.")
 
 
 def _union_members(annotation: Any) -> tuple[Any, ...]:
@@ -447,9 +485,17 @@ def check_dataclass(prefix: str, instance: Any, schema: type) -> None:
         check_value(f"{prefix}.{key}", getattr(instance, key), annotation)
 
 
-def check_section(prefix: str, node: Any, declared: Mapping[str, Any], closed: bool, owner: str = "") -> None:
+def check_section(
+    prefix: str,
+    node: Any,
+    declared: Mapping[str, Any],
+    closed: bool,
+    owner: str = "",
+    sizes: Mapping[str, int] | None = None,
+) -> None:
     """Every key of ``node`` that ``declared`` types (key -> annotation) against its type; with ``closed``, no
-    other keys (``name`` and ``_target_`` aside). ``owner`` names the section in a message (default: ``prefix``)."""
+    other keys (``name`` and ``_target_`` aside). ``owner`` names the section in a message (default: ``prefix``);
+    ``sizes``: the settings a ``LengthOf`` names (``config_sizes``)."""
     if not isinstance(node, DictConfig):
         return
     dotted = f"{prefix}." if prefix else ""
@@ -457,7 +503,7 @@ def check_section(prefix: str, node: Any, declared: Mapping[str, Any], closed: b
         if key in declared:
             present, value = readable(node, key)
             if present:
-                check_value(f"{dotted}{key}", value, declared[key])
+                check_value(f"{dotted}{key}", value, declared[key], sizes)
         elif closed and key not in ("name", "_target_"):
             allowed = ", ".join(k for k in declared if not k.startswith("_") and k != "name") or "none"
             raise ConfigError(
@@ -539,10 +585,39 @@ def default_type(default: Any) -> Any:
     return str
 
 
-def check_encoding_settings(node: Any, optional: Callable[[str], Sequence[str]] | None = None) -> None:
+#: a list of three rotated-block sizes (paragraph, sentence, token): evenness and their sum are the encoding's check
+AXIAL_BLOCKS = Annotated[list[Annotated[int, Bound(">=", 2)]], Length(3)] | None
+#: encoding settings whose YAML default cannot type them (``default_type``): a null default that stands for a list,
+#: a list whose length another setting decides (``LengthOf``). Declared here, light, so the typed check refuses a
+#: list of the wrong length or element type before torch loads; the encoding's ``validate`` checks the rest.
+ENCODING_TYPES: dict[str, dict[str, Any]] = {
+    "alibi": {"slopes": Annotated[list[Annotated[float, Bound(">=", 0)]], LengthOf("model.n_heads", "head")] | None},
+    "rope_nope_mix": {
+        "base": PositiveFloat | Annotated[list[PositiveFloat], LengthOf("model.n_layers", "layer")] | None
+    },
+    "hrope_axial": {"blocks": AXIAL_BLOCKS},
+    "period_axial": {"blocks": AXIAL_BLOCKS},
+    "rand_axial": {"blocks": AXIAL_BLOCKS},
+}
+
+
+def config_sizes(cfg: DictConfig) -> dict[str, int]:
+    """The values of ``SIZE_SETTINGS`` in ``cfg`` that are whole numbers (a bad one is refused by its own type)."""
+    sizes = {}
+    for key in SIZE_SETTINGS:
+        value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+        if isinstance(value, int) and not isinstance(value, bool):
+            sizes[key] = value
+    return sizes
+
+
+def check_encoding_settings(
+    node: Any, optional: Callable[[str], Sequence[str]] | None = None, sizes: Mapping[str, int] | None = None
+) -> None:
     """An encoding's settings typed by their YAML defaults; a key its YAML does not declare is refused. A null
     where the YAML has a value passes when ``optional(name)`` (the encoding's ``optional_settings``, which only the
-    encodings know: ``poslab.config.optional_encoding_settings``) lists the setting."""
+    encodings know: ``poslab.config.optional_encoding_settings``) lists the setting. ``ENCODING_TYPES`` types those
+    a default cannot, the lists among them against ``sizes`` (``config_sizes``)."""
     if not isinstance(node, DictConfig):
         return
     present, name = readable(node, "name")
@@ -551,11 +626,12 @@ def check_encoding_settings(node: Any, optional: Callable[[str], Sequence[str]] 
     declared = encoding_defaults()
     check_choice("encoding.name", name, sorted(declared))
     types_of = {key: default_type(default) for key, default in declared[name].items() if key != "name"}
+    types_of |= {key: kind for key, kind in ENCODING_TYPES.get(str(name), {}).items() if key in types_of}
     nulled = [key for key in types_of if types_of[key] is not Any and key in node and node.get(key) is None]
     if nulled and optional is not None:  # null where the YAML has a value: where the encoding says it means something
         for key in set(nulled) & set(optional(str(name))):
             types_of[key] = Any
-    check_section("encoding", node, types_of, closed=True, owner=f"encoding {name!r}")
+    check_section("encoding", node, types_of, closed=True, owner=f"encoding {name!r}", sizes=sizes)
 
 
 # ---- the whole config -----------------------------------------------------------------------------------------
@@ -576,7 +652,7 @@ def check_settings(cfg: DictConfig, optional: Callable[[str], Sequence[str]] | N
     model = cfg.get("model")
     if isinstance(model, DictConfig):
         check_heads(model.d_model, model.n_heads)
-    check_encoding_settings(cfg.get("encoding"), optional)
+    check_encoding_settings(cfg.get("encoding"), optional, config_sizes(cfg))
 
 
 def check_heads(d_model: int, n_heads: int) -> None:

@@ -143,3 +143,35 @@ def test_a_list_setting_of_the_wrong_length_is_refused_up_front():
     with pytest.raises(ConfigError, match=r"optimizer\.betas=\[0\.9, 'a'\]"):
         check_value("optimizer.betas", [0.9, "a"], betas)
     assert value_fits([0.9, 0.99], betas) and value_fits(None, betas)
+
+
+LENGTH_CASES = [  # (the group's overrides, a list of the wrong length, its message, one of the right length)
+    (
+        ["encoding=alibi", "model.n_heads=4"],
+        "encoding.slopes=[0.5,0.25]",
+        r"encoding\.slopes=\[0\.5, 0\.25\] is not allowed \(it has 2 values\); .*4 long, one per head "
+        r"\(model\.n_heads=4\)",
+        "encoding.slopes=[0.5,0.25,0.125,0.0625]",
+    ),
+    (
+        ["encoding=rope_nope_mix", "model.n_layers=3"],
+        "encoding.base=[10000,500000]",
+        r"encoding\.base=\[10000, 500000\] is not allowed \(it has 2 values\); .*3 long, one per layer "
+        r"\(model\.n_layers=3\)",
+        "encoding.base=[10000,500000,10000]",
+    ),
+]
+
+
+@pytest.mark.parametrize(("group", "wrong", "message", "right"), LENGTH_CASES, ids=["heads", "layers"])
+def test_a_list_whose_length_another_setting_decides_is_refused_before_training(group, wrong, message, right, tmp_path):
+    from poslab.checks import COMMON_STAGES, check_configs
+    from poslab.config import compose_config
+
+    # stage 1 (typed settings, before torch loads and before any encoding is built) refuses it, naming the length
+    with pytest.raises(ConfigError, match=message):
+        COMMON_STAGES["settings"](compose_config([*group, wrong], tmp_path))
+    bad_item = wrong.replace("0.25", "abc").replace("500000", "abc")  # the right kind of element, too
+    with pytest.raises(ConfigError, match=r"is not allowed \(it has 2 values\)"):
+        COMMON_STAGES["settings"](compose_config([*group, bad_item], tmp_path))
+    check_configs([compose_config([*group, right], tmp_path)], lambda cfg: None)  # every stage passes the right length
