@@ -28,6 +28,8 @@ import difflib
 import functools
 import math
 import operator
+import os
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -35,7 +37,7 @@ from dataclasses import dataclass, fields, is_dataclass, make_dataclass
 from dataclasses import field as dataclass_field
 from typing import Annotated, Any, Literal, Union
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
 
 from poslab.errors import ConfigError
 from poslab.passkey_settings import passkey_max_length
@@ -632,6 +634,72 @@ def check_encoding_settings(
         for key in set(nulled) & set(optional(str(name))):
             types_of[key] = Any
     check_section("encoding", node, types_of, closed=True, owner=f"encoding {name!r}", sizes=sizes)
+
+
+# ---- path settings ---------------------------------------------------------------------------------------------
+#: the settings that name a file or a directory (paths.*, what reads them, and the runs a command names): ``~`` and
+#: ``$VAR`` / ``${VAR}`` in them are expanded as a shell would (``expand_path``), wherever the value comes from
+PATH_SETTINGS = (
+    "paths.log_dir",
+    "paths.data_dir",
+    "paths.cache_dir",
+    "paths.output_dir",
+    "task.data_dir",
+    "task.cache_dir",
+    "corpus.path",
+    "ckpt_path",
+    "parent",
+    "hydra.run.dir",
+    "hydra.sweep.dir",
+)
+#: ``$VAR`` and ``${VAR}``; on a command line ``$VAR`` only (``${...}`` there is an OmegaConf interpolation)
+VARIABLE = re.compile(r"\$(?:(\w+)|\{(\w+)\})")
+BARE_VARIABLE = re.compile(r"\$(\w+)")
+
+
+def expand_path(key: str, value: Any, braces: bool = True) -> Any:
+    """A path setting's value with a leading ``~`` (or ``~user``) and every ``$VAR`` / ``${VAR}`` environment
+    variable expanded; a variable that is not set is refused, naming the setting, the value and the variable. The
+    one expansion of every path setting: the command line's overrides (``poslab.overrides.expanded_overrides``), the
+    ``POSLAB_*_DIR`` defaults (the ``poslab.path`` resolver), a composed config's (``expand_path_settings``) and a
+    local corpus's path. ``braces=False`` leaves ``${...}`` (an OmegaConf interpolation on a command line)."""
+    if not isinstance(value, str):
+        return value
+
+    def variable(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        if name not in os.environ:
+            raise ConfigError(
+                f"{key}={value} names the environment variable {name}, which is not set; set it "
+                f"(export {name}=...) or give the path itself."
+            )
+        return os.environ[name]
+
+    return os.path.expanduser((VARIABLE if braces else BARE_VARIABLE).sub(variable, value))
+
+
+def config_error_cause(error: BaseException) -> ConfigError | None:
+    """The ``ConfigError`` a resolver raised, which OmegaConf wraps in its own error; None for any other error."""
+    while error is not None and not isinstance(error, ConfigError):
+        error = error.__cause__ or error.__context__  # type: ignore[assignment]
+    return error
+
+
+def expand_path_settings(cfg: DictConfig) -> None:
+    """Every path setting of a composed config (``PATH_SETTINGS``) with ``~`` and ``$VAR`` expanded, in place: a
+    value that changes is replaced by the expanded path; one that resolves only inside a job (``${hydra:...}``)
+    is left to it."""
+    for key in PATH_SETTINGS:
+        try:
+            value = OmegaConf.select(cfg, key, default=None)
+        except Exception as error:  # noqa: BLE001  (an interpolation that resolves only inside the job)
+            if (cause := config_error_cause(error)) is not None:
+                raise cause from None
+            continue
+        expanded = expand_path(key, value)
+        if expanded != value:
+            with read_write(cfg), open_dict(cfg):
+                OmegaConf.update(cfg, key, expanded, merge=False)
 
 
 # ---- the whole config -----------------------------------------------------------------------------------------
