@@ -2,8 +2,9 @@
 
 Each group's settings are declared once, as a dataclass below: a field's type says what a value may be
 (``int`` refuses ``2.5`` and ``"abc"``, ``float`` takes whole numbers too, ``Literal[...]`` lists the allowed
-options), and ``Annotated[..., Bound(">=", 1)]`` its bounds. ``check_settings`` walks a composed config against
-them; a bad value stops with one sentence naming the key, the value and what is allowed, with the closest
+options), and ``Annotated[..., Bound(">=", 1)]`` its bounds; a list's length is ``Length(n)``, or ``LengthOf(key)``
+where another setting decides it (ALiBi's slopes: one per ``model.n_heads``). ``check_settings`` walks a composed
+config against them; a bad value stops with one sentence naming the key, the value and what is allowed, with the closest
 valid key or option suggested. A new setting is checked by being declared here; a closed group (``closed``
 below) also refuses keys it does not declare. An encoding's settings take the type of their default in the
 encoding's YAML (``conf/encoding/<name>.yaml``); its ``validate`` checks their ranges.
@@ -17,6 +18,9 @@ config built by hand that may leave settings out (a test, a library user's ``Mod
 corpus made in Python, an older run's record) is merged over the YAML's values, read once per process by
 ``poslab.yaml_values`` (``yaml_defaults``, ``default_option``, ``root_defaults``) and the helpers below
 (``encoding_values``, ``task_defaults``, ``with_corpus_defaults``, ``with_yaml_defaults``).
+
+Path settings (``PATH_SETTINGS``) have ``~`` and ``$VAR`` expanded by one function, ``expand_path``, wherever their
+value enters (the command line, the ``POSLAB_*_DIR`` defaults, a config composed in Python).
 
 Light by design (no torch): ``train.py`` runs these checks before importing torch, so a typo costs a second.
 """
