@@ -33,5 +33,6 @@ if __name__ == "__main__":
         print(help_text())
         sys.exit(0)
     # every job's config, the directories it writes and the data it reads, checked before Hydra writes anything
-    check_command_line(sys.argv[1:], sources=True)  # a bad one: one sentence, exit status 2
+    # and ~ / $VAR expanded in path settings before Hydra names the run directory from them
+    sys.argv[1:] = check_command_line(sys.argv[1:], sources=True)  # a bad one: one sentence, exit status 2
     main()

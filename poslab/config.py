@@ -13,9 +13,17 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from poslab.errors import ConfigError
+from poslab.overrides import expanded_overrides
 from poslab.runs.files import CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE, directories_holding
 from poslab.runs.results import finished_results
-from poslab.settings import CONF_DIR, SYNTHETIC_TASKS, check_precision, encoding_defaults, task_defaults
+from poslab.settings import (
+    CONF_DIR,
+    SYNTHETIC_TASKS,
+    check_precision,
+    encoding_defaults,
+    expand_path_settings,
+    task_defaults,
+)
 
 
 def compose_config(overrides: list[str], output_dir: str | Path | None = None, hydra_node: bool = False) -> DictConfig:
@@ -31,7 +39,8 @@ def compose_config(overrides: list[str], output_dir: str | Path | None = None, h
     register_resolvers()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides, return_hydra_config=hydra_node)
+        cfg = compose(config_name="train", overrides=expanded_overrides(overrides), return_hydra_config=hydra_node)
+    expand_path_settings(cfg)  # ~ and $VAR in every path setting, from whatever source (train.py: the same)
     if output_dir is not None:
         with open_dict(cfg):
             cfg.paths.output_dir = str(output_dir)

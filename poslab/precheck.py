@@ -82,6 +82,8 @@ def compose_explained(overrides: list[str], hydra_node: bool = False) -> DictCon
     """``compose``, with Hydra's composition errors said as poslab's: the bad key or option, a suggestion."""
     try:
         return compose(overrides, hydra_node)
+    except ConfigError:  # poslab's own, already one sentence (a path setting's unset variable)
+        raise
     except Exception as error:  # noqa: BLE001  (Hydra's and OmegaConf's composition errors alike)
         explain(overrides, error)
         raise AssertionError("unreachable") from None
@@ -203,14 +205,22 @@ def output_directories(overrides: list[str], cfg: DictConfig, multirun: bool) ->
     return [("paths.log_dir", str(cfg.paths.log_dir))]
 
 
-def check_command_line(argv: list[str], sources: bool = False) -> None:
+def check_command_line(argv: list[str], sources: bool = False) -> list[str]:
     """Check the jobs ``python train.py ARGV`` would run; a bad one stops the command (one message, exit 2).
-    ``sources``: a language model's data sources are looked for too (train.py; the configs alone need no data)."""
+    ``sources``: a language model's data sources are looked for too (train.py; the configs alone need no data).
+    Returns ARGV with ``~`` and ``$VAR`` expanded in path settings (``expanded_overrides``), for Hydra to read."""
+    from poslab.overrides import expanded_overrides
+    from poslab.runs.guard import stop
+
+    try:
+        expanded = expanded_overrides(argv)
+    except ConfigError as error:
+        stop(error)
     flags = [a for a in argv if a.startswith("-")]
     if any(flag not in RUN_FLAGS for flag in flags):
-        return  # --cfg, --info, -cn, ...: Hydra's own modes, left to Hydra
+        return expanded  # --cfg, --info, -cn, ...: Hydra's own modes, left to Hydra
     from poslab.checks import check_configs
-    from poslab.runs.guard import secondary_rank, stop
+    from poslab.runs.guard import secondary_rank
     from poslab.runs.launching import check_environment
 
     overrides = [a for a in argv if not a.startswith("-")]
@@ -235,6 +245,7 @@ def check_command_line(argv: list[str], sources: bool = False) -> None:
             check_memory(configs, concurrent_jobs(overrides, len(jobs), multirun=bool(flags)))
     except ConfigError as error:
         stop(error)
+    return expanded
 
 
 def concurrent_jobs(overrides: list[str], jobs: int, multirun: bool) -> int:

@@ -16,6 +16,7 @@ def resolvers() -> dict[str, Callable[..., Any]]:
     from poslab.extension import parent_name
     from poslab.runs.folders import job_folder
     from poslab.runs.launching import parallel_jobs
+    from poslab.settings import expand_path
 
     return {
         "poslab_jobs": lambda devices=1: parallel_jobs(devices),  # local_parallel's n_jobs (conf/hydra/launcher)
@@ -23,6 +24,7 @@ def resolvers() -> dict[str, Callable[..., Any]]:
         "poslab.corpus_name": local_corpus_name,  # corpus=local's name, from its path (conf/corpus/local.yaml)
         "poslab.local_pattern": local_pattern,  # corpus=local's files
         "poslab.parent_name": parent_name,  # experiment=context_extension's run name, from its parent's
+        "poslab.path": expand_path,  # paths.*'s POSLAB_*_DIR defaults, ~ and $VAR expanded (conf/paths/default.yaml)
     }
 
 

@@ -2,8 +2,9 @@
 
 Each group's settings are declared once, as a dataclass below: a field's type says what a value may be
 (``int`` refuses ``2.5`` and ``"abc"``, ``float`` takes whole numbers too, ``Literal[...]`` lists the allowed
-options), and ``Annotated[..., Bound(">=", 1)]`` its bounds. ``check_settings`` walks a composed config against
-them; a bad value stops with one sentence naming the key, the value and what is allowed, with the closest
+options), and ``Annotated[..., Bound(">=", 1)]`` its bounds; a list's length is ``Length(n)``, or ``LengthOf(key)``
+where another setting decides it (ALiBi's slopes: one per ``model.n_heads``). ``check_settings`` walks a composed
+config against them; a bad value stops with one sentence naming the key, the value and what is allowed, with the closest
 valid key or option suggested. A new setting is checked by being declared here; a closed group (``closed``
 below) also refuses keys it does not declare. An encoding's settings take the type of their default in the
 encoding's YAML (``conf/encoding/<name>.yaml``); its ``validate`` checks their ranges.
@@ -18,6 +19,9 @@ corpus made in Python, an older run's record) is merged over the YAML's values, 
 ``poslab.yaml_values`` (``yaml_defaults``, ``default_option``, ``root_defaults``) and the helpers below
 (``encoding_values``, ``task_defaults``, ``with_corpus_defaults``, ``with_yaml_defaults``).
 
+Path settings (``PATH_SETTINGS``) have ``~`` and ``$VAR`` expanded by one function, ``expand_path``, wherever their
+value enters (the command line, the ``POSLAB_*_DIR`` defaults, a config composed in Python).
+
 Light by design (no torch): ``train.py`` runs these checks before importing torch, so a typo costs a second.
 """
 
@@ -28,6 +32,8 @@ import difflib
 import functools
 import math
 import operator
+import os
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -35,7 +41,7 @@ from dataclasses import dataclass, fields, is_dataclass, make_dataclass
 from dataclasses import field as dataclass_field
 from typing import Annotated, Any, Literal, Union
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
 
 from poslab.errors import ConfigError
 from poslab.passkey_settings import passkey_max_length
@@ -115,6 +121,36 @@ class Length:
 
     def __str__(self) -> str:
         return f"exactly {self.n} long"
+
+
+@dataclass(frozen=True)
+class LengthOf:
+    """A list setting whose length another setting decides, in ``Annotated[list[float], LengthOf("model.n_heads",
+    "head")]`` (ALiBi's slopes: one per head): checked against that setting's value in the same config, before
+    anything runs. ``per`` names what each value is for, in a message."""
+
+    key: str
+    per: str
+
+    def holds(self, value: Any, sizes: Mapping[str, int]) -> bool:
+        return self.key not in sizes or len(value) == sizes[self.key]  # a size not known here: validate checks it
+
+    def said(self, sizes: Mapping[str, int]) -> str:
+        known = f"{sizes[self.key]} long, " if self.key in sizes else ""
+        value = f"={sizes[self.key]}" if self.key in sizes else ""
+        return f"{known}one per {self.per} ({self.key}{value})"
+
+
+def holds(bound: Bound | Length | LengthOf, value: Any, sizes: Mapping[str, int]) -> bool:
+    return bound.holds(value, sizes) if isinstance(bound, LengthOf) else bound.holds(value)
+
+
+def said(bound: Bound | Length | LengthOf, sizes: Mapping[str, int]) -> str:
+    return bound.said(sizes) if isinstance(bound, LengthOf) else str(bound)
+
+
+#: the sizes a ``LengthOf`` may name, read from a composed config (``config_sizes``)
+SIZE_SETTINGS = ("model.n_heads", "model.n_layers")
 
 
 Count = Annotated[int, Bound(">=", 1)]  # sizes, steps, lengths: no zero, no negatives
@@ -205,7 +241,7 @@ class SyntheticTaskSettings(TaskSettings):
     train_length: Annotated[int, Bound(">=", 2)]  # log-length scaling divides by log(train_length)
     # [low, high]: each training batch's length drawn from it (high must equal train_length: the datamodule checks);
     # null: every batch at train_length
-    train_lengths: list[Annotated[int, Bound(">=", 2)]] | None
+    train_lengths: Annotated[list[Annotated[int, Bound(">=", 2)]], Length(2)] | None
     eval_lengths: list[Annotated[int, Bound(">=", 2)]] | None
     eval_size: Count
     eval_seed: Seed
@@ -348,20 +384,23 @@ def check_number(
     return number
 
 
-def describe(annotation: Any) -> str:
-    """What a value of ``annotation`` is, in words: ``a whole number of at least 1``, ``one of a, b``."""
+def describe(annotation: Any, sizes: Mapping[str, int] | None = None) -> str:
+    """What a value of ``annotation`` is, in words: ``a whole number of at least 1``, ``one of a, b``; ``sizes``:
+    the values of the settings a ``LengthOf`` names (``config_sizes``)."""
     base, bounds = unannotated(annotation)
     origin = typing.get_origin(base)
+    sizes = sizes or {}
     if origin in (Union, types.UnionType):
-        parts = [describe(a) for a in typing.get_args(base) if a is not type(None)]
-        text = " or ".join(parts)
-        return f"{text} or null" if type(None) in typing.get_args(base) else text
+        parts = [describe(a, sizes) for a in typing.get_args(base) if a is not type(None)]
+        parts += ["null"] if type(None) in typing.get_args(base) else []
+        return (", or " if any(", " in part for part in parts) else " or ").join(parts)
     if origin is Literal:
         return "one of " + ", ".join(dict.fromkeys(str(a) for a in typing.get_args(base)))
     if origin is list:
         (item,) = typing.get_args(base) or (Any,)
-        listed = f"a list of {describe(item).removeprefix('a ').removeprefix('an ')}s" if item is not Any else "a list"
-        return listed + "".join(f", {bound}" for bound in bounds)
+        kind, _, each = describe(item).removeprefix("a ").removeprefix("an ").partition(", ")
+        listed = "a list" if item is Any else f"a list of {kind}s" + (f" (each {each})" if each else "")
+        return listed + "".join(f", {said(bound, sizes)}" for bound in bounds)
     words = {int: "a whole number", float: "a number", bool: "true or false", str: "a string"}.get(base, "a value")
     return words + (", " + " and ".join(map(str, bounds)) if bounds else "")
 
@@ -369,18 +408,19 @@ def describe(annotation: Any) -> str:
 def unannotated(annotation: Any) -> tuple[Any, list[Any]]:
     if typing.get_origin(annotation) is Annotated:
         base, *extras = typing.get_args(annotation)
-        return base, [e for e in extras if isinstance(e, (Bound, Length))]
+        return base, [e for e in extras if isinstance(e, (Bound, Length, LengthOf))]
     return annotation, []
 
 
-def value_fits(value: Any, annotation: Any) -> bool:
-    """Whether ``value`` is of the declared type and within its bounds."""
+def value_fits(value: Any, annotation: Any, sizes: Mapping[str, int] | None = None) -> bool:
+    """Whether ``value`` is of the declared type and within its bounds (``sizes``: as ``describe``'s)."""
     base, bounds = unannotated(annotation)
     origin = typing.get_origin(base)
+    sizes = sizes or {}
     if base is Any:
         return True
     if origin in (Union, types.UnionType):
-        return any(value_fits(value, a) for a in typing.get_args(base))
+        return any(value_fits(value, a, sizes) for a in typing.get_args(base))
     if base is type(None):
         return value is None
     if origin is Literal:
@@ -388,7 +428,7 @@ def value_fits(value: Any, annotation: Any) -> bool:
     if origin is list:
         (item,) = typing.get_args(base) or (Any,)
         fits = isinstance(value, (list, tuple, ListConfig)) and all(value_fits(v, item) for v in value)
-        return fits and all(bound.holds(value) for bound in bounds)
+        return fits and all(holds(bound, value, sizes) for bound in bounds)
     if base is bool:
         return isinstance(value, bool)
     if base is int:
@@ -402,8 +442,10 @@ def value_fits(value: Any, annotation: Any) -> bool:
     return fits and all(bound.holds(value) for bound in bounds)
 
 
-def check_value(key: str, value: Any, annotation: Any) -> None:
-    if value_fits(value, annotation):
+def check_value(key: str, value: Any, annotation: Any, sizes: Mapping[str, int] | None = None) -> None:
+    """One sentence when ``value`` does not fit ``annotation``: the key, the value (a list's length) and what is
+    allowed; ``sizes``: the settings a ``LengthOf`` names, as ``describe``'s."""
+    if value_fits(value, annotation, sizes):
         return
     base, _ = unannotated(annotation)
     choices = [a for u in _union_members(base) if typing.get_origin(u) is Literal for a in typing.get_args(u)]
@@ -411,7 +453,9 @@ def check_value(key: str, value: Any, annotation: Any) -> None:
     written = ""
     if isinstance(value, float) and value.is_integer() and int in _union_members(base):
         written = f" (write {int(value)}, without a decimal point)"
-    raise ConfigError(f"{key}={value!r} is not allowed{written};{hint} {key} takes {describe(annotation)}.")
+    if isinstance(value, (list, tuple)) and any(typing.get_origin(u) is list for u in _union_members(base)):
+        written = f" (it has {len(value)} value{'s' if len(value) != 1 else ''})"
+    raise ConfigError(f"{key}={value!r} is not allowed{written};{hint} {key} takes {describe(annotation, sizes)}.")
 
 
 def _union_members(annotation: Any) -> tuple[Any, ...]:
@@ -447,9 +491,17 @@ def check_dataclass(prefix: str, instance: Any, schema: type) -> None:
         check_value(f"{prefix}.{key}", getattr(instance, key), annotation)
 
 
-def check_section(prefix: str, node: Any, declared: Mapping[str, Any], closed: bool, owner: str = "") -> None:
+def check_section(
+    prefix: str,
+    node: Any,
+    declared: Mapping[str, Any],
+    closed: bool,
+    owner: str = "",
+    sizes: Mapping[str, int] | None = None,
+) -> None:
     """Every key of ``node`` that ``declared`` types (key -> annotation) against its type; with ``closed``, no
-    other keys (``name`` and ``_target_`` aside). ``owner`` names the section in a message (default: ``prefix``)."""
+    other keys (``name`` and ``_target_`` aside). ``owner`` names the section in a message (default: ``prefix``);
+    ``sizes``: the settings a ``LengthOf`` names (``config_sizes``)."""
     if not isinstance(node, DictConfig):
         return
     dotted = f"{prefix}." if prefix else ""
@@ -457,7 +509,7 @@ def check_section(prefix: str, node: Any, declared: Mapping[str, Any], closed: b
         if key in declared:
             present, value = readable(node, key)
             if present:
-                check_value(f"{dotted}{key}", value, declared[key])
+                check_value(f"{dotted}{key}", value, declared[key], sizes)
         elif closed and key not in ("name", "_target_"):
             allowed = ", ".join(k for k in declared if not k.startswith("_") and k != "name") or "none"
             raise ConfigError(
@@ -539,10 +591,39 @@ def default_type(default: Any) -> Any:
     return str
 
 
-def check_encoding_settings(node: Any, optional: Callable[[str], Sequence[str]] | None = None) -> None:
+#: a list of three rotated-block sizes (paragraph, sentence, token): evenness and their sum are the encoding's check
+AXIAL_BLOCKS = Annotated[list[Annotated[int, Bound(">=", 2)]], Length(3)] | None
+#: encoding settings whose YAML default cannot type them (``default_type``): a null default that stands for a list,
+#: a list whose length another setting decides (``LengthOf``). Declared here, light, so the typed check refuses a
+#: list of the wrong length or element type before torch loads; the encoding's ``validate`` checks the rest.
+ENCODING_TYPES: dict[str, dict[str, Any]] = {
+    "alibi": {"slopes": Annotated[list[Annotated[float, Bound(">=", 0)]], LengthOf("model.n_heads", "head")] | None},
+    "rope_nope_mix": {
+        "base": PositiveFloat | Annotated[list[PositiveFloat], LengthOf("model.n_layers", "layer")] | None
+    },
+    "hrope_axial": {"blocks": AXIAL_BLOCKS},
+    "period_axial": {"blocks": AXIAL_BLOCKS},
+    "rand_axial": {"blocks": AXIAL_BLOCKS},
+}
+
+
+def config_sizes(cfg: DictConfig) -> dict[str, int]:
+    """The values of ``SIZE_SETTINGS`` in ``cfg`` that are whole numbers (a bad one is refused by its own type)."""
+    sizes = {}
+    for key in SIZE_SETTINGS:
+        value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+        if isinstance(value, int) and not isinstance(value, bool):
+            sizes[key] = value
+    return sizes
+
+
+def check_encoding_settings(
+    node: Any, optional: Callable[[str], Sequence[str]] | None = None, sizes: Mapping[str, int] | None = None
+) -> None:
     """An encoding's settings typed by their YAML defaults; a key its YAML does not declare is refused. A null
     where the YAML has a value passes when ``optional(name)`` (the encoding's ``optional_settings``, which only the
-    encodings know: ``poslab.config.optional_encoding_settings``) lists the setting."""
+    encodings know: ``poslab.config.optional_encoding_settings``) lists the setting. ``ENCODING_TYPES`` types those
+    a default cannot, the lists among them against ``sizes`` (``config_sizes``)."""
     if not isinstance(node, DictConfig):
         return
     present, name = readable(node, "name")
@@ -551,11 +632,78 @@ def check_encoding_settings(node: Any, optional: Callable[[str], Sequence[str]] 
     declared = encoding_defaults()
     check_choice("encoding.name", name, sorted(declared))
     types_of = {key: default_type(default) for key, default in declared[name].items() if key != "name"}
+    types_of |= {key: kind for key, kind in ENCODING_TYPES.get(str(name), {}).items() if key in types_of}
     nulled = [key for key in types_of if types_of[key] is not Any and key in node and node.get(key) is None]
     if nulled and optional is not None:  # null where the YAML has a value: where the encoding says it means something
         for key in set(nulled) & set(optional(str(name))):
             types_of[key] = Any
-    check_section("encoding", node, types_of, closed=True, owner=f"encoding {name!r}")
+    check_section("encoding", node, types_of, closed=True, owner=f"encoding {name!r}", sizes=sizes)
+
+
+# ---- path settings ---------------------------------------------------------------------------------------------
+#: the settings that name a file or a directory (paths.*, what reads them, and the runs a command names): ``~`` and
+#: ``$VAR`` / ``${VAR}`` in them are expanded as a shell would (``expand_path``), wherever the value comes from
+PATH_SETTINGS = (
+    "paths.log_dir",
+    "paths.data_dir",
+    "paths.cache_dir",
+    "paths.output_dir",
+    "task.data_dir",
+    "task.cache_dir",
+    "corpus.path",
+    "ckpt_path",
+    "parent",
+    "hydra.run.dir",
+    "hydra.sweep.dir",
+)
+#: ``$VAR`` and ``${VAR}``; on a command line ``$VAR`` only (``${...}`` there is an OmegaConf interpolation)
+VARIABLE = re.compile(r"\$(?:(\w+)|\{(\w+)\})")
+BARE_VARIABLE = re.compile(r"\$(\w+)")
+
+
+def expand_path(key: str, value: Any, braces: bool = True) -> Any:
+    """A path setting's value with a leading ``~`` (or ``~user``) and every ``$VAR`` / ``${VAR}`` environment
+    variable expanded; a variable that is not set is refused, naming the setting, the value and the variable. The
+    one expansion of every path setting: the command line's overrides (``poslab.overrides.expanded_overrides``), the
+    ``POSLAB_*_DIR`` defaults (the ``poslab.path`` resolver), a composed config's (``expand_path_settings``) and a
+    local corpus's path. ``braces=False`` leaves ``${...}`` (an OmegaConf interpolation on a command line)."""
+    if not isinstance(value, str):
+        return value
+
+    def variable(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        if name not in os.environ:
+            raise ConfigError(
+                f"{key}={value} names the environment variable {name}, which is not set; set it "
+                f"(export {name}=...) or give the path itself."
+            )
+        return os.environ[name]
+
+    return os.path.expanduser((VARIABLE if braces else BARE_VARIABLE).sub(variable, value))
+
+
+def config_error_cause(error: BaseException) -> ConfigError | None:
+    """The ``ConfigError`` a resolver raised, which OmegaConf wraps in its own error; None for any other error."""
+    while error is not None and not isinstance(error, ConfigError):
+        error = error.__cause__ or error.__context__  # type: ignore[assignment]
+    return error
+
+
+def expand_path_settings(cfg: DictConfig) -> None:
+    """Every path setting of a composed config (``PATH_SETTINGS``) with ``~`` and ``$VAR`` expanded, in place: a
+    value that changes is replaced by the expanded path; one that resolves only inside a job (``${hydra:...}``)
+    is left to it."""
+    for key in PATH_SETTINGS:
+        try:
+            value = OmegaConf.select(cfg, key, default=None)
+        except Exception as error:  # noqa: BLE001  (an interpolation that resolves only inside the job)
+            if (cause := config_error_cause(error)) is not None:
+                raise cause from None
+            continue
+        expanded = expand_path(key, value)
+        if expanded != value:
+            with read_write(cfg), open_dict(cfg):
+                OmegaConf.update(cfg, key, expanded, merge=False)
 
 
 # ---- the whole config -----------------------------------------------------------------------------------------
@@ -576,7 +724,7 @@ def check_settings(cfg: DictConfig, optional: Callable[[str], Sequence[str]] | N
     model = cfg.get("model")
     if isinstance(model, DictConfig):
         check_heads(model.d_model, model.n_heads)
-    check_encoding_settings(cfg.get("encoding"), optional)
+    check_encoding_settings(cfg.get("encoding"), optional, config_sizes(cfg))
 
 
 def check_heads(d_model: int, n_heads: int) -> None:

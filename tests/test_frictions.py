@@ -143,3 +143,83 @@ def test_a_list_setting_of_the_wrong_length_is_refused_up_front():
     with pytest.raises(ConfigError, match=r"optimizer\.betas=\[0\.9, 'a'\]"):
         check_value("optimizer.betas", [0.9, "a"], betas)
     assert value_fits([0.9, 0.99], betas) and value_fits(None, betas)
+
+
+LENGTH_CASES = [  # (the group's overrides, a list of the wrong length, its message, one of the right length)
+    (
+        ["encoding=alibi", "model.n_heads=4"],
+        "encoding.slopes=[0.5,0.25]",
+        r"encoding\.slopes=\[0\.5, 0\.25\] is not allowed \(it has 2 values\); .*4 long, one per head "
+        r"\(model\.n_heads=4\)",
+        "encoding.slopes=[0.5,0.25,0.125,0.0625]",
+    ),
+    (
+        ["encoding=rope_nope_mix", "model.n_layers=3"],
+        "encoding.base=[10000,500000]",
+        r"encoding\.base=\[10000, 500000\] is not allowed \(it has 2 values\); .*3 long, one per layer "
+        r"\(model\.n_layers=3\)",
+        "encoding.base=[10000,500000,10000]",
+    ),
+]
+
+
+@pytest.mark.parametrize(("group", "wrong", "message", "right"), LENGTH_CASES, ids=["heads", "layers"])
+def test_a_list_whose_length_another_setting_decides_is_refused_before_training(group, wrong, message, right, tmp_path):
+    from poslab.checks import COMMON_STAGES, check_configs
+    from poslab.config import compose_config
+
+    # stage 1 (typed settings, before torch loads and before any encoding is built) refuses it, naming the length
+    with pytest.raises(ConfigError, match=message):
+        COMMON_STAGES["settings"](compose_config([*group, wrong], tmp_path))
+    bad_item = wrong.replace("0.25", "abc").replace("500000", "abc")  # the right kind of element, too
+    with pytest.raises(ConfigError, match=r"is not allowed \(it has 2 values\)"):
+        COMMON_STAGES["settings"](compose_config([*group, bad_item], tmp_path))
+    check_configs([compose_config([*group, right], tmp_path)], lambda cfg: None)  # every stage passes the right length
+
+
+def test_every_path_setting_expands_home_and_environment_variables(tmp_path, monkeypatch):
+    from poslab.config import compose_config
+    from poslab.overrides import expanded_overrides
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SCRATCH", str(tmp_path / "scratch"))
+    monkeypatch.setenv("POSLAB_CACHE_DIR", "~/cache")  # a default from the environment, expanded too
+    given = ['paths.data_dir="~/corpora"', "paths.log_dir=$SCRATCH/logs", "corpus=wikitext2"]
+    cfg = compose_config(given)
+    assert cfg.paths.data_dir == str(tmp_path / "home" / "corpora") == cfg.task.data_dir
+    assert cfg.paths.log_dir == str(tmp_path / "scratch" / "logs")
+    assert cfg.paths.cache_dir == str(tmp_path / "home" / "cache") == cfg.task.cache_dir
+    # what Hydra reads (train.py passes it the expanded command line): the run directory lands under the expanded path
+    assert expanded_overrides(['paths.log_dir="~/logs"', "seed=1", "paths.data_dir='$SCRATCH/a','~/b'"]) == [
+        f"paths.log_dir='{tmp_path}/home/logs'",
+        "seed=1",
+        f"paths.data_dir='{tmp_path}/scratch/a','{tmp_path}/home/b'",
+    ]
+    monkeypatch.delenv("POSLAB_CACHE_DIR")
+    for bad, key in (("paths.data_dir=$NO_SUCH_DIR/x", "paths.data_dir"), ('+parent="$NO_SUCH_DIR/run"', "parent")):
+        with pytest.raises(ConfigError, match=rf"{key}=\$NO_SUCH_DIR/\w+ names the environment variable NO_SUCH_DIR, "):
+            compose_config([bad])
+    monkeypatch.setenv("POSLAB_LOG_DIR", "${NO_SUCH_DIR}/logs")
+    with pytest.raises(
+        ConfigError, match=r"paths\.log_dir=\$\{NO_SUCH_DIR\}/logs names .*NO_SUCH_DIR, which is not set"
+    ):
+        compose_config([])
+
+
+def test_an_unquoted_tilde_in_a_paths_setting_says_how_to_quote_it():
+    from poslab.precheck import parse
+
+    with pytest.raises(ConfigError, match=r"""paths\.data_dir=~/x: .*'~' only quoted; give 'paths\.data_dir="~/x"'"""):
+        parse(["paths.data_dir=~/x"])
+
+
+@pytest.mark.slow
+def test_a_run_directory_under_a_tilde_log_dir_is_made_in_home(tmp_path):
+    from tests.conftest import run_train
+
+    home = tmp_path / "home"
+    args = ["task=seen", "debug=fast", "~callbacks.progress_bar", "threads=1", "trainer.max_steps=1"]
+    result = run_train([*args, 'paths.log_dir="~/logs"'], tmp_path, env={"HOME": str(home)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(list((home / "logs" / "runs").glob("*/results.json"))) == 1
+    assert not (tmp_path / "~").exists()  # not a folder named ~ in the working directory

@@ -20,7 +20,7 @@ from poslab.datamodules.corpora.sources import LocalSource, format_mismatch, glo
 from poslab.datamodules.segmentation import STYLES
 from poslab.errors import ConfigError
 from poslab.overrides import quoted
-from poslab.settings import FORMATS, VERIFY_CACHE, with_corpus_defaults
+from poslab.settings import FORMATS, VERIFY_CACHE, expand_path, with_corpus_defaults
 
 #: the files a directory given as corpus.path contributes, by corpus.format
 LOCAL_SUFFIX = {"text": "txt", "jsonl": "jsonl", "wikitext": "raw", "python": "py", "parquet": "parquet"}
@@ -29,8 +29,8 @@ LOCAL_SUFFIX = {"text": "txt", "jsonl": "jsonl", "wikitext": "raw", "python": "p
 def _absolute(path: str) -> str:
     # relative to the current directory, as the user typed it; absolute in the saved config, so an analysis run
     # from elsewhere reads the same files
-    # (``~`` and ``$VAR``/``${VAR}`` expanded: a path setting reads as it would in a shell)
-    return os.path.abspath(os.path.expandvars(os.path.expanduser(path)))
+    # (``~`` and ``$VAR``/``${VAR}`` expanded as in every path setting: ``poslab.settings.expand_path``)
+    return os.path.abspath(expand_path("corpus.path", path))
 
 
 def local_pattern(path: str | None, format: str | None) -> str | None:
