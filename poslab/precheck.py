@@ -142,10 +142,12 @@ def first_line(error: BaseException) -> str:
 
 
 def extended(cfg: DictConfig, overrides: list[str]) -> DictConfig:
-    """A context extension's config as its parent makes it (``poslab.extension``), any other as composed."""
+    """A context extension's config as its parent makes it (``poslab.extension``), any other as composed; either
+    with debug=fast's evaluation cut (``smoke_config``)."""
+    from poslab.config import smoke_config
     from poslab.extension import extended_config
 
-    return extended_config(cfg, overrides)
+    return smoke_config(extended_config(cfg, overrides))
 
 
 def check_directories(cfg: DictConfig, outputs: list[tuple[str, str]], sources: bool = False) -> None:
