@@ -52,4 +52,4 @@ def test_a_run_without_its_bar_logs_progress_lines(tmp_path):
     assert lines and lines[-1].split(" - ")[-1].startswith("step 6/6 (100%)"), lines
     # the evaluation after training too: its cost before it starts, its time when it ends (lightning_modules/progress)
     testing = [line.split(" - ")[-1] for line in log if line.split(" - ")[-1].startswith("test: ")]
-    assert testing[0].startswith("test: 3 batches (96 windows) in 3 sets") and testing[-1].startswith("test: done in ")
+    assert testing[0].startswith("test: 5 batches (160 windows) in 5 sets") and testing[-1].startswith("test: done in ")
