@@ -286,7 +286,7 @@ GROUP_HELP = {
     "logger": "where metrics go (CSV by default; W&B offline unless a key is set)",
     "callbacks": "progress bar, throughput/MFU, checkpoints",
     "paths": "data, cache and log directories (POSLAB_DATA_DIR, POSLAB_CACHE_DIR, POSLAB_LOG_DIR)",
-    "debug": "a few steps and small evaluation sets",
+    "debug": "a few steps: fast (any recipe, the smallest evaluation) or small (a synthetic task's every length)",
 }
 
 
