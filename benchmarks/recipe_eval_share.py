@@ -91,10 +91,12 @@ def measure(name: str, overrides: list[str], steps: int, threads: int) -> float:
     test = float(results["test_seconds"])
     share = (validations + test) / (train + validations + test)
     verdict = "meets" if share <= TARGET else "misses"
+    count = full_steps // val_every if val_every else 0
     print(
-        f"{name}: {full_steps} steps x {step:.3f} s = {train:.0f} s training; {full_steps // val_every if val_every else 0}"
-        f" validations x {results['validation_seconds']:.2f} s = {validations:.0f} s; test {test:.1f} s; evaluation "
-        f"{100 * share:.1f}% of the run ({verdict} <= {100 * TARGET:.0f}%; measured in {time.perf_counter() - start:.0f} s)",
+        f"{name}: {full_steps} steps x {step:.3f} s = {train:.0f} s training; {count} validations x "
+        f"{results['validation_seconds']:.2f} s = {validations:.0f} s; test {test:.1f} s; evaluation "
+        f"{100 * share:.1f}% of the run ({verdict} <= {100 * TARGET:.0f}%; measured in "
+        f"{time.perf_counter() - start:.0f} s)",
         flush=True,
     )
     return share

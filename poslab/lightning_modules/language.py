@@ -34,6 +34,9 @@ After training, once (not at every validation), passkey retrieval (``poslab.ligh
 prose): results.json's top-level ``passkey``, the plain model's grid and each test-time way's under ``ways``.
 With ``task.passkey.at_validation``, every validation also scores the plain model within one context
 (``PasskeySettings.within_context``): ``val/passkey_exact`` and results.json's ``passkey_by_step``.
+
+Each round of the test logs its cost before it starts (batches, windows and forward passes per length, with the
+ways scored there) and its progress while it runs (``poslab.lightning_modules.progress``), bar or not.
 """
 
 from __future__ import annotations

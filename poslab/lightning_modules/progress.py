@@ -59,6 +59,11 @@ class LengthCost:
         self.ways += [way for way in [*ways, *once] if way not in self.ways]
 
 
+def counted(n: int, word: str, plural: str | None = None) -> str:
+    """``1 batch``, ``1,024 batches``."""
+    return f"{n:,} {word if n == 1 else plural or word + 's'}"
+
+
 def way_names(ways: list[str]) -> str:
     """``plain, log_scaled, yarn (+2 more)``: the names that fit ``WAY_NAMES_CHARS``."""
     shown: list[str] = []
@@ -112,15 +117,15 @@ class EvaluationProgress:
         if seconds is not None:
             about = f"; about {duration_text(seconds)} (from the training step, {self.step[0]:.3g} s)"
         log.info(
-            "%s: %s batches (%s windows) in %d set%s, %s forward passes%s",
-            self.title, f"{batches:,}", f"{windows:,}", len(self.costs), "s" if len(self.costs) != 1 else "",
-            f"{self.total:,}", about,
+            "%s: %s (%s) in %s, %s%s",
+            self.title, counted(batches, "batch", "batches"), counted(windows, "window"),
+            counted(len(self.costs), "set"), counted(self.total, "forward pass", "forward passes"), about,
         )  # fmt: skip
         for cost in self.costs.values():
             log.info(
-                "%s: %s %s batches (%s windows) x %d way%s: %s",
-                self.title, cost.name, f"{cost.batches:,}", f"{cost.windows:,}", len(cost.ways),
-                "s" if len(cost.ways) != 1 else "", way_names(cost.ways),
+                "%s: %s %s (%s) x %s: %s",
+                self.title, cost.name, counted(cost.batches, "batch", "batches"), counted(cost.windows, "window"),
+                counted(len(cost.ways), "way"), way_names(cost.ways),
             )  # fmt: skip
 
     def advance(self, name: str, forwards: int) -> None:

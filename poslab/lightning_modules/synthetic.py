@@ -32,6 +32,9 @@ plain model, on each mix at every length: with each test batch, a batch of the m
 drawn from its own seed (the length, the batch index and the mix's place: the same sequences for every run). Its
 figure is ``read_error_pct_<mix>`` (flip_flop scores the reads only, so 100 x (1 - accuracy) is the paper's read
 error %), and ``read_error_pct`` the training mix's.
+
+``task.eval_ways=plain`` (debug=fast) scores the plain model only. The test logs its cost before it starts and its
+progress while it runs (``poslab.lightning_modules.progress``).
 """
 
 from __future__ import annotations
