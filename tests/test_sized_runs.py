@@ -147,3 +147,27 @@ def test_every_recipe_composes_with_debug_fast_into_a_valid_config_cut_to_one_le
 def test_without_debug_fast_the_config_is_left_as_composed(tmp_path):
     cfg = compose_config(["experiment=increments_layer_cpu"], tmp_path)
     assert cfg.smoke_eval is False and cfg.task.eval_lengths is None and cfg.task.passkey.enabled
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "recipe",
+    [
+        ["experiment=increments_layer_cpu", "corpus=local", "corpus.validation_fraction=0.25"],  # a byte model
+        ["experiment=position_zoo", "task=flip_flop", "encoding=rope"],  # a synthetic task with evaluation mixes
+    ],
+    ids=["increments_layer_cpu", "position_zoo"],
+)
+def test_a_recipe_runs_with_debug_fast_and_scores_one_length_in_the_plain_model(recipe, tmp_path):
+    lm = "corpus=local" in recipe
+    data = [f"corpus.path={write_corpus(tmp_path)}", f"paths.cache_dir={tmp_path / 'cache'}"] if lm else []
+    small = ["trainer.max_steps=2", "threads=1", "callbacks.progress_bar.refresh_rate=0", "ckpt_path=null"]
+    results = run(compose_config([*recipe, "debug=fast", *data, *small], tmp_path / "run"))
+    lengths = [key for key, value in results["figures"].items() if isinstance(value, dict)]
+    assert results["status"] == "success" and len(lengths) == 1
+    figures = results["figures"][lengths[0]]
+    if lm:
+        assert lengths == ["256"] and set(figures) - {"bytes"} == {"loss", "bpb"} and "passkey" not in results
+        assert results["evaluation"]["tokens_per_group"] == {"main": 8 * 256}
+    else:
+        assert lengths == ["32"] and not any(k.startswith("accuracy_") for k in figures)  # the plain model only

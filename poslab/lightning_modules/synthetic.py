@@ -224,7 +224,8 @@ class SyntheticTaskModule(TransformerModule):
         each draw, ``predictions``: a selection set's too; each mix that fits, once)."""
         costs: dict[str, LengthCost] = {}
         for index, loader in enumerate(self.trainer.test_dataloaders):
-            size, batch_size = len(loader.dataset), int(loader.batch_size or 1)
+            # this rank's sequences (under DDP Lightning gives each loader a DistributedSampler: its share)
+            size, batch_size = len(loader.sampler), int(loader.batch_size or 1)
             length = int(loader.dataset.tokens.shape[1])
             cost = costs.setdefault(self.set_name(length, index), LengthCost(self.set_name(length, index), length))
             for start in range(0, size, batch_size):
