@@ -145,8 +145,18 @@ def test_every_recipe_composes_with_debug_fast_into_a_valid_config_cut_to_one_le
 
 
 def test_without_debug_fast_the_config_is_left_as_composed(tmp_path):
-    cfg = compose_config(["experiment=increments_layer_cpu"], tmp_path)
-    assert cfg.smoke_eval is False and cfg.task.eval_lengths is None and cfg.task.passkey.enabled
+    cfg = compose_config(["experiment=position_zoo"], tmp_path)
+    assert cfg.smoke_eval is False and list(cfg.task.eval_lengths) == [32, 64, 128, 256] and cfg.task.eval_ways == "all"
+
+
+@pytest.mark.parametrize("experiment", ["increments_layer_cpu", "increments_rope", "hrope_axial_cpu", "rand_axial"])
+def test_the_write_up_recipes_evaluate_at_their_context_only(experiment, tmp_path):
+    """Their write-ups read the loss at the training context: no longer length, hence no test-time rule."""
+    for context in (None, 128):  # the lengths follow the context a command line gives
+        given = [] if context is None else [f"task.context_length={context}"]
+        task = compose_config([f"experiment={experiment}", *given], tmp_path).task
+        assert list(task.eval_lengths) == [task.context_length] and (context is None or task.context_length == 128)
+    assert not task.passkey.enabled
 
 
 @pytest.mark.slow
