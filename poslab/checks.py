@@ -33,8 +33,8 @@ from poslab.settings import (
     check_lm_evaluation,
     check_settings,
     corpus_setting,
-    readable,
     max_length,
+    readable,
     train_length,
 )
 
