@@ -20,6 +20,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 from poslab.errors import RunInterrupted
 from poslab.runs.checkpoints import CONFIG_KEY
+from poslab.runtime import duration_text
 
 log = logging.getLogger("poslab")
 
@@ -119,16 +120,6 @@ class RecordConfig(L.Callback):
         checkpoint[CONFIG_KEY] = self.config
 
 
-def duration_text(seconds: float) -> str:
-    """``42 s``, ``3 min 20 s``, ``2 h 05 min``: a duration as a person reads it."""
-    seconds = max(0, round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
-
-
 class StepProgressBar(TQDMProgressBar):
     """The training bar counts optimizer steps against ``trainer.max_steps`` (``step 1050/2000``, also after a
     resume, where Lightning's own bar restarts an epoch of unknown length: ``1050/?``); the validation and
@@ -137,13 +128,12 @@ class StepProgressBar(TQDMProgressBar):
     With the bar off (``refresh_rate: 0``: parallel jobs, whose bars would interleave), a line goes to the log every
     ``log_every_seconds`` instead (``step 360/720 (50%), 0.58 s a step, about 3 min 29 s of training left``), so a
     job's train.log shows it is moving (conf/callbacks/default.yaml: 120); 0 or null: no lines. The evaluation after
-    training, which has no bar, logs ``evaluating after training: batch 40 of 120 (33%)`` as often, bar or not."""
+    training, which has no bar, logs its cost and progress itself (``poslab.lightning_modules.progress``)."""
 
     def __init__(self, refresh_rate: int = 1, log_every_seconds: float | None = None, **kwargs: Any) -> None:
         super().__init__(refresh_rate=refresh_rate, **kwargs)
         self.log_every = float(log_every_seconds or 0)
         self.logged_at: tuple[float, int] | None = None  # (time, step) of the last line, or of training's start
-        self.test_logged_at, self.test_batches_done = 0.0, 0  # the evaluation after training: its last line, batches
 
     def due(self, since: float, now: float) -> bool:
         """Whether a progress line is due: lines are on and ``log_every_seconds`` have passed since ``since``."""
@@ -192,22 +182,6 @@ class StepProgressBar(TQDMProgressBar):
 
     def on_train_epoch_start(self, trainer: L.Trainer, *_: Any) -> None:
         pass  # one bar for the whole run, made in on_train_start: the steps, not an epoch's batches
-
-    def on_test_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        super().on_test_start(trainer, module)
-        self.test_logged_at, self.test_batches_done = time.monotonic(), 0
-
-    def on_test_batch_end(self, trainer: L.Trainer, module: L.LightningModule, *args: Any, **kwargs: Any) -> None:
-        """The evaluation after training has no bar (a long one, e.g. many lengths, ways and draws, runs minutes):
-        a line every ``log_every_seconds``, bar or not: batches done of all."""
-        super().on_test_batch_end(trainer, module, *args, **kwargs)
-        self.test_batches_done += 1
-        now = time.monotonic()
-        if not self.due(self.test_logged_at, now):
-            return
-        done, total = self.test_batches_done, int(sum(trainer.num_test_batches))
-        log.info("evaluating after training: batch %d of %d (%.0f%%)", done, total, 100 * done / max(total, 1))
-        self.test_logged_at = now
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, *_: Any) -> None:
         self.log_progress(trainer)

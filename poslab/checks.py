@@ -34,6 +34,7 @@ from poslab.settings import (
     check_settings,
     corpus_setting,
     max_length,
+    readable,
     train_length,
 )
 
@@ -164,6 +165,10 @@ def check_encoding(cfg: DictConfig) -> None:
     datamodule = hydra.utils.get_class(str(cfg.task._target_))
     task = OmegaConf.to_container(cfg.task, resolve=False)
     assert isinstance(task, dict)
+    for key in ("context_length", "train_length", "eval_lengths"):  # lengths may follow the context: resolved
+        present, value = readable(cfg.task, key)
+        if present and key in task:
+            task[key] = value
     settings = OmegaConf.to_container(cfg.encoding, resolve=True)
     assert isinstance(settings, dict)
     validate_encoding(

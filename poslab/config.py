@@ -6,11 +6,12 @@ what is allowed, before anything is built or written.
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
 
 from poslab.errors import ConfigError
 from poslab.overrides import expanded_overrides
@@ -47,8 +48,37 @@ def compose_config(overrides: list[str], output_dir: str | Path | None = None, h
             cfg.paths.log_dir = str(output_dir)
         from poslab.extension import extended_config
 
-        cfg = extended_config(cfg, overrides)
+        cfg = smoke_config(extended_config(cfg, overrides))
     return cfg
+
+
+#: ``smoke_eval`` (debug=fast): the windows of the context a language model's test scores per group, the windows a
+#: validation scores, and the sequences a synthetic task's test scores at its one length
+SMOKE_WINDOWS, SMOKE_SEQUENCES = 8, 16
+
+
+def smoke_config(cfg: DictConfig) -> DictConfig:
+    """``cfg`` with its evaluation cut to a smoke test's where ``smoke_eval`` asks (debug=fast), whatever the task:
+    one length (the training length: the plain model's ways only, no test-time rule), a small sample, no passkey.
+    A language model scores ``SMOKE_WINDOWS`` windows of its context per group (``task.eval_tokens``: a held-out
+    split shorter than that is refused, naming it), no sliding windows; a synthetic task ``SMOKE_SEQUENCES``
+    sequences, plain (``task.eval_ways``). ``cfg`` itself otherwise; what ran is what results.json records."""
+    if not cfg.get("smoke_eval"):
+        return cfg
+    cut = copy.deepcopy(cfg)
+    with read_write(cut), open_dict(cut):
+        task = cut.task
+        if "context_length" in task:  # a language model (an extension's: its own context, past its parent's)
+            context = int(task.context_length)
+            task.eval_lengths, task.eval_tokens, task.eval_stride = [context], SMOKE_WINDOWS * context, None
+            task.val_windows = min(int(task.val_windows), SMOKE_WINDOWS)
+            if "passkey" in task:
+                task.passkey.enabled = False
+        else:
+            task.eval_lengths, task.eval_ways = [int(task.train_length)], "plain"
+            task.eval_size = min(int(task.eval_size), SMOKE_SEQUENCES)
+            task.eval_batch_size = min(int(task.eval_batch_size), SMOKE_SEQUENCES)
+    return cut
 
 
 def optional_encoding_settings(name: str) -> tuple[str, ...]:

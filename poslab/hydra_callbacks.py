@@ -53,6 +53,7 @@ class RunGuard(Callback):
         from hydra.core.hydra_config import HydraConfig
 
         from poslab.checks import check_config
+        from poslab.config import smoke_config
         from poslab.extension import extended_config
 
         try:
@@ -63,7 +64,7 @@ class RunGuard(Callback):
             return
         try:
             check_run_directory_free(run_dir)  # first: another run's files would otherwise be what is refused
-            cfg = extended_config(cfg)  # a context extension: the config its parent makes
+            cfg = smoke_config(extended_config(cfg))  # an extension: the config its parent makes; debug=fast's cut
             check_config(cfg)
         except PoslabError as error:
             stop(error)

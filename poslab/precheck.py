@@ -144,10 +144,12 @@ def first_line(error: BaseException) -> str:
 
 
 def extended(cfg: DictConfig, overrides: list[str]) -> DictConfig:
-    """A context extension's config as its parent makes it (``poslab.extension``), any other as composed."""
+    """A context extension's config as its parent makes it (``poslab.extension``), any other as composed; either
+    with debug=fast's evaluation cut (``smoke_config``)."""
+    from poslab.config import smoke_config
     from poslab.extension import extended_config
 
-    return extended_config(cfg, overrides)
+    return smoke_config(extended_config(cfg, overrides))
 
 
 def check_directories(cfg: DictConfig, outputs: list[tuple[str, str]], sources: bool = False) -> None:
@@ -295,7 +297,7 @@ GROUP_HELP = {
     "logger": "where metrics go (CSV by default; W&B offline unless a key is set)",
     "callbacks": "progress bar, throughput/MFU, checkpoints",
     "paths": "data, cache and log directories (POSLAB_DATA_DIR, POSLAB_CACHE_DIR, POSLAB_LOG_DIR)",
-    "debug": "a few steps and small evaluation sets",
+    "debug": "a few steps: fast (any recipe, the smallest evaluation) or small (a synthetic task's every length)",
 }
 
 

@@ -172,6 +172,7 @@ class RootSettings:
     save_model: bool
     ckpt_path: str | None
     resume_allow_changes: list[str] | None
+    smoke_eval: bool  # debug=fast: the evaluation cut to one length, the plain model, a small sample (config.py)
 
 
 @dataclass
@@ -245,6 +246,7 @@ class SyntheticTaskSettings(TaskSettings):
     eval_lengths: list[Annotated[int, Bound(">=", 2)]] | None
     eval_size: Count
     eval_seed: Seed
+    eval_ways: Literal["all", "plain"]  # plain: the plain model only (debug=fast's smoke_eval)
 
 
 @dataclass

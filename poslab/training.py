@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from poslab.builders import build_datamodule, build_module, instantiate_all
 from poslab.callbacks import RecordConfig, SaveOnInterrupt, Throughput
 from poslab.checks import check_config
-from poslab.config import world_size
+from poslab.config import smoke_config, world_size
 from poslab.errors import DivergedError, PoslabError, RunInterrupted
 from poslab.extension import checked_parent_data, extended_config, initialise_from_parent
 from poslab.io import write_json_atomic
@@ -54,6 +54,31 @@ def not_lightning_noise(record: logging.LogRecord) -> bool:
     return not any(noise in record.getMessage() for noise in LIGHTNING_NOISE)
 
 
+#: the most characters of a poslab message on one console line: with Hydra's prefix (``[date time][poslab][INFO] -
+#: ``, about 45), a line stays under 200
+MESSAGE_WIDTH = 150
+
+
+class ShortLines(logging.Filter):
+    """Each line of a poslab message at most ``MESSAGE_WIDTH`` characters: a longer one (a data note, the corpus's
+    sources) is wrapped at spaces, its continuation lines indented, so no console or train.log line is a wall."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if any(len(line) > MESSAGE_WIDTH for line in message.splitlines()):
+            record.msg, record.args = short_lines(message), None
+        return True
+
+
+def short_lines(message: str, width: int = MESSAGE_WIDTH) -> str:
+    """``message`` with each line over ``width`` characters wrapped at spaces (a word longer than that, e.g. a
+    path, is cut), continuation lines indented by two spaces."""
+    import textwrap
+
+    wrap = textwrap.TextWrapper(width, subsequent_indent="  ", break_on_hyphens=False)
+    return "\n".join("\n".join(wrap.wrap(line)) if len(line) > width else line for line in message.splitlines())
+
+
 def quiet_third_party_noise() -> None:
     """Each console line once, and none that does not apply: Lightning's logger has a console handler of its own
     besides Hydra's (every line printed twice, once in each format): its lines go through Hydra's alone (and
@@ -67,6 +92,9 @@ def quiet_third_party_noise() -> None:
                     lightning_logger.removeHandler(handler)
             lightning_logger.propagate = True
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(not_lightning_noise)  # once: same object
+    poslab_logger = logging.getLogger("poslab")
+    if not any(isinstance(f, ShortLines) for f in poslab_logger.filters):
+        poslab_logger.addFilter(ShortLines())
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     # ModelCheckpoint warns, under manual optimisation, that its checkpoints hold the state after the
     # optimizer step: that (step N done, global_step N) is exactly the state a resume continues from.
@@ -93,6 +121,7 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
     if finished is not None:
         return finished
     cfg = extended_config(cfg)  # a context extension: the config its parent makes (poslab/extension.py)
+    cfg = smoke_config(cfg)  # debug=fast: the evaluation cut to a smoke test's
     check_config(cfg)
     quiet_third_party_noise()
     if cfg.threads:
@@ -169,9 +198,8 @@ def test(trainer: L.Trainer, module: L.LightningModule, datamodule: L.LightningD
     the module's sums carry over, and each round ends on every DDP rank before the next starts."""
     rounds = getattr(datamodule, "test_rounds", None)
     for test_round in rounds(bool(getattr(module, "chooses", False))) if rounds else [None]:
-        if test_round is not None:
+        if test_round is not None:  # the module logs the round's cost and progress (lightning_modules/progress.py)
             module.test_round = datamodule.test_round = test_round
-            log.info("test, round %s", test_round)
         trainer.test(module, datamodule=datamodule, verbose=False)
 
 
@@ -262,6 +290,10 @@ def write_run_files(cfg: DictConfig, output_dir: Path, module: L.LightningModule
     pointer = f" (data note{'s' if notes > 1 else ''} above, and in results.json's data_notes)" if notes else ""
     label = results["label"]
     log.info("%s %s seed %s: %s%s", cfg.task.name, label, cfg.seed, format_figures(module.figures), pointer)
+    table = figures_table(module.figures)
+    if table:  # one row a length, one column a way: every figure (groups, baselines, selection) is in results.json
+        headline = table.split()[0]
+        log.info("%s by length and way (every figure: results.json's figures and held_out):\n%s", headline, table)
     log.info("results: %s (run directory %s)", output_dir / RESULTS_FILE, output_dir)
 
 
@@ -290,15 +322,62 @@ def finish_loggers(trainer: L.Trainer, status: str) -> None:
 
 
 def format_figures(figures: dict[str, Any]) -> str:
-    """``L32: accuracy 1.000, ...`` for per-length figures, ``val_loss 1.234, ...`` for flat ones."""
-    parts = []
-    for key, value in figures.items():
-        if isinstance(value, dict):  # the model's figures; baselines and selection sets are in results.json
-            shown = {k: v for k, v in value.items() if not k.startswith(("baseline_", "selection_"))}
-            parts.append(f"L{key}: " + ", ".join(f"{k} {v:.3f}" for k, v in shown.items()))
-        else:
-            parts.append(f"{key} {value:.4g}")
-    return "; ".join(parts)
+    """The figures' short summary: the flat ones (``val_loss 1.234, val_bpb 1.78, step 100``), else the headline
+    figure at each length (``accuracy: L32 1.000, L64 0.812``); every figure is in results.json."""
+    flat = [f"{key} {value:.4g}" for key, value in figures.items() if not isinstance(value, dict)]
+    if flat:
+        return ", ".join(flat)
+    rows = {key: value for key, value in figures.items() if isinstance(value, dict)}
+    headline = headline_figure(rows)
+    return f"{headline}: " + ", ".join(f"L{n} {row.get(headline, math.nan):.3f}" for n, row in rows.items())
+
+
+def headline_figure(rows: dict[str, dict[str, Any]]) -> str:
+    """The figure the table shows: bits per byte for a language model, accuracy for a synthetic task."""
+    keys = {key for row in rows.values() for key in row}
+    return "bpb" if "bpb" in keys else "accuracy" if "accuracy" in keys else sorted(keys)[0] if keys else "figure"
+
+
+#: figures the table leaves to results.json: baselines, selection sets, per-group, spreads, past-training parts
+TABLE_LEAVES_OUT = ("baseline_", "selection_")
+
+
+def figures_table(figures: dict[str, Any], width: int = MESSAGE_WIDTH) -> str:
+    """The headline figure (``headline_figure``) by length (rows) and way of evaluating (columns: the plain model,
+    then each way past the training length), as lines of at most ``width`` characters; ways that do not fit and
+    every other figure are in results.json. Empty for flat figures only."""
+    rows = {key: value for key, value in figures.items() if isinstance(value, dict)}
+    if not rows:
+        return ""
+    headline = headline_figure(rows)
+    ways: list[str] = []
+    for row in rows.values():
+        for key in row:
+            way = table_way(key, headline)
+            if way is not None and way not in ways:
+                ways.append(way)
+    cell = max(8, *(len(w) + 1 for w in ways))
+    fits = max(1, (width - 8) // cell)
+    shown = ways[:fits]
+    lines = [f"{headline:<8}" + "".join(f"{w:>{cell}}" for w in shown)]
+    for length, row in rows.items():
+        values = [row.get(headline if w == "plain" else f"{headline}_{w}") for w in shown]
+        cells = (f"{v:>{cell}.3f}" if v is not None else f"{'-':>{cell}}" for v in values)
+        lines.append(f"{'L' + length:<8}" + "".join(cells))
+    if len(ways) > len(shown):
+        lines.append(f"(+{len(ways) - len(shown)} more ways in results.json: {', '.join(ways[len(shown) :])})")
+    return "\n".join(lines)
+
+
+def table_way(key: str, headline: str) -> str | None:
+    """The way a figure's key names (``plain`` for the headline itself), or None for a figure the table leaves out
+    (another measure, a group's, a baseline, a selection set's, a spread, a past-training part)."""
+    if key == headline:
+        return "plain"
+    if not key.startswith(f"{headline}_") or "[" in key or key.startswith(TABLE_LEAVES_OUT):
+        return None
+    way = key.removeprefix(f"{headline}_")
+    return None if way.endswith(("_past_train", "draw_sd")) or way == "past_train" else way
 
 
 def main(cfg: DictConfig) -> dict[str, Any] | None:

@@ -13,7 +13,7 @@ import torch
 from poslab.config import available_devices
 from tests.conftest import run_train
 
-FAST = ["debug=fast", "~callbacks.progress_bar", "threads=1"]
+FAST = ["debug=small", "~callbacks.progress_bar", "threads=1"]
 CORES = available_devices("cpu")
 
 

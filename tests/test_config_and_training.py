@@ -27,7 +27,7 @@ def test_the_hierarchical_controls_take_one_paragraph_per_generated_sequence(enc
 SCHEMES = sorted(p.stem for p in (CONF / "scheme").glob("*.yaml"))
 # context_extension continues a trained parent run: tests/test_context_extension.py runs it from one
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem != "context_extension")
-FAST = ["debug=fast", "trainer.max_steps=3", "~logger", "~callbacks"]
+FAST = ["debug=small", "trainer.max_steps=3", "~logger", "~callbacks"]
 
 
 @pytest.mark.slow
@@ -72,7 +72,7 @@ def test_every_grid_scheme_composes(scheme, tmp_path):
     }
 
 
-@pytest.mark.parametrize("group", ["trainer=gpu", "debug=fast", "task=seen", "model=tiny", "logger=csv"])
+@pytest.mark.parametrize("group", ["trainer=gpu", "debug=small", "task=seen", "model=tiny", "logger=csv"])
 def test_other_groups_compose(group, tmp_path):
     cfg = compose_config([group], tmp_path)
     OmegaConf.to_container(cfg, resolve=True)

@@ -74,7 +74,7 @@ def parents(tmp_path_factory) -> dict[str, Path]:
         made[name] = root / name
         run(compose_config([*local(root), *SMALL, *extra], made[name]))
     made["lag"] = root / "lag"
-    run(compose_config(["task=lag", "debug=fast", "trainer.max_steps=2", "~logger", "~callbacks"], made["lag"]))
+    run(compose_config(["task=lag", "debug=small", "trainer.max_steps=2", "~logger", "~callbacks"], made["lag"]))
     made["unfinished"] = with_status(made["rope"], root / "unfinished", results=None)
     made["failed"] = with_status(made["rope"], root / "failed", status="failed")
     made["diverged"] = with_status(made["rope"], root / "diverged", status="diverged", diverged_at_step=7)

@@ -14,7 +14,7 @@ from poslab.config import compose_config
 from poslab.precheck import check_command_line
 from tests.conftest import run_train
 
-FAST = ["debug=fast", "~logger", "threads=1", "trainer.max_steps=2"]
+FAST = ["debug=small", "~logger", "threads=1", "trainer.max_steps=2"]
 
 
 def one_message(stderr: str) -> str:

@@ -130,7 +130,7 @@ def test_the_makefile_reads_no_glob_of_the_log_directory():
 def test_train_py_prints_the_directory_of_its_multirun_first(tmp_path):
     """The line the Makefile reads: ``multirun into DIR``, on stdout, before any job, naming the sweep directory
     the jobs write into (here under POSLAB_LOG_DIR, no hydra.sweep.dir given)."""
-    args = ["-m", "task=lag", "seed=0", "debug=fast", "~logger", "threads=1", "trainer.max_steps=1"]
+    args = ["-m", "task=lag", "seed=0", "debug=small", "~logger", "threads=1", "trainer.max_steps=1"]
     result = run_train([*args, "~callbacks.progress_bar"], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     printed = [

@@ -16,7 +16,7 @@ from poslab.cli import main as poslab_main
 from tests.conftest import compose_config, job_dir, run_train
 from tests.datamodules.test_corpora import make_corpus
 
-FAST = ["debug=fast", "~callbacks.progress_bar", "threads=1", "trainer.max_steps=4"]
+FAST = ["debug=small", "~callbacks.progress_bar", "threads=1", "trainer.max_steps=4"]
 CHECKPOINTS = ["callbacks.checkpoint.every_n_train_steps=2"]
 
 
@@ -258,7 +258,7 @@ def test_plain_rope_has_increments_of_exactly_one_once_window_starts_are_left_ou
 
 def crafted_model(run_dir: Path, change) -> Path:
     """A model.pt with a real run's config, changed by ``change`` (what an attacker would write)."""
-    config = OmegaConf.to_container(compose_config(["debug=fast", "~logger"], run_dir), resolve=True)
+    config = OmegaConf.to_container(compose_config(["debug=small", "~logger"], run_dir), resolve=True)
     change(config)
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.save({"state_dict": {}, "config": config}, run_dir / "model.pt")
@@ -349,7 +349,7 @@ def strict_json(path: Path):
 def test_a_run_whose_loss_turns_nan_stops_as_diverged_and_says_so(tmp_path):
     run_dir = tmp_path / "run"
     result = run_train(
-        ["debug=fast", "optimizer.lr=1e6", "trainer.max_steps=20", "~logger", f"hydra.run.dir={run_dir}"], tmp_path
+        ["debug=small", "optimizer.lr=1e6", "trainer.max_steps=20", "~logger", f"hydra.run.dir={run_dir}"], tmp_path
     )
     assert result.returncode == 1, result.stderr[-2000:]
     message = one_message(result.stderr)
@@ -364,7 +364,7 @@ def test_skip_nonfinite_steps_skips_that_many_then_stops():
     from poslab.builders import build_datamodule, build_module
     from poslab.errors import DivergedError
 
-    cfg = compose_config(["debug=fast", "optimizer.skip_nonfinite_steps=2"])
+    cfg = compose_config(["debug=small", "optimizer.skip_nonfinite_steps=2"])
     module = build_module(cfg, build_datamodule(cfg))
     nan = torch.tensor(float("nan"))
     assert torch.isnan(module.skip_or_stop(nan)) and torch.isnan(module.skip_or_stop(nan))  # two skipped

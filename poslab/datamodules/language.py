@@ -206,6 +206,11 @@ class EvaluationBatches(Dataset):
     def __len__(self) -> int:
         return len(self.items)
 
+    def shape(self, i: int) -> tuple[int, bool, int]:
+        """Batch ``i``'s (length, sliding, windows), without cutting it: what the test's cost counts."""
+        _, length, is_sliding, part = self.items[i]
+        return length, is_sliding, len(part.starts)
+
     def __getitem__(self, i: int) -> dict[str, Tensor]:
         g, length, is_sliding, part = self.items[i]
         split = self.groups[g].splits["validation"]

@@ -886,6 +886,7 @@ class SyntheticDataModule(L.LightningDataModule):
         eval_size: int = SYNTHETIC["eval_size"],
         eval_batch_size: int = SYNTHETIC["eval_batch_size"],
         eval_seed: int = SYNTHETIC["eval_seed"],
+        eval_ways: str = SYNTHETIC["eval_ways"],
         seed: int = ROOT["seed"],
         train_lengths: Sequence[int] | None = SYNTHETIC["train_lengths"],
         **settings: Any,
@@ -901,7 +902,9 @@ class SyntheticDataModule(L.LightningDataModule):
         self.train_lengths = training_lengths(train_lengths, self.train_length)
         self.task.validate([self.train_length, *(self.train_lengths or ()), *self.eval_lengths])
         self.batch_size, self.eval_size, self.eval_batch_size = batch_size, eval_size, eval_batch_size
-        self.eval_seed, self.seed = eval_seed, seed
+        self.eval_seed, self.seed, self.eval_ways = eval_seed, seed, str(eval_ways)
+        if self.eval_ways not in ("all", "plain"):
+            raise ConfigError(f"task.eval_ways={eval_ways!r} is not allowed; allowed: all (every way) or plain.")
         self.train_batches = TrainingBatches(self.task, batch_size, self.train_length, seed, self.train_lengths)
         self.eval_sets: list[EvaluationSet] = []  # the test sets, one per evaluation length
         self.selection_sets: list[EvaluationSet] = []  # one per length past training (``selection_lengths``)
@@ -929,7 +932,12 @@ class SyntheticDataModule(L.LightningDataModule):
         return {}
 
     def module_arguments(self) -> dict[str, Any]:
-        return {"train_length": self.train_length, "eval_lengths": self.eval_lengths, "task": self.task}
+        return {
+            "train_length": self.train_length,
+            "eval_lengths": self.eval_lengths,
+            "task": self.task,
+            "plain_only": self.eval_ways == "plain",
+        }
 
     def setup(self, stage: str | None = None) -> None:
         assign_rank(self.train_batches, self.trainer, self.batch_size)

@@ -34,6 +34,9 @@ After training, once (not at every validation), passkey retrieval (``poslab.ligh
 prose): results.json's top-level ``passkey``, the plain model's grid and each test-time way's under ``ways``.
 With ``task.passkey.at_validation``, every validation also scores the plain model within one context
 (``PasskeySettings.within_context``): ``val/passkey_exact`` and results.json's ``passkey_by_step``.
+
+Each round of the test logs its cost before it starts (batches, windows and forward passes per length, with the
+ways scored there) and its progress while it runs (``poslab.lightning_modules.progress``), bar or not.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from poslab.datamodules.held_out import BINS_PER_OCTAVE, held_out_results, posit
 from poslab.datamodules.language import windows
 from poslab.lightning_modules.base import LOG_SCALED, TransformerModule, logits_in_way
 from poslab.lightning_modules.passkey import evaluate_passkey, evaluation_ways
+from poslab.lightning_modules.progress import EvaluationProgress, LengthCost, training_step
 from poslab.model import ModelConfig
 
 PLAIN, SLIDING = "plain", "sliding"
@@ -182,6 +186,7 @@ class LanguageModelModule(TransformerModule):
         self.test_ways: dict[int, list[str]] = {}
         self.passkey: dict[str, Any] | None = None
         self.passkey_by_step: list[dict[str, Any]] = []  # task.passkey.at_validation: the copying curve
+        self.progress: EvaluationProgress | None = None  # the test round's cost and progress lines (rank zero)
 
     def ways(self, length: int) -> list[str]:
         """The ways of evaluating at ``length``: the plain model (non-overlapping, then sliding windows), and past
@@ -265,6 +270,32 @@ class LanguageModelModule(TransformerModule):
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self.evaluation_step(batch)
 
+    def test_costs(self) -> dict[str, LengthCost]:
+        """What this round of the test scores on this process, by length: the batches its dataloader holds and the
+        ways each is scored in (``batch_ways``, under each draw)."""
+        loader = self.trainer.test_dataloaders
+        loader = loader[0] if isinstance(loader, list) else loader
+        costs: dict[str, LengthCost] = {}
+        for i in loader.sampler:  # this rank's batches (RankShard), in the order they are scored
+            length, sliding, rows = loader.dataset.shape(i)
+            costs.setdefault(f"L{length}", LengthCost(f"L{length}", length)).add(
+                rows, self.batch_ways(length, sliding), self.draws
+            )
+        return costs
+
+    def on_test_start(self) -> None:
+        self.progress = None
+        if self.trainer.is_global_zero:
+            title = "test" if self.test_round is None else f"test, round {self.test_round}"
+            self.progress = EvaluationProgress(title, self.test_costs(), training_step(self.trainer))
+            self.progress.start()
+
+    def on_test_batch_end(self, outputs: Any, batch: dict[str, Tensor], batch_idx: int, *args: Any) -> None:
+        if self.progress is not None:
+            length = batch["tokens"].shape[1] - 1
+            forwards = len(self.batch_ways(length, bool(batch["sliding"]))) * self.draws
+            self.progress.advance(f"L{length}", forwards)
+
     def on_validation_epoch_end(self) -> None:
         self.report()
         self.log("val/loss", self.figures["val_loss"], prog_bar=True, sync_dist=False)
@@ -295,6 +326,8 @@ class LanguageModelModule(TransformerModule):
         self.log("val/passkey_digits", digits, sync_dist=False)
 
     def on_test_epoch_end(self) -> None:
+        if self.progress is not None:
+            self.progress.finish()
         if self.test_round == "selection":  # the choice; the sums stay for the second round to add to
             self.test_ways = self.chosen_on_selection()
             return

@@ -32,6 +32,9 @@ plain model, on each mix at every length: with each test batch, a batch of the m
 drawn from its own seed (the length, the batch index and the mix's place: the same sequences for every run). Its
 figure is ``read_error_pct_<mix>`` (flip_flop scores the reads only, so 100 x (1 - accuracy) is the paper's read
 error %), and ``read_error_pct`` the training mix's.
+
+``task.eval_ways=plain`` (debug=fast) scores the plain model only. The test logs its cost before it starts and its
+progress while it runs (``poslab.lightning_modules.progress``).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from poslab.datamodules.synthetic import IGNORE, Task
 from poslab.lightning_modules.base import TransformerModule, logits_in_way
+from poslab.lightning_modules.progress import EvaluationProgress, LengthCost, training_step
 from poslab.model import ModelConfig
 
 PAST = "_past_train"
@@ -110,10 +114,12 @@ class SyntheticTaskModule(TransformerModule):
         train_length: int,
         eval_lengths: list[int],
         task: Task | None = None,
+        plain_only: bool = False,
     ) -> None:
         """``task``: the datamodule's task, whose trivial rules are baselines (None: no rules, chance and the best
-        constant only)."""
+        constant only); ``plain_only``: the plain model's figures only (``task.eval_ways=plain``, debug=fast)."""
         super().__init__(model, optimizer, max_length)
+        self.plain_only = bool(plain_only)
         self.train_length, self.eval_lengths, self.task = train_length, list(eval_lengths), task
         self.variants = self.model.encoding.test_time_variants()
         self.draws = self.model.encoding.evaluation_draws()
@@ -132,6 +138,7 @@ class SyntheticTaskModule(TransformerModule):
             {self._key(n, f"baseline_constant{part}"): ClassCounts(model.n_outputs) for n, part in self.parts()}
         )
         self.figures: dict[str, dict[str, float]] = {}
+        self.progress: EvaluationProgress | None = None  # the test's cost and progress lines (rank zero)
 
     def parts(self) -> list[tuple[int, str]]:
         """(length, "") for every length and (length, "_past_train") for those past the training length."""
@@ -139,7 +146,9 @@ class SyntheticTaskModule(TransformerModule):
 
     def ways(self, length: int) -> list[str]:
         """The ways of evaluating at ``length``: plain (``accuracy``), log-scaled, and past the training length
-        each test-time variant."""
+        each test-time variant (``plain_only``: the plain model alone)."""
+        if self.plain_only:
+            return ["accuracy"]
         variants = [f"accuracy_{v}" for v in self.variants] if length > self.train_length else []
         return ["accuracy", "accuracy_log_scaled", *variants]
 
@@ -200,6 +209,42 @@ class SyntheticTaskModule(TransformerModule):
                         if self.draws > 1 and way == "accuracy":
                             self.metrics[self._key(length, f"accuracy{part}_draw{draw}")].update(predicted, target)
 
+    def set_name(self, length: int, dataloader_idx: int) -> str:
+        """``L64``, or ``L64 selection`` for a selection set (they follow the test sets)."""
+        return f"L{length}" + (" selection" if dataloader_idx >= len(self.eval_lengths) else "")
+
+    def batch_mixes(self, length: int, dataloader_idx: int) -> list[str]:
+        """The evaluation mixes a batch is also scored on (``update_mixes``): a test set's, those that fit."""
+        if dataloader_idx >= len(self.eval_lengths):
+            return []
+        return [name for name, mix in self.mixes.items() if length >= mix.min_length]
+
+    def test_costs(self) -> dict[str, LengthCost]:
+        """What the test scores on this process: each set's batches, sequences and forward passes (every way under
+        each draw, ``predictions``: a selection set's too; each mix that fits, once)."""
+        costs: dict[str, LengthCost] = {}
+        for index, loader in enumerate(self.trainer.test_dataloaders):
+            # this rank's sequences (under DDP Lightning gives each loader a DistributedSampler: its share)
+            size, batch_size = len(loader.sampler), int(loader.batch_size or 1)
+            length = int(loader.dataset.tokens.shape[1])
+            cost = costs.setdefault(self.set_name(length, index), LengthCost(self.set_name(length, index), length))
+            for start in range(0, size, batch_size):
+                rows = min(batch_size, size - start)
+                cost.add(rows, self.ways(length), self.draws, self.batch_mixes(length, index))
+        return costs
+
+    def on_test_start(self) -> None:
+        self.progress = None
+        if self.trainer.is_global_zero:
+            self.progress = EvaluationProgress("test", self.test_costs(), training_step(self.trainer))
+            self.progress.start()
+
+    def on_test_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        if self.progress is not None:
+            length = batch[0].shape[1]
+            forwards = len(self.ways(length)) * self.draws + len(self.batch_mixes(length, dataloader_idx))
+            self.progress.advance(self.set_name(length, dataloader_idx), forwards)
+
     def update_mixes(self, length: int, batch_size: int, batch_idx: int, device: torch.device) -> None:
         """The plain model on a batch of each evaluation mix, drawn from a seed of its own (``mix_seed``)."""
         for place, mix in enumerate(self.mixes.values()):
@@ -225,6 +270,8 @@ class SyntheticTaskModule(TransformerModule):
                 self.metrics[key].update(predicted, target)
 
     def on_test_epoch_end(self) -> None:
+        if self.progress is not None:
+            self.progress.finish()
         self.figures = {}
         for length in self.eval_lengths:
             row: dict[str, float] = {}

@@ -36,7 +36,7 @@ def test_report_grid_on_a_small_multirun_prints_the_writeup_format(tmp_path, cap
             "task=lag,seen",
             "+scheme=none,rope_base1m,alibi_slope1_16",
             "seed=0,1",
-            "debug=fast",
+            "debug=small",
             "trainer.max_steps=3",
             "~logger",
             f"hydra.sweep.dir={sweep}",
@@ -114,7 +114,7 @@ def test_wavelengths_command(capsys):
 @pytest.mark.slow
 def test_report_grid_shows_the_baselines_of_the_evaluation_sets(tmp_path):
     sweep = tmp_path / "grid"
-    args = ["-m", "task=seen", "+scheme=none,rope", "seed=0,1", "debug=fast", "trainer.max_steps=3", "~logger"]
+    args = ["-m", "task=seen", "+scheme=none,rope", "seed=0,1", "debug=small", "trainer.max_steps=3", "~logger"]
     result = run_train([*args, f"hydra.sweep.dir={sweep}"], tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     report = report_grid(sweep)

@@ -17,7 +17,7 @@ from poslab.settings import check_settings, max_length
 from poslab.training import run
 from tests.conftest import compose_config, fit_quietly
 
-FAST = ["debug=fast", "trainer.max_steps=3", "~logger", "~callbacks"]
+FAST = ["debug=small", "trainer.max_steps=3", "~logger", "~callbacks"]
 
 
 # ---- train_lengths ----------------------------------------------------------------------------------------------

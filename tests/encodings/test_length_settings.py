@@ -14,7 +14,7 @@ from poslab.training import run
 from tests.conftest import compose_config, fit_quietly
 
 LENGTHS = ["task.train_length=32", "task.eval_lengths=[32,64,128,256]", "task.batch_size=16"]
-FAST = ["debug=fast", "~logger", "~callbacks"]
+FAST = ["debug=small", "~logger", "~callbacks"]
 
 
 def trained(tmp_path, encoding: str, *overrides: str, steps: int = 20):

@@ -52,7 +52,7 @@ def test_a_variant_is_the_rule_applied_to_the_same_weights_and_is_undone_after(v
 
 
 def test_a_run_reports_each_variant_past_the_training_length_only(tmp_path):
-    overrides = ["encoding=rope", "debug=fast", "trainer.max_steps=3", "~logger", "~callbacks"]
+    overrides = ["encoding=rope", "debug=small", "trainer.max_steps=3", "~logger", "~callbacks"]
     figures = run(compose_config(overrides, tmp_path))["figures"]
     model = {key for key in figures["32"] if not key.startswith("baseline_")}
     assert model == {"accuracy", "accuracy_log_scaled"}
@@ -296,7 +296,7 @@ def test_labels_name_a_rule_on_every_rotary_encoding():
 
 @pytest.mark.parametrize("encoding", ["increments_shared", "hrope_axial"])
 def test_a_synthetic_run_reports_the_variants_of_another_rotary_encoding(encoding, tmp_path):
-    overrides = [f"encoding={encoding}", "debug=fast", "trainer.max_steps=3", "~logger", "~callbacks"]
+    overrides = [f"encoding={encoding}", "debug=small", "trainer.max_steps=3", "~logger", "~callbacks"]
     figures = run(compose_config(overrides, tmp_path))["figures"]
     assert not any(key.startswith("accuracy_test_") for key in figures["32"])  # at the training length: none
     for length in ("64", "128"):

@@ -31,7 +31,7 @@ DENSITY = {"rand_axial": ["encoding.paragraph_density=0.05"], "period_axial": ["
 
 
 def tiny(tmp_path, encoding: str = "rope", *extra: str) -> list[str]:
-    return ["debug=fast", f"encoding={encoding}", *DENSITY.get(encoding, []), "task.batch_size=8", *extra]
+    return ["debug=small", f"encoding={encoding}", *DENSITY.get(encoding, []), "task.batch_size=8", *extra]
 
 
 def module_and_data(tmp_path, encoding: str = "rope", *extra: str):

@@ -64,7 +64,7 @@ def test_a_compiled_model_trains_under_bf16_mixed_and_its_weights_load_into_an_u
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(torch.nn.Module, "compile", compile_and_record)
-    overrides = ["debug=fast", "encoding=increments_layer", "task.batch_size=8", "trainer.precision=bf16-mixed"]
+    overrides = ["debug=small", "encoding=increments_layer", "task.batch_size=8", "trainer.precision=bf16-mixed"]
     overrides.append("optimizer.grad_clip=1.0")
     # one layer and one evaluation length: compiling (each new shape again) is this test's time
     settings = ["model.compile=true", "model.n_layers=1", "trainer.max_steps=3", "task.eval_lengths=[32]", "~logger"]

@@ -12,7 +12,7 @@ from poslab.datamodules.synthetic import IGNORE
 from poslab.training import run
 from tests.conftest import compose_config
 
-FAST = ["debug=fast", "~logger", "~callbacks", "trainer.max_steps=3", "task.eval_lengths=[32,64]"]
+FAST = ["debug=small", "~logger", "~callbacks", "trainer.max_steps=3", "task.eval_lengths=[32,64]"]
 
 
 def tiny_run(tmp_path, *overrides: str) -> dict:

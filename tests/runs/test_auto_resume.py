@@ -13,7 +13,7 @@ from poslab.runs.folders import job_folder_name
 from poslab.training import run
 from tests.conftest import compose_config, run_train
 
-SMALL = ["debug=fast", "threads=1", "~logger", "callbacks.progress_bar.refresh_rate=0"]
+SMALL = ["debug=small", "threads=1", "~logger", "callbacks.progress_bar.refresh_rate=0"]
 
 
 def test_job_folders_are_their_overrides_without_the_job_number():

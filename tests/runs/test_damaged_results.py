@@ -229,7 +229,7 @@ def test_the_multirun_summary_counts_a_damaged_job_as_not_a_success(tmp_path):
 @pytest.mark.slow
 def test_ckpt_path_auto_runs_a_job_with_a_damaged_results_file_again(tmp_path):
     sweep = tmp_path / "sweep"
-    args = ["-m", "seed=0,1", "debug=fast", "threads=1", "~logger", "callbacks.progress_bar.refresh_rate=0"]
+    args = ["-m", "seed=0,1", "debug=small", "threads=1", "~logger", "callbacks.progress_bar.refresh_rate=0"]
     args += ["trainer.max_steps=2", f"hydra.sweep.dir={sweep}", "ckpt_path=auto"]
     first = run_train(args, tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]

@@ -32,7 +32,7 @@ def test_two_process_ddp_cpu_run_matches_one_process_run_and_writes_one_results_
     """lag: every row of a batch has the same number of scored positions, so the mean of the two ranks' mean
     gradients is the global batch's mean gradient; only summation order differs. rand_axial: its random paragraph
     boundaries are a function of (seed, step, global row), so both runs train on the same boundaries."""
-    base = ["debug=fast", "encoding=rand_axial", "encoding.paragraph_density=0.2", f"trainer.max_steps={STEPS}"]
+    base = ["debug=small", "encoding=rand_axial", "encoding.paragraph_density=0.2", f"trainer.max_steps={STEPS}"]
     base += ["~callbacks.progress_bar", "threads=1"]
     single, ddp, two = one_and_two_processes(base, tmp_path)
     assert "Starting with 2 processes" in two.stdout + two.stderr

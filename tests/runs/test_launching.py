@@ -18,7 +18,7 @@ def multirun(tmp_path, *args: str, timeout: int = 300):
     """``train.py -m args`` into ``tmp_path/sweep`` at the smallest size (2 steps, no loggers or callbacks), as
     many jobs at once as the launcher chooses; the sweep directory and the CompletedProcess."""
     sweep = tmp_path / "sweep"
-    small = ["debug=fast", "trainer.max_steps=2", "threads=1", "~logger", "~callbacks", f"hydra.sweep.dir={sweep}"]
+    small = ["debug=small", "trainer.max_steps=2", "threads=1", "~logger", "~callbacks", f"hydra.sweep.dir={sweep}"]
     return sweep, run_train(["-m", *args, *small], tmp_path, timeout=timeout, jobs=None)
 
 

@@ -29,7 +29,7 @@ def resume_overrides(encoding: str) -> list[str]:
     """A tiny lag run whose schedule (warm-up, cosine over N steps) is the same whether it stops early or not."""
     extra = ["encoding.paragraph_density=0.05"] if encoding == "rand_axial" else []
     return [
-        "debug=fast",
+        "debug=small",
         f"encoding={encoding}",
         *extra,
         "optimizer.schedule=cosine",

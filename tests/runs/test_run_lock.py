@@ -17,7 +17,7 @@ import pytest
 from poslab.runs.files import LOCK_FILE
 from tests.conftest import ROOT, compose_config, run_train, start_train
 
-SMALL = ["debug=fast", "threads=1", "~logger", "callbacks.progress_bar.refresh_rate=0"]
+SMALL = ["debug=small", "threads=1", "~logger", "callbacks.progress_bar.refresh_rate=0"]
 
 
 def wait_for(condition, process: subprocess.Popen, timeout: float = 240.0) -> None:

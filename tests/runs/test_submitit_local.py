@@ -27,7 +27,7 @@ def tiny_multirun(tmp_path, name: str, *args: str, jobs: int | None = None):
     """``train.py -m args`` at the smallest size into ``tmp_path/name``, ``jobs`` at a time (None: the launcher's
     choice); the sweep directory and the CompletedProcess."""
     sweep = tmp_path / name
-    small = ["debug=fast", "trainer.max_steps=3", "threads=1", "~logger", "~callbacks", f"hydra.sweep.dir={sweep}"]
+    small = ["debug=small", "trainer.max_steps=3", "threads=1", "~logger", "~callbacks", f"hydra.sweep.dir={sweep}"]
     return sweep, run_train(["-m", *args, *small], tmp_path, timeout=600, jobs=jobs)
 
 

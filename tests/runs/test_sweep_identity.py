@@ -23,7 +23,7 @@ from tests.conftest import ROOT, compose_config, run_train
 from tests.runs.test_damaged_results import grid_result
 
 #: the smallest jobs: a few steps, small evaluation sets, no loggers, no progress bar
-SMALL = ["debug=fast", "threads=1", "~logger", "callbacks.progress_bar.refresh_rate=0"]
+SMALL = ["debug=small", "threads=1", "~logger", "callbacks.progress_bar.refresh_rate=0"]
 
 
 def multirun(tmp_path: Path, sweep: Path, *args: str):
