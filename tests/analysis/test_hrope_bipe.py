@@ -135,3 +135,23 @@ def test_analyze_hrope_on_trained_bipe_runs(tmp_path, capsys):
     capsys.readouterr()
     assert main(["analyze", "hrope", "--from", str(out / "hrope.json")]) == 0  # renders again from the summary
     assert "| bipe:rope:sentence | OpenWebText |" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # composes 6 configs: about 3 s each size
+@pytest.mark.parametrize("size", ["", "_cpu"])
+def test_the_bipe_recipe_is_the_write_ups_recipe_with_only_the_encoding_changed(size):
+    """experiment=hrope_bipe(_cpu) against the hRoPE arms' (hrope_rope: hrope_axial's recipe with RoPE): every
+    setting but the encoding the same, and train.py's checks pass (BiPE-ALiBi too)."""
+    from poslab.config import compose_config
+    from poslab.precheck import check_command_line
+
+    common = ["corpus=python_code", "seed=2"]
+    bipe = compose_config([f"experiment=hrope_bipe{size}", *common])
+    rope = compose_config([f"experiment=hrope_rope{size}", *common])
+    as_written = lambda cfg: OmegaConf.to_container(cfg, resolve=False)
+    assert {k: v for k, v in as_written(bipe).items() if k != "encoding"} == {
+        k: v for k, v in as_written(rope).items() if k != "encoding"
+    }
+    assert bipe.encoding.name == "bipe" and bipe.encoding.segment == "sentence" and bipe.encoding.inter == "rope"
+    for extra in ([], ["encoding.inter=alibi"]):
+        check_command_line([f"experiment=hrope_bipe{size}", *common, "trainer.accelerator=cpu", *extra])
