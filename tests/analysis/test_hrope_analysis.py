@@ -214,10 +214,9 @@ def test_a_corpus_without_paragraphs_gives_a_clear_message():
         analyze_documents(model, held_out_documents(split, context=16), progress=False)
 
 
-@pytest.mark.slow
-def test_analyze_hrope_cli_on_trained_runs(tmp_path, capsys):
-    """Two tiny runs (hrope_axial and rand_axial) on a corpus with paragraphs, then the whole report."""
-    from poslab.cli import main
+def train_tiny_lm_runs(tmp_path, runs: dict[str, list[str]]) -> None:
+    """Tiny language-model runs, 4 steps each, into ``tmp_path / NAME`` (``runs``: name -> overrides, an
+    experiment among them) on one small local corpus with paragraphs and sentences, prepared once."""
     from poslab.training import run
 
     data = tmp_path / "data"
@@ -226,10 +225,10 @@ def test_analyze_hrope_cli_on_trained_runs(tmp_path, capsys):
         for i in range(40)
     ]
     write_jsonl(data / "web" / "docs.jsonl", texts)
-    for encoding in ("hrope_axial", "rand_axial"):
+    for name, overrides in runs.items():
         cfg = compose_config(
             [
-                f"experiment={encoding}_cpu",
+                *overrides,
                 "corpus=openwebtext",
                 f"paths.data_dir={data}",
                 f"paths.cache_dir={tmp_path / 'cache'}",
@@ -244,9 +243,17 @@ def test_analyze_hrope_cli_on_trained_runs(tmp_path, capsys):
                 "~logger",
                 "~callbacks",
             ],
-            tmp_path / encoding,
+            tmp_path / name,
         )
         run(cfg)
+
+
+@pytest.mark.slow
+def test_analyze_hrope_cli_on_trained_runs(tmp_path, capsys):
+    """Two tiny runs (hrope_axial and rand_axial) on a corpus with paragraphs, then the whole report."""
+    from poslab.cli import main
+
+    train_tiny_lm_runs(tmp_path, {e: [f"experiment={e}_cpu"] for e in ("hrope_axial", "rand_axial")})
     out = tmp_path / "analysis"
     code = main(
         [

@@ -31,7 +31,10 @@ after it, keys before it, within the two paragraphs involved); ``persistent_mass
 queries just after the boundary put on keys lying in another paragraph both before and after; and
 ``real_cross_mass``, their mass on keys outside their real paragraph. A model blind to the paragraph index
 gives exactly 0 under each (attention does not move). The mass by the labels *after* the intervention is not
-offered: it moves for a blind model too (the labels move, the attention does not).
+offered: it moves for a blind model too (the labels move, the attention does not). An encoding that reads no
+paragraph index but segments of its own (BiPE with ``encoding.segment=sentence``) gets the same interventions on
+that coordinate instead (``compute.hierarchy``; the split at the nearest token inside a segment,
+``segment_split_position``), read by the same paragraph labels; the report says the write-up's do not apply to it.
 
 **Shuffle test** (the write-up's): the whole paragraphs between the first and the last are put in a random
 order, the first (token 0, the attention sink) and the last (truncated by the window) stay in place, so a

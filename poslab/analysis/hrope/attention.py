@@ -29,8 +29,14 @@ def features(distance: Tensor, trend: str) -> Tensor:
 
 
 @torch.no_grad()
-def mean_attention(model: torch.nn.Module, documents: Sequence[Document], paragraphs: Sequence[np.ndarray]) -> Tensor:
-    """Attention averaged over layers and heads ``[B, T, T]`` (fp64), right-padded to the longest document."""
+def mean_attention(
+    model: torch.nn.Module,
+    documents: Sequence[Document],
+    paragraphs: Sequence[np.ndarray],
+    sentences: Sequence[np.ndarray] | None = None,
+) -> Tensor:
+    """Attention averaged over layers and heads ``[B, T, T]`` (fp64), right-padded to the longest document, with
+    the paragraph indices ``paragraphs`` and the sentence indices ``sentences`` (None: the documents' own)."""
     length = max(len(d) for d in documents)
 
     def pad(values: np.ndarray) -> Tensor:
@@ -39,7 +45,7 @@ def mean_attention(model: torch.nn.Module, documents: Sequence[Document], paragr
     tokens = torch.stack([pad(d.tokens) for d in documents])
     coordinates = {
         "paragraph": torch.stack([pad(p) for p in paragraphs]),
-        "sentence": torch.stack([pad(d.sentence) for d in documents]),
+        "sentence": torch.stack([pad(s) for s in (sentences or [d.sentence for d in documents])]),
     }
     output = model(tokens, coordinates, return_attention=True)
     if not output.attention:

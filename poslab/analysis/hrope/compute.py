@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from poslab.analysis.hrope.documents import (
     fake_split,
     held_out_documents,
     merge_boundary,
+    segment_split_position,
     shuffle_paragraphs,
     split_position,
 )
@@ -79,6 +80,7 @@ class Passes:
     max_displacement: int  # the largest paragraph displacement kept
     rng: np.random.Generator  # the shuffles: one draw per document, batch after batch
     keep_ends: bool  # the shuffle keeps the first and the last paragraph in place (``shuffle_paragraphs``)
+    intervene_on: str = "paragraph"  # the coordinate the interventions change (``hierarchy``)
 
 
 def add_pairs(
@@ -107,26 +109,50 @@ def add_shuffled(sums: Sums, passes: Passes, batch: Sequence[Document]) -> None:
     sums.shuffled_rows.extend(sums.count + row for row, _ in mixed)
 
 
+def intervened_coordinates(
+    document: Document, change: Callable[[np.ndarray, int], np.ndarray], position: int | None, on: str
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(paragraph, sentence) indices the model reads under an intervention (``change`` at ``position``) on the
+    coordinate ``on``, the other one as it is; None where it cannot be made there (no position, or on the
+    sentence index a merge at a paragraph boundary that is no sentence boundary)."""
+    if position is None:
+        return None
+    if on == "paragraph":
+        return change(document.paragraph, position), document.sentence
+    try:
+        return document.paragraph, change(document.sentence, position)
+    except ValueError:
+        return None
+
+
 def add_interventions(
-    changes: dict[str, dict[str, list[float]]], model: torch.nn.Module, batch: Sequence[Document], base: torch.Tensor
+    changes: dict[str, dict[str, list[float]]],
+    model: torch.nn.Module,
+    batch: Sequence[Document],
+    base: torch.Tensor,
+    on: str = "paragraph",
 ) -> None:
     """The interventions' forward passes (fake merge, then fake split) and each document's readings of them
-    against ``base``, its attention as it is (nan for a split where no paragraph is long enough)."""
-    merge_at = [merge_boundary(d.paragraph) for d in batch]
-    merged_paragraphs = [fake_merge(d.paragraph, b) for d, b in zip(batch, merge_at)]
-    merged = mean_attention(model, batch, merged_paragraphs)
-    split_at = [split_position(d.paragraph) for d in batch]
-    split_paragraphs = [fake_split(d.paragraph, s) if s is not None else d.paragraph for d, s in zip(batch, split_at)]
-    split = mean_attention(model, batch, split_paragraphs)
-    for row, document in enumerate(batch):
-        record(changes["merge"], intervention_readings(
-            base[row], merged[row], document.paragraph, merged_paragraphs[row], merge_at[row]
-        ))  # fmt: skip
-        record(changes["split"], (
-            intervention_readings(base[row], split[row], document.paragraph, split_paragraphs[row], split_at[row])
-            if split_at[row] is not None
-            else dict.fromkeys(INTERVENTION_READINGS, math.nan)
-        ))  # fmt: skip
+    against ``base``, its attention as it is (nan where the intervention cannot be made: no paragraph long enough
+    to split). ``on``: the coordinate the model reads the change in, the paragraph index (the write-up's) or the
+    sentence index (BiPE's segments, ``hierarchy``); the readings count the pairs by the paragraph labels, before
+    and after, either way."""
+    splits = [
+        split_position(d.paragraph) if on == "paragraph" else segment_split_position(d.paragraph, d.sentence)
+        for d in batch
+    ]
+    plans = {"merge": (fake_merge, [merge_boundary(d.paragraph) for d in batch]), "split": (fake_split, splits)}
+    for kind, (change, positions) in plans.items():
+        inputs = [intervened_coordinates(d, change, at, on) for d, at in zip(batch, positions)]
+        given = [moved or (d.paragraph, d.sentence) for d, moved in zip(batch, inputs)]
+        after = mean_attention(model, batch, [p for p, _ in given], [s for _, s in given])
+        for row, document in enumerate(batch):
+            at = positions[row]
+            record(changes[kind], (
+                intervention_readings(base[row], after[row], document.paragraph, change(document.paragraph, at), at)
+                if inputs[row] is not None
+                else dict.fromkeys(INTERVENTION_READINGS, math.nan)
+            ))  # fmt: skip
 
 
 def record(changes: dict[str, list[float]], values: dict[str, float]) -> None:
@@ -139,7 +165,7 @@ def add_batch(sums: Sums, passes: Passes, batch: Sequence[Document]) -> None:
     base = mean_attention(passes.model, batch, [d.paragraph for d in batch])
     add_pairs(sums.original, base, batch, passes.readings, passes.max_displacement)
     add_shuffled(sums, passes, batch)
-    add_interventions(sums.changes, passes.model, batch, base)
+    add_interventions(sums.changes, passes.model, batch, base, passes.intervene_on)
     sums.count += len(batch)
 
 
@@ -198,14 +224,18 @@ def analyze_documents(
     seed: int = 0,
     progress: bool = True,
     keep_ends: bool = True,
+    intervene_on: str = "paragraph",
 ) -> dict[str, Any]:
     """Stream ``documents`` through ``model`` in batches: the well under every reading of ``u_readings(trend)``,
     the shuffle test (``shuffle_paragraphs(..., keep_ends)``) and the interventions under every reading of
-    ``INTERVENTION_READINGS``, with ``bootstrap`` resamples of the documents for their intervals (one set of
-    resamples for every statistic of the run, the same for runs with the same documents)."""
+    ``INTERVENTION_READINGS`` (made on the coordinate ``intervene_on``: ``hierarchy``), with ``bootstrap``
+    resamples of the documents for their intervals (one set of resamples for every statistic of the run, the same
+    for runs with the same documents)."""
+    if intervene_on not in COORDINATES:
+        raise ConfigError(f"intervene_on={intervene_on!r} is not known; allowed: {', '.join(COORDINATES)}.")
     readings = u_readings(trend)
     sums = empty_sums(readings, max_displacement)
-    passes = Passes(model, readings, max_displacement, np.random.default_rng(seed), keep_ends)
+    passes = Passes(model, readings, max_displacement, np.random.default_rng(seed), keep_ends, intervene_on)
     for batch in batches(documents, batch_size):
         add_batch(sums, passes, batch)
         if progress:
@@ -234,6 +264,25 @@ def read_run_facts(run_dir: str | Path) -> RunFacts:
     return RunFacts(math.nan if bpb is None else float(bpb), steps, recipe, results)
 
 
+#: the coordinates an intervention can change
+COORDINATES = ("paragraph", "sentence")
+
+
+def hierarchy(encoding: Any) -> tuple[str | None, str]:
+    """(variant, coordinate) of a run's encoding config: what tells its runs apart in the report besides its name
+    and allocation (None: nothing), and the coordinate the interventions change.
+
+    The write-up's interventions change the paragraph index alone, which is what the hRoPE encodings read. BiPE
+    reads one coordinate as its segments (``encoding.segment``: sentences by default, the authors' split) and no
+    other: with sentence segments the paragraph index moves nothing it reads, so its interventions change its
+    segment index at the same places instead (a paragraph boundary is a sentence boundary: BiPE sees it as a
+    segment boundary, and the fake merge joins the two segments meeting there). Its variant is ``inter:segment``
+    (``rope:sentence``): BiPE-RoPE and BiPE-ALiBi are two arms."""
+    if encoding.name == "bipe":
+        return f"{encoding.inter}:{encoding.segment}", str(encoding.segment)
+    return None, "paragraph"
+
+
 def analyze_run(run_dir: str | Path, documents: int = 200, **settings: Any) -> RunAnalysis:
     """Load a finished run and analyse ``documents`` of its held-out split."""
     cfg, module, datamodule = load_run_and_data(run_dir)
@@ -244,7 +293,8 @@ def analyze_run(run_dir: str | Path, documents: int = 200, **settings: Any) -> R
     streams = (held_out_documents(g.splits["validation"], context) for g in datamodule.groups)
     chained = (d for stream in streams for d in stream)
     limited = (d for _, d in zip(range(documents), chained))
-    result = analyze_documents(module.model, limited, **settings)
+    variant, intervened = hierarchy(cfg.encoding)
+    result = analyze_documents(module.model, limited, intervene_on=intervened, **settings)
     frequencies = cfg.encoding.get("frequencies")
     return RunAnalysis(
         run_dir=str(run_dir),
@@ -252,6 +302,8 @@ def analyze_run(run_dir: str | Path, documents: int = 200, **settings: Any) -> R
         corpus=str(cfg.corpus.name),
         seed=int(cfg.seed),
         frequencies=None if frequencies is None else str(frequencies),
+        variant=variant,
+        intervened=intervened,
         config=cfg,
         facts=read_run_facts(run_dir),
         **result,

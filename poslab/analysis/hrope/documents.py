@@ -88,6 +88,19 @@ def split_position(paragraph: np.ndarray, min_tokens: int = 4) -> int | None:
     return int(starts[longest] + counts[longest] // 2)
 
 
+def segment_split_position(paragraph: np.ndarray, segment: np.ndarray, min_tokens: int = 4) -> int | None:
+    """``split_position`` moved to the nearest token of its paragraph where a new ``segment`` can start (one that
+    is not already a segment's first): a fake split on a segment coordinate (BiPE's sentences) inserts a boundary
+    there, as on the paragraph index. None when no paragraph is long enough or none such token exists."""
+    middle = split_position(paragraph, min_tokens)
+    if middle is None:
+        return None
+    same = paragraph == paragraph[middle]
+    inside = same[1:] & same[:-1] & (segment[1:] == segment[:-1])  # token t: t and t - 1 in one segment
+    candidates = np.flatnonzero(inside) + 1
+    return int(candidates[np.argmin(np.abs(candidates - middle))]) if len(candidates) else None
+
+
 def crossing_pairs(paragraph: np.ndarray, position: int) -> tuple[np.ndarray, np.ndarray]:
     """(queries, keys): tokens after ``position`` and before it, within the paragraphs meeting there."""
     before, after = paragraph[position - 1], paragraph[position]

@@ -286,7 +286,8 @@ def sample_lines(analyses: list[RunAnalysis]) -> list[str]:
 def csv_row(analysis: RunAnalysis) -> dict[str, Any]:
     """One run's CSV row: the main figures, U* and ΔU* under every reading, every intervention reading."""
     summary = analysis.summary()
-    row = {k: summary[k] for k in ("encoding", "frequencies", "corpus", "seed", "documents", "shuffled_documents")}
+    keys = ("encoding", "frequencies", "variant", "intervened", "corpus", "seed", "documents", "shuffled_documents")
+    row = {k: summary[k] for k in keys if k in summary}
     row["val_bpb"] = analysis.facts.val_bpb
     row |= {k: summary[k] for k in ("U*", "U*_at", "shuffled_U*", "shuffle_change")}
     for name, values in summary["readings"].items():
@@ -300,9 +301,9 @@ def csv_row(analysis: RunAnalysis) -> dict[str, Any]:
 
 
 def runs_csv(analyses: list[RunAnalysis]) -> str:
-    """``hrope_runs.csv``: one row per run (``csv_row``), the columns of the first run."""
+    """``hrope_runs.csv``: one row per run (``csv_row``), every run's columns in the order they first appear."""
     rows = [csv_row(a) for a in analyses]
-    header = list(rows[0])
+    header = list(dict.fromkeys(key for row in rows for key in row))
     return csv_text(header, ([row.get(key) for key in header] for row in rows))
 
 
@@ -318,6 +319,25 @@ def left_out_line(left_out: list[dict[str, str]]) -> str:
     return f"{len(left_out)} run(s) left out, their status is not success: {shown}"
 
 
+def intervention_note(analyses: list[RunAnalysis]) -> str:
+    """Which arms' interventions changed another coordinate than the paragraph index (``compute.hierarchy``), and
+    that the write-up's interventions do not apply to them; "" when every arm's changed the paragraph index."""
+    arms = Arms(analyses)
+    other = sorted({(arms.of(a), a.intervened) for a in analyses if a.intervened != "paragraph"})
+    if not other:
+        return ""
+    names = ", ".join(arm for arm, _ in other)
+    coordinates = " / ".join(sorted({coordinate for _, coordinate in other}))
+    return (
+        f"Not applicable to {names}: the write-up's interventions change the paragraph index alone, which these "
+        f"arms do not read. Their interventions change the index they read as segments ({coordinates}) instead: "
+        "the fake merge joins the two segments meeting at the paragraph boundary, the fake split starts a segment "
+        "at the token nearest the longest paragraph's middle that does not start one; the readings count the pairs "
+        "by the paragraph labels, as every arm's do. Their figures are a response to a segment boundary, not the "
+        "paragraph-index response of the other arms."
+    )
+
+
 def report_text(summary: dict[str, Any], analyses: list[RunAnalysis], figures: tuple[str, str]) -> str:
     """The printed report (and ``hrope_table.md``): every table and note, in the report's order; ``figures``:
     the wells' PNGs it names."""
@@ -326,6 +346,7 @@ def report_text(summary: dict[str, Any], analyses: list[RunAnalysis], figures: t
     shuffle = "whole paragraphs between the first and the last" if settings.get("keep_ends", True) else "all paragraphs"
     found = claims(analyses)
     left_out = left_out_line(summary["left_out"])
+    not_applicable = intervention_note(analyses)
     return "\n\n".join(
         [
             f"## U* (seed mean [95% t-interval over seeds] sd (seeds); the write-up's values in the "
@@ -339,6 +360,7 @@ def report_text(summary: dict[str, Any], analyses: list[RunAnalysis], figures: t
             + "; ".join(f"{READING_LABELS[k]}: {v}" for k, v in INTERVENTION_READINGS.items())
             + " (log attention for same pairs, attention mass for the other two). "
             + INTERVALS_NOTE,
+            *([not_applicable] if not_applicable else []),
             "## Comparisons (main reading; A − B over seeds: paired by seed on one corpus, Welch's across corpora)",
             comparison_table(found),
             "## U* robustness",

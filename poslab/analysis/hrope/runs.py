@@ -65,6 +65,8 @@ class RunAnalysis:
     depths: dict[str, Depth]  # reading name -> U* and the shuffle test; "main" first
     interventions: dict[str, dict[str, Estimate]]  # reading -> {"merge": ..., "split": ...}
     frequencies: str | None = None  # the hRoPE encodings' allocation (None: not an hRoPE encoding)
+    variant: str | None = None  # what else tells the encoding's runs apart (BiPE's inter:segment; compute.hierarchy)
+    intervened: str = "paragraph"  # the coordinate the interventions changed (compute.hierarchy)
     config: Any = None  # the run's config (not in the summary)
     facts: RunFacts = field(default_factory=RunFacts)
 
@@ -82,8 +84,15 @@ class RunAnalysis:
 
     @property
     def arm(self) -> str:
-        """The encoding, with its frequency allocation for the hRoPE encodings (``hrope_axial:interleaved``)."""
-        return self.encoding if self.frequencies is None else f"{self.encoding}:{self.frequencies}"
+        """The encoding, with its frequency allocation for the hRoPE encodings (``hrope_axial:interleaved``) or its
+        variant (``bipe:rope:sentence``)."""
+        suffix = self.frequencies if self.frequencies is not None else self.variant
+        return self.encoding if suffix is None else f"{self.encoding}:{suffix}"
+
+    def variant_keys(self) -> dict[str, Any]:
+        """The variant and the intervened coordinate, for a run that has a variant (the entries of the other runs
+        read as before)."""
+        return {} if self.variant is None else {"variant": self.variant, "intervened": self.intervened}
 
     def summary(self) -> dict[str, Any]:
         main, same = self.main, self.interventions["same_pairs"]
@@ -91,6 +100,7 @@ class RunAnalysis:
             "run_dir": self.run_dir,
             "encoding": self.encoding,
             "frequencies": self.frequencies,
+            **self.variant_keys(),
             "corpus": self.corpus,
             "seed": self.seed,
             "documents": self.documents,
@@ -156,6 +166,8 @@ class RunAnalysis:
             depths={name: saved_depth(summary, name, r) for name, r in readings.items()},
             interventions=interventions,
             frequencies=summary.get("frequencies"),
+            variant=summary.get("variant"),
+            intervened=summary.get("intervened", "paragraph"),
             facts=RunFacts.from_dict(summary.get("run_files") or {}),
         )
 

@@ -27,7 +27,7 @@ CORPUS_LABELS = {
 }
 
 
-MODEL_ORDER = ("hrope_axial", "rand_axial", "period_axial", "rope")
+MODEL_ORDER = ("hrope_axial", "rand_axial", "period_axial", "rope", "bipe")
 FREQUENCY_ORDER = ("split", "full", "interleaved", "token_first")
 
 
@@ -41,13 +41,14 @@ SPLIT_GAP = 0.25
 
 class Arms:
     """The arms of a report: each run's encoding, with its frequency allocation when the runs have more than one
-    (``hrope_axial:interleaved``); in the write-up's order (MODEL_ORDER, then FREQUENCY_ORDER)."""
+    (``hrope_axial:interleaved``), and always with its variant (``bipe:rope:sentence``: BiPE-RoPE and BiPE-ALiBi
+    are two arms); in the write-up's order (MODEL_ORDER, then FREQUENCY_ORDER)."""
 
     def __init__(self, analyses: list[RunAnalysis]) -> None:
         self.with_allocation = len({a.frequencies for a in analyses if a.frequencies is not None}) > 1
 
     def of(self, analysis: RunAnalysis) -> str:
-        return analysis.arm if self.with_allocation else analysis.encoding
+        return analysis.arm if self.with_allocation or analysis.variant is not None else analysis.encoding
 
     @staticmethod
     def order(names: set[str]) -> list[str]:
@@ -205,8 +206,9 @@ def compared(
 
 def claims(analyses: list[RunAnalysis]) -> list[Claim]:
     """The write-up's comparisons the runs allow: hrope_axial deeper than rand_axial on a corpus, and the shuffle
-    moving an arm's U* beyond RoPE's (paired by seed: one corpus); hrope_axial deeper on one corpus than on the
-    next in the write-up's order (Code, WikiText-2, OpenWebText; Welch's: two corpora share no data)."""
+    moving an arm's U* beyond RoPE's (paired by seed: one corpus), then BiPE against hRoPE (``bipe_claims``);
+    hrope_axial deeper on one corpus than on the next in the write-up's order (Code, WikiText-2, OpenWebText;
+    Welch's: two corpora share no data)."""
     groups = grouped(analyses)
     corpora = ordered_corpora(groups)
     found = []
@@ -221,9 +223,25 @@ def claims(analyses: list[RunAnalysis]) -> list[Claim]:
             for arm in (a for a in arms if a != "rope"):
                 differences = compared(groups[(arm, corpus)], groups[("rope", corpus)], shuffle_of, paired=True)
                 found.append(Claim(f"{corpus}: the shuffle moves {arm}'s U* beyond RoPE's", 0, BEYOND, differences))
+        found += bipe_claims(groups, corpus, arms)
     for arm in (m for m in ordered_models({m for m, _ in groups}) if m.startswith("hrope_axial")):
         present = [c for c in corpora if (arm, c) in groups]
         for deeper, shallower in zip(present, present[1:]):
             differences = compared(groups[(arm, deeper)], groups[(arm, shallower)], depth_of, paired=False)
             found.append(Claim(f"{arm}: deeper on {deeper} than on {shallower}", -1, DEEPER, differences))
+    return found
+
+
+def bipe_claims(groups: dict[tuple[str, str], list[RunAnalysis]], corpus: str, arms: list[str]) -> list[Claim]:
+    """BiPE against hRoPE on one corpus (issue 38), paired by seed: each hrope_axial arm's U* and shuffle change
+    minus each BiPE arm's, two-sided (no direction was fixed before the runs: the comparison says which is
+    deeper, and whether the shuffle moves one more)."""
+    found = []
+    for bipe in (a for a in arms if a.startswith("bipe")):
+        for arm in (a for a in arms if a.startswith("hrope_axial")):
+            a, b = groups[(arm, corpus)], groups[(bipe, corpus)]
+            found.append(Claim(f"{corpus}: {arm}'s U* against {bipe}'s", 0, DEEPER, compared(a, b, depth_of, True)))
+            words = (f"below {bipe}'s", "not separated", f"above {bipe}'s")
+            differences = compared(a, b, shuffle_of, paired=True)
+            found.append(Claim(f"{corpus}: the shuffle moves {arm}'s U* against {bipe}'s", 0, words, differences))
     return found
