@@ -3,6 +3,7 @@ the same run, and the attention path each took.
 
     python benchmarks/encoding_cost.py [--context 256] [--batch 4] [--steps 3] [--warmup 1] [--rounds 3]
                                        [--threads 2] [--precision bf16|fp32] [--device cpu] [--only rope,alibi]
+                                       [--quick]
 
 The byte model of the increments write-up (experiment=increments_rope: 6 layers, 8 heads of 32, SwiGLU) with
 each registered encoding at its YAML defaults, and RoPE under each scaling rule (factor 2 over the context) and
@@ -11,7 +12,8 @@ default (this CPU's fast path; ``--precision fp32`` for the plain one). The enco
 each round (median of ``--steps`` steps after ``--warmup``), and each round's time is divided by RoPE's of
 the same round, so a machine whose speed drifts between rounds still gives comparable ratios; the table shows
 the median ratio over rounds and its range. Targets (issue 13): static biases and scaling rules <= 1.15x RoPE;
-content-dependent terms reported, with the reason where they exceed 2x.
+content-dependent terms reported, with the reason where they exceed 2x. ``--quick``: context 128, batch 2, one
+round of 2 steps after 1 (a smoke check; the ratios are then noise).
 
 Paths: ``fused causal`` (SDPA's causal kernel, nothing added), ``sdpa + bias mask`` (SDPA with the per-forward
 bias as an additive [1, H, T, T] mask, built once and shared by the layers), ``sdpa + term mask`` (SDPA with a
