@@ -76,6 +76,7 @@ def measurement_config(overrides: list[str], args: argparse.Namespace, data: Pat
     with open_dict(cfg):
         cfg.corpus = BENCH_CORPUS
         cfg.callbacks.throughput.warmup = args.warmup
+        cfg.callbacks.pop("progress_bar", None)  # a line per measurement instead (the benchmarks print their own)
     return cfg
 
 
@@ -120,8 +121,9 @@ def fit_only(cfg):
     from omegaconf import OmegaConf
 
     from poslab.builders import build_datamodule, build_module
-    from poslab.training import build_trainer
+    from poslab.training import build_trainer, quiet_third_party_noise
 
+    quiet_third_party_noise()  # as a run is: no banner of the hardware, no tips
     if cfg.threads:
         torch.set_num_threads(int(cfg.threads))
     L.seed_everything(cfg.seed, workers=True, verbose=False)
