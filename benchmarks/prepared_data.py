@@ -36,7 +36,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.test_prepared_data import old_batch  # noqa: E402  (version 3's batch cut: one copy, in the test)
+from tests.datamodules.test_prepared_data import old_batch  # noqa: E402  (version 3's batch cut: one copy, in the test)
 
 OLD_BYTES_PER_TOKEN = 2 + 3 * 4  # the layout before cache version 4: uint16 token + int32 document, paragraph, sentence
 
