@@ -3,7 +3,7 @@ memory), torch.compile, and ALiBi's FlexAttention path against the bias mask. Un
 
     python benchmarks/gpu_check.py OUT_DIR [--steps 80] [--budget-s 420]
     python benchmarks/gpu_check.py OUT_DIR --dry-run        # CPU, tiny sizes, a few steps: checks the script
-    python benchmarks/gpu_check.py OUT_DIR --quick          # the same as --dry-run
+    python benchmarks/gpu_check.py OUT_DIR --quick          # --dry-run's train section only (about 2 minutes)
 
 Sections (each recorded in OUT_DIR/gpu_check.json and OUT_DIR/gpu_check.md after it finishes; one that
 fails records its error and the next one runs; once ``--budget-s`` seconds have passed the rest are skipped):
