@@ -59,8 +59,24 @@ format: install ## ruff format and fix
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-bench: install ## benchmarks: one grid run, poslab against a plain PyTorch loop
-	$(PY) benchmarks/grid_run.py
+bench: ## list the benchmarks: what each measures, and its command (add --quick: a smoke check, <= 3 min)
+	@echo "Benchmarks (with .venv/bin/python; --quick: a smoke check of at most 3 minutes on 2 cores):"
+	@echo "  the training step, poslab against a plain PyTorch loop, per encoding (byte model)  python benchmarks/byte_model.py"
+	@echo "  the step in bf16 against fp32, poslab against a plain loop, beside the GEMM limit  python benchmarks/bf16_speed.py"
+	@echo "  each encoding's training step against RoPE's, and its attention path               python benchmarks/encoding_cost.py"
+	@echo "  the frontier methods' step and 16x-evaluation memory against RoPE's                python benchmarks/frontier_cost.py"
+	@echo "  the training step with and without torch.compile                                   python benchmarks/compile.py"
+	@echo "  ALiBi's bias mask against FlexAttention: attention and model tokens/s              python benchmarks/alibi_flex.py"
+	@echo "  one evaluation pass at 1x-16x the context per attention path: time, memory         python benchmarks/long_eval.py"
+	@echo "  one extrapolation-grid run (training + evaluation), poslab against the write-up    python benchmarks/grid_run.py"
+	@echo "  seconds to the first line of a refused config's message                            python benchmarks/error_latency.py"
+	@echo "  a run killed by SIGKILL and resumed, against an uninterrupted one                  python benchmarks/kill_resume.py"
+	@echo "  time and memory of poslab analyze hrope, 100 against 400 documents                 python benchmarks/hrope_analysis_cost.py"
+	@echo "  peak memory of preparing a corpus, whole against a slice (POSLAB_DATA_DIR)         python benchmarks/prepare_memory.py"
+	@echo "  bytes a token on disk, preparation MB/s, the batch cut (POSLAB_DATA_DIR)           python benchmarks/prepared_data.py"
+	@echo "  held-out documents and bytes per corpus (POSLAB_DATA_DIR)                          python benchmarks/held_out_sample.py wikitext2"
+	@echo "  where the test suite's time goes, from pytest's JUnit XML                          python benchmarks/suite_profile.py junit.xml"
+	@echo "  a lent GPU: every GPU recipe's tokens/s, MFU and memory; compile; flex             python benchmarks/gpu_check.py OUT_DIR"
 
 clean: ## remove logs and caches (keeps .venv)
 	rm -rf logs .pytest_cache .ruff_cache

@@ -2,13 +2,14 @@
 (``model.attention=flex``: causal block mask, the bias as a compiled ``score_mod``), in one process.
 
     python benchmarks/alibi_flex.py [--lengths 256 512] [--batch 2] [--steps 5] [--warmup 2] [--threads 2]
-                                    [--device cpu]
+                                    [--device cpu] [--quick]
 
 For each length: the attention operation alone (byte-model shapes: 8 heads of 32, one layer, mask and
 block mask built beforehand) and the whole byte model (encoding=alibi; the model builds its bias mask
 every forward), tokens/s of each path, flex / bias mask, and the largest logit difference between the two
 paths. On CUDA: forward + backward in bf16 (autocast for the model). On CPU: forward only, in fp32,
-without gradients: PyTorch has no FlexAttention backward on CPU.
+without gradients: PyTorch has no FlexAttention backward on CPU. ``--quick``: length 128, batch 2, 2 calls
+after 1 (a smoke check).
 """
 
 from __future__ import annotations

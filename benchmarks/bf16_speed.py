@@ -1,7 +1,7 @@
 """bf16 on this CPU: the training step in bf16-mixed against fp32, poslab against a plain bf16 loop, and both
 against the bf16 matrix-product rate measured in the same run (the limit).
 
-    python benchmarks/bf16_speed.py [--steps 20] [--warmup 3] [--threads 2] [--compile]
+    python benchmarks/bf16_speed.py [--steps 20] [--warmup 3] [--threads 2] [--compile] [--quick]
 
 For each model (``byte``: the increments write-up's 6 x 256 byte model, batch 8 x 512; ``hrope_cpu``: 4 x 128,
 batch 16 x 256) and each precision: poslab's tokens/s (``train.py``'s own loop: Lightning, fused AdamW,
@@ -10,7 +10,10 @@ limit: GEMM GFLOP/s in fp32 and bf16 at the model's own shape (``[batch x contex
 threads. Achieved model FLOP/s = tokens/s x training FLOPs per token (6 per weight + attention,
 ``poslab.callbacks.flops_per_token``); its fraction of the bf16 GEMM rate is how close the step is to the
 machine's limit. ``--compile`` adds bf16 + ``model.compile``. Targets (issue 10): bf16 >= 2x fp32 for the
-byte model; poslab >= 1.0x the plain bf16 loop.
+byte model; poslab >= 1.0x the plain bf16 loop. poslab's step is timed over ``trainer.fit`` alone
+(``byte_model.poslab_steps``): the evaluation a run does after training is no part of it and is not run. A
+line is printed per measurement as it ends. ``--quick``: the hrope_cpu model only, batch 2 x 128, one round of 2
+steps after 1 (a smoke check, in about a minute).
 """
 
 from __future__ import annotations
@@ -64,13 +67,15 @@ def attention_ms(batch: int, heads: int, context: int, head_dim: int, dtype: tor
     return statistics.median(times) * 1e3
 
 
-def interleaved(measure: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:
+def interleaved(measure: dict[str, Callable[[], float]], rounds: int, what: str = "") -> dict[str, float]:
     """Each measurement ``rounds`` times, in turns (A B, B A, A B, ...) so that a drift of the machine's speed
-    over the run (other tenants, clocks) falls on both alike; the median of each one's rounds."""
+    over the run (other tenants, clocks) falls on both alike; the median of each one's rounds. A line per
+    measurement as it ends (``what``: the model and precision it is of)."""
     names, seconds = list(measure), {name: [] for name in measure}
     for r in range(rounds):
         for name in names if r % 2 == 0 else names[::-1]:
             seconds[name].append(measure[name]())
+            print(f"  {what} round {r + 1}/{rounds}: {name} {seconds[name][-1] * 1000:.0f} ms a step", flush=True)
     return {name: statistics.median(values) for name, values in seconds.items()}
 
 
@@ -99,7 +104,10 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="also bf16 + model.compile")
     parser.add_argument("--models", default="byte,hrope_cpu")
     parser.add_argument("--rounds", type=int, default=3, help="measurements of each loop, taken in turns")
+    parser.add_argument("--quick", action="store_true", help="hrope_cpu, batch 2 x 128, 1 round of 2 steps after 1")
     args = parser.parse_args()
+    if args.quick:
+        args.steps, args.warmup, args.rounds, args.models = min(args.steps, 2), min(args.warmup, 1), 1, "hrope_cpu"
     warnings.filterwarnings("ignore")
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     torch.set_num_threads(args.threads)
@@ -109,13 +117,13 @@ def main() -> None:
 
     keep_freed_memory()
     data = Path(tempfile.mkdtemp())
-    make_corpus(data)
+    make_corpus(data, 300_000 if args.quick else 3_000_000)
     print(
         f"cpu, {args.threads} threads, torch {torch.__version__}; median of {args.steps} steps after {args.warmup}, "
         f"plain and poslab in {args.rounds} alternating rounds"
     )
     for name in args.models.split(","):
-        model, args.batch, args.context = MODELS[name]
+        model, args.batch, args.context = MODELS[name] if not args.quick else (MODELS[name][0], 2, 128)
         shape = compose_config([f"model={model}"]).model
         m, d = args.batch * args.context, int(shape.d_model)
         limit = {dt: gemm_gflops(m, d, 4 * d, dt) for dt in (torch.float32, torch.bfloat16)}
@@ -132,6 +140,7 @@ def main() -> None:
             times = interleaved(
                 {"plain": lambda: plain(config()), "poslab": lambda: poslab_steps(config())},  # noqa: B023 (called now)
                 args.rounds,
+                f"{name} {precision}",
             )
             rows[precision] = (times["plain"], times["poslab"])
         if args.compile:

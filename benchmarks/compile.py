@@ -1,14 +1,15 @@
 """The byte model's training step with and without ``model.compile`` (torch.compile), in one process.
 
     python benchmarks/compile.py [--encoding rope] [--steps 10] [--warmup 3] [--batch 4] [--context 256]
-                                 [--threads 2] [--device cpu]
+                                 [--threads 2] [--device cpu] [--quick]
 
 The byte model (conf/model/byte.yaml, 6.4M parameters) as ``experiment=increments_rope`` builds it, one
 training step = forward + cross-entropy + backward + fused AdamW on random bytes (data loading is not
 what is compared). The compiled model is compiled as training compiles it (``nn.Module.compile``); its
 first warm-up step includes the compilation, reported apart. Prints tokens/s of each (median of
 ``--steps`` steps after ``--warmup``) and compiled / eager. On CUDA the step runs under bf16 autocast,
-as ``trainer=gpu`` (bf16-mixed) does.
+as ``trainer=gpu`` (bf16-mixed) does. ``--quick``: 2 steps after 1, batch 2, context 128 (a smoke check; its
+figures are not the comparison).
 """
 
 from __future__ import annotations
@@ -116,12 +117,23 @@ def measurement_parser(doc: str | None, steps: int, warmup: int, batch: int) -> 
     parser.add_argument("--warmup", type=int, default=warmup)
     parser.add_argument("--batch", type=int, default=batch)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="a smoke check in seconds: " + QUICK_TEXT)
     return parser
 
 
+#: what ``--quick`` caps each measurement option at (those the benchmark has): a check that it runs, not a figure
+QUICK = {"steps": 2, "warmup": 1, "batch": 2, "context": 128, "rounds": 1, "lengths": [128]}
+QUICK_TEXT = "2 steps after 1, batch 2, context 128, 1 round, length 128"
+
+
 def parse_measurement(parser: argparse.ArgumentParser) -> argparse.Namespace:
-    """The arguments of ``parser`` (``measurement_parser``'s); sets the thread count and quiets warnings."""
+    """The arguments of ``parser`` (``measurement_parser``'s), ``--quick``'s caps applied; sets the thread count and
+    quiets warnings."""
     args = parser.parse_args()
+    if args.quick:
+        for key, cap in QUICK.items():
+            if hasattr(args, key):
+                setattr(args, key, cap if isinstance(cap, list) else min(getattr(args, key), cap))
     warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
     return args

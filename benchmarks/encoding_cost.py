@@ -3,6 +3,7 @@ the same run, and the attention path each took.
 
     python benchmarks/encoding_cost.py [--context 256] [--batch 4] [--steps 3] [--warmup 1] [--rounds 3]
                                        [--threads 2] [--precision bf16|fp32] [--device cpu] [--only rope,alibi]
+                                       [--quick]
 
 The byte model of the increments write-up (experiment=increments_rope: 6 layers, 8 heads of 32, SwiGLU) with
 each registered encoding at its YAML defaults, and RoPE under each scaling rule (factor 2 over the context) and
@@ -11,7 +12,8 @@ default (this CPU's fast path; ``--precision fp32`` for the plain one). The enco
 each round (median of ``--steps`` steps after ``--warmup``), and each round's time is divided by RoPE's of
 the same round, so a machine whose speed drifts between rounds still gives comparable ratios; the table shows
 the median ratio over rounds and its range. Targets (issue 13): static biases and scaling rules <= 1.15x RoPE;
-content-dependent terms reported, with the reason where they exceed 2x.
+content-dependent terms reported, with the reason where they exceed 2x. ``--quick``: context 128, batch 2, one
+round of 2 steps after 1, RoPE, alibi and forget_gate only (a smoke check; the ratios are then noise).
 
 Paths: ``fused causal`` (SDPA's causal kernel, nothing added), ``sdpa + bias mask`` (SDPA with the per-forward
 bias as an additive [1, H, T, T] mask, built once and shared by the layers), ``sdpa + term mask`` (SDPA with a
@@ -49,6 +51,10 @@ RULES = {
     "rope scaling=llama3": ["encoding.scaling=llama3", "encoding.scaling_factor=2"],
     "rope partial_fraction=0.5": ["encoding.partial_fraction=0.5"],
 }
+
+
+#: ``--quick``'s entries besides RoPE: a bias mask (alibi) and a per-layer term (forget_gate)
+QUICK_ONLY = "alibi,forget_gate"
 
 
 def entries(only: list[str] | None) -> dict[str, tuple[str, list[str]]]:
@@ -121,6 +127,8 @@ def main() -> None:
     parser.add_argument("--only", default=None, help="comma-separated entries to time besides rope (default: all)")
     args = parse_measurement(parser)
     device = torch.device(args.device)
+    if args.quick and not args.only:  # one of each attention path besides RoPE's: the whole list takes minutes
+        args.only = QUICK_ONLY
 
     context = [f"task.context_length={args.context}"]
     steps: dict[str, Callable[[], object]] = {}
@@ -147,7 +155,9 @@ def main() -> None:
     for round_number in range(args.rounds):
         for name, step in steps.items():
             seconds[name].append(timed(step, args.steps, args.warmup if round_number == 0 else 0))
-        print(f"round {round_number + 1}/{args.rounds}: rope {seconds['rope'][-1] * 1000:.0f} ms a step", flush=True)
+            print(
+                f"round {round_number + 1}/{args.rounds}: {name} {seconds[name][-1] * 1000:.0f} ms a step", flush=True
+            )
     print()
     print("| encoding | path | ms / step | x RoPE (median of rounds) | range over rounds |")
     print("|---|---|---|---|---|")

@@ -1,10 +1,10 @@
 """Time from the command to the first line of a refused config's message (issue 15: within 1.5 s).
 
-    python benchmarks/error_latency.py [--repeats 5] [COMMAND ARGS ...]
+    python benchmarks/error_latency.py [--repeats 5] [--quick] [COMMAND ARGS ...]
 
 Runs each bad ``train.py`` command ``--repeats`` times in a fresh process and prints the median seconds until
 its first line of output, beside the time of ``python -c pass`` (the interpreter's own start) measured in the
-same run.
+same run. ``--quick``: the first bad command only, 2 processes each.
 """
 
 from __future__ import annotations
@@ -42,10 +42,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5, help="fresh processes per command (default: 5)")
     parser.add_argument("command", nargs="*", help="one bad train.py command's arguments (default: five of them)")
+    parser.add_argument("--quick", action="store_true", help="one bad command, 2 processes each")
     args = parser.parse_args()
+    if args.quick:
+        args.repeats = min(args.repeats, 2)
     logs = tempfile.mkdtemp()
     env = {**os.environ, "POSLAB_LOG_DIR": logs, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
-    commands = [args.command] if args.command else list(BAD_COMMANDS)
+    commands = [args.command] if args.command else list(BAD_COMMANDS[:1] if args.quick else BAD_COMMANDS)
     baseline = statistics.median(
         first_line_seconds([sys.executable, "-c", "print()"], env) for _ in range(args.repeats)
     )

@@ -3,6 +3,7 @@ memory), torch.compile, and ALiBi's FlexAttention path against the bias mask. Un
 
     python benchmarks/gpu_check.py OUT_DIR [--steps 80] [--budget-s 420]
     python benchmarks/gpu_check.py OUT_DIR --dry-run        # CPU, tiny sizes, a few steps: checks the script
+    python benchmarks/gpu_check.py OUT_DIR --quick          # --dry-run's train section only (about 2 minutes)
 
 Sections (each recorded in OUT_DIR/gpu_check.json and OUT_DIR/gpu_check.md after it finishes; one that
 fails records its error and the next one runs; once ``--budget-s`` seconds have passed the rest are skipped):
@@ -11,7 +12,8 @@ fails records its error and the next one runs; once ``--budget-s`` seconds have 
    increments_shared, increments_layer, hrope_axial, rand_axial, period_axial, hrope_rope; found by composing
    each file, so a recipe added later is checked too) at its own size, precision (bf16-mixed), optimizer,
    clipping, schedule and tokenizer, for its first 50 steps (10 warm-up + ``--steps`` timed) through poslab's
-   own training loop (Lightning, the Throughput callback): whether it runs, median tokens/s, MFU against the
+   own training loop (Lightning, the Throughput callback; ``trainer.fit`` only, not the evaluation a run does
+   after its steps): whether it runs, median tokens/s, MFU against the
    H200's dense bf16 peak (989 TFLOP/s), and peak GPU memory. The corpus is generated (paragraphs of words,
    benchmarks/byte_model.py); the batch is the recipe's own.
 2. ``compile``: the byte model's training step (rope) with and without ``model.compile`` (benchmarks/compile.py),
@@ -39,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import alibi_flex  # noqa: E402
 import compile as compile_bench  # noqa: E402
-from byte_model import make_corpus, measurement_config  # noqa: E402
+from byte_model import fit_only, make_corpus, measurement_config, throughput  # noqa: E402
 
 # --dry-run: a model small enough to compile and train in seconds on a CPU
 DRY_MODEL = ["model.n_layers=2", "model.d_model=64", "model.n_heads=4", "model.mlp_hidden=128"]
@@ -60,12 +62,12 @@ def gpu_recipes() -> list[str]:
 
 
 def train_throughput(experiment: str, args: argparse.Namespace, data: Path, out: Path) -> dict[str, Any]:
-    """tokens/s, MFU and peak memory of ``experiment`` through poslab's training loop (``poslab.training.run``),
-    at the recipe's own batch and context (smaller in a dry run)."""
+    """tokens/s, MFU and peak memory of ``experiment`` through poslab's training loop (``byte_model.fit_only``:
+    the steps, not the evaluation a run does after them), at the recipe's own batch and context (smaller in a dry
+    run)."""
     from omegaconf import open_dict
 
     from poslab.config import compose_config
-    from poslab.training import run
 
     recipe = compose_config([f"experiment={experiment}"])
     sizes = argparse.Namespace(**vars(args))
@@ -81,19 +83,19 @@ def train_throughput(experiment: str, args: argparse.Namespace, data: Path, out:
                 cfg.corpus[key] = recipe.corpus[key] if key == "tokenizer" or not args.dry_run else 300
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
-    results = run(cfg)
+    start = time.perf_counter()
+    trainer, module = fit_only(cfg)
     return {
         "experiment": experiment,
-        "parameters": results["parameters"],
-        "steps": results["steps"],
+        "parameters": module.model.num_parameters(),
+        "steps": trainer.global_step,
         "batch": sizes.batch,
         "context": sizes.context,
         "precision": cfg.trainer.precision,
         "tokenizer": cfg.corpus.get("tokenizer", "bytes"),
-        **results["throughput"],
+        **throughput(trainer),
         "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None,
-        "train_seconds": results["train_seconds"],
-        "val_loss": results["figures"].get("val_loss"),
+        "fit_seconds": time.perf_counter() - start,  # data, model and trainer built, and the steps
     }
 
 
@@ -203,9 +205,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path, help="directory for gpu_check.json and gpu_check.md (e.g. $OUT)")
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny model and sizes, a few steps")
+    parser.add_argument("--quick", action="store_true", help="--dry-run with a 30 s budget: the train section only")
     parser.add_argument("--steps", type=int, default=40, help="timed training steps per recipe (after 10 warm-up)")
     parser.add_argument("--budget-s", type=float, default=420.0, help="skip the sections left after this long")
     args = parser.parse_args()
+    if args.quick:  # the dry run's compile section alone compiles for minutes on a CPU
+        args.dry_run, args.budget_s = True, min(args.budget_s, 30.0)
     warnings.filterwarnings("ignore")
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     start = time.perf_counter()

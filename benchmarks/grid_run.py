@@ -1,13 +1,15 @@
 """One run of the extrapolation grid: poslab against a minimal plain-PyTorch loop, in one process.
 
-    python benchmarks/grid_run.py [--steps 2000] [--scheme rope] [--task lag] [--repeats 1]
+    python benchmarks/grid_run.py [--steps 2000] [--scheme rope] [--task lag] [--repeats 1] [--quick]
 
 The plain loop is the write-up's script as written (its model's forward,
 explicit attention, its rope() with strided writes, nn.GELU, AdamW with
 PyTorch's defaults, a causal mask built every call), on the same model
 sizes, batches and evaluation. Both use one thread, as each job of the grid
 does. Prints each one's seconds per run and per step and the ratio
-poslab / plain; the target is <= 0.8.
+poslab / plain; the target is <= 0.8. A run here is the whole run, evaluation included, on both sides (the grid's
+evaluation is 3 short lengths, and the write-up's script evaluates as well). ``--quick``: 100 steps (a smoke
+check: at that length start-up dominates, and the ratio is not the target's).
 """
 
 from __future__ import annotations
@@ -144,7 +146,10 @@ def main() -> None:
     parser.add_argument("--task", default="lag", choices=["lag", "seen"])
     parser.add_argument("--scheme", default="rope", choices=sorted(SCHEMES))
     parser.add_argument("--repeats", type=int, default=1, help="alternate the two this many times; medians")
+    parser.add_argument("--quick", action="store_true", help="100 steps, one repeat")
     args = parser.parse_args()
+    if args.quick:
+        args.steps, args.repeats = min(args.steps, 100), 1
     torch.set_num_threads(1)
     import logging
     import tempfile
@@ -156,9 +161,11 @@ def main() -> None:
     plain, ours = [], []
     poslab_run(args.task, args.scheme, 0, 5, Path(tempfile.mkdtemp()))  # warm imports and caches for both
     plain_run(args.task, args.scheme, 0, 5)
-    for _ in range(args.repeats):
+    for repeat in range(args.repeats):
         plain.append(plain_run(args.task, args.scheme, 0, args.steps))
+        print(f"repeat {repeat + 1}/{args.repeats}: plain loop {plain[-1]:.2f} s", flush=True)
         ours.append(poslab_run(args.task, args.scheme, 0, args.steps, Path(tempfile.mkdtemp())))
+        print(f"repeat {repeat + 1}/{args.repeats}: poslab {ours[-1]:.2f} s", flush=True)
     p, o = statistics.median(plain), statistics.median(ours)
     print(
         f"device: cpu, 1 thread, torch {torch.__version__}; task {args.task}, scheme {args.scheme}, "

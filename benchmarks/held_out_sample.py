@@ -2,11 +2,12 @@
 item 4): a quick look at the prepared corpora, no training.
 
     POSLAB_DATA_DIR=../shared/corpora python benchmarks/held_out_sample.py wikitext2 openwebtext python_code \
-        [--fraction corpus=0.15 ...]
+        [--fraction corpus=0.15 ...] [--quick]
 
 Per corpus and group: held-out documents and bytes, the selection and test splits' documents and bytes
 (task.selection_fraction, task.selection_seed from conf/task/lm.yaml), and the tokens the test scores at the
-lm_zoo lengths (128 .. 2048)."""
+lm_zoo lengths (128 .. 2048). ``--quick``: the first corpus named only (a smoke check; a corpus prepared before
+comes from ``--cache`` in seconds)."""
 
 from __future__ import annotations
 
@@ -49,12 +50,15 @@ def measure(corpus: str, fraction: float | None, cache: str, lengths: list[int])
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("corpora", nargs="+")
+    parser.add_argument("--quick", action="store_true", help="the first corpus only")
     parser.add_argument("--fraction", action="append", default=[], help="corpus=validation_fraction")
     parser.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "poslab_held_out_cache"))
     args = parser.parse_args()
     fractions = dict(item.split("=") for item in args.fraction)
+    if args.quick:
+        args.corpora = args.corpora[:1]
     print("| corpus | validation_fraction | group | held-out documents | held-out bytes | selection documents | "
           "selection bytes | test documents | test bytes | bytes scored (lcm 2048) | train bytes |")  # fmt: skip
     print("|---" * 11 + "|")

@@ -1,6 +1,7 @@
 """Kill a training run with SIGKILL, resume it with ckpt_path=last, and compare with an uninterrupted run.
 
     python benchmarks/kill_resume.py [--steps 300] [--every 100] [--kill-at 150] [--encoding rand_axial]
+    python benchmarks/kill_resume.py --quick                  # 60 steps, a checkpoint every 20, killed at 30
     python benchmarks/kill_resume.py --kill-while-writing     # SIGKILL as soon as a checkpoint write starts
     POSLAB_DATA_DIR=../shared/corpora python benchmarks/kill_resume.py --byte-model --encoding rope \
         --steps 60 --every 20 --kill-at 30                     # the byte model (6.4M) on wiki_en_zh
@@ -138,12 +139,17 @@ def main() -> None:
     parser.add_argument("--encoding", default="rand_axial")
     parser.add_argument("--byte-model", action="store_true", help="the byte model on wiki_en_zh (POSLAB_DATA_DIR)")
     parser.add_argument("--dir", type=Path, default=None, help="where the runs go (default: a temporary dir)")
+    parser.add_argument("--quick", action="store_true", help="60 steps, a checkpoint every 20, killed at 30")
     args = parser.parse_args()
+    if args.quick:
+        args.steps, args.every, args.kill_at = 60, 20, 30
     root = args.dir or Path(tempfile.mkdtemp(prefix="kill_resume_"))
     full, killed = root / "full", root / "killed"
 
     finish(train([], full, args))
+    print(f"uninterrupted run: {args.steps} steps done ({full})", flush=True)
     seen, before, seconds = run_and_kill(killed, args)
+    print(f"killed after {seconds:.1f} s, progress bar at step {seen}", flush=True)
     after = files(killed)
     last = killed / "checkpoints" / "last.ckpt"
     checkpoint = torch.load(last, map_location="cpu", weights_only=True)  # a torn file would not load

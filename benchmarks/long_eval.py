@@ -2,6 +2,10 @@
 
     python benchmarks/long_eval.py [--quick] [--threads 1] [--repeats 3] [--max-gb 4]
 
+``--quick``: the lm_zoo model only, lengths 1x and 16x, the fused causal and term mask paths (no T x T tensor, and
+one a layer), one repeat: a smoke check (each measurement is a fresh process: 5 paths x 3 lengths took 6 minutes on
+2 busy cores).
+
 A pass is what ``LanguageModelModule`` does with one evaluation batch: a forward without gradients under bf16
 autocast (as ``trainer.precision=bf16-mixed`` evaluates) and the per-token cross-entropy, on a batch of
 ``task.eval_batch_size x context_length`` tokens, i.e. ``eval_batch_size x context / L`` windows of L (at least 1).
@@ -54,7 +58,9 @@ MODELS = {  # label: overrides (the lm_zoo experiment's settings; the byte model
     "byte": ["model=byte", "task.context_length=512"],  # task/lm's eval_batch_size (32): 16,384 tokens a batch
 }
 MULTIPLES = (1, 2, 4, 8, 16)
-QUICK_MULTIPLES = (1, 4, 16)
+QUICK_MULTIPLES = (1, 16)
+QUICK_PATHS = ("fused causal", "term mask")
+QUICK_TEXT = "the lm_zoo model only, lengths 1x and 16x, the fused causal and term mask paths, 1 repeat"
 TEST_WAYS_PAST_CONTEXT = 6  # RoPE at the test: plain, log-scaled, and the rules linear, ntk, yarn, llama3
 
 
@@ -258,7 +264,7 @@ def check_targets(rows: dict[str, dict[int, dict]], step: float, multiples: tupl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="lengths 1x, 4x, 16x only, 2 repeats")
+    parser.add_argument("--quick", action="store_true", help=QUICK_TEXT)
     parser.add_argument("--threads", type=int, default=1, help="1: as a job of the lm_zoo multirun")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-gb", type=float, default=4.0, help="skip a measurement estimated above this")
@@ -270,7 +276,10 @@ def main() -> None:
         print(json.dumps(measure_pass(model, path, int(multiple), args.repeats, args.threads)))
         return
     multiples = QUICK_MULTIPLES if args.quick else MULTIPLES
-    repeats = 2 if args.quick else args.repeats
+    repeats = 1 if args.quick else args.repeats
+    paths = list(QUICK_PATHS if args.quick else PATHS)
+    if args.quick:
+        args.models = ["lm_zoo"]
     args.repeats = repeats
     print(
         f"one evaluation pass (inference, bf16 autocast), {args.threads} thread(s), median of {repeats} after 1;"
@@ -279,7 +288,7 @@ def main() -> None:
     results: dict[str, dict[str, dict[int, dict]]] = {}
     for model in args.models:
         results[model] = {}
-        for path in PATHS:
+        for path in paths:
             results[model][path] = {}
             for m in multiples:
                 gb = estimated_gb(model, path, m)

@@ -1,7 +1,7 @@
 """Prepared data at the size of its content: bytes a token on disk, preparation MB/s, and the batch cut, before/after.
 
     POSLAB_DATA_DIR=/work/shared/corpora python benchmarks/prepared_data.py [--corpora python_code wiki_en_zh]
-        [--old /tmp/old] [--batches 100] [--batch-size 32] [--context 512]
+        [--old /tmp/old] [--batches 100] [--batch-size 32] [--context 512] [--quick]
 
 For each corpus, in a fresh cache under ``--tmp`` (default: the system's temporary directory):
 
@@ -13,6 +13,8 @@ For each corpus, in a fresh cache under ``--tmp`` (default: the system's tempora
 - *batch cut*: ``TrainingWindows.batch`` (B windows of context + 1) on the new cache against the same batches
   cut the old way (slices of memory-mapped per-token int32 arrays, written from the new cache in the old
   layout); both checked equal, the median of interleaved rounds, and the ratio new / old.
+
+``--quick``: python_code only (the smallest), 10 batches a round of the cut timing (a smoke check).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.test_prepared_data import old_batch  # noqa: E402  (version 3's batch cut: one copy, in the test)
+from tests.datamodules.test_prepared_data import old_batch  # noqa: E402  (version 3's batch cut: one copy, in the test)
 
 OLD_BYTES_PER_TOKEN = 2 + 3 * 4  # the layout before cache version 4: uint16 token + int32 document, paragraph, sentence
 
@@ -148,7 +150,10 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--tmp", default=None, help="where the temporary caches go (default: the system's)")
+    parser.add_argument("--quick", action="store_true", help="python_code only, 10 batches a round")
     args = parser.parse_args()
+    if args.quick:
+        args.corpora, args.batches = ["python_code"], min(args.batches, 10)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(1)
     data_dir = os.environ.get("POSLAB_DATA_DIR", "data")

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 
 from poslab.fonts import use_cjk_fallback  # noqa: E402
 from poslab.io import write_atomic  # noqa: E402
@@ -57,6 +60,41 @@ def whole_number_axis(ax: plt.Axes, low: float, high: float, axis: str = "x") ->
     (ax.set_xlim if axis == "x" else ax.set_ylim)(low - 0.5, high + 0.5)
 
 
+def plain_number(value: float) -> str:
+    """A tick label a reader need not work out: ``2,048``, not ``2^11``; ``0.5`` as it is."""
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:g}"
+
+
+def length_axis(ax: plt.Axes, lengths: list[float], axis: str = "x") -> None:
+    """A log-2 length axis ticked at ``lengths`` only, labelled in plain numbers (128, 256, ..., 2,048): matplotlib
+    labels a base-2 axis ``2^7 ... 2^11``, which makes a reader do sums. No minor ticks (they would be unlabelled
+    marks between lengths that were never evaluated). Set after the last plot call: a scale change resets ticks."""
+    from matplotlib.ticker import NullLocator
+
+    ticks = sorted(set(lengths))
+    (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=2)
+    (ax.set_xticks if axis == "x" else ax.set_yticks)(ticks, [plain_number(t) for t in ticks])
+    (ax.xaxis if axis == "x" else ax.yaxis).set_minor_locator(NullLocator())
+
+
+def powers_of_two(low: float, high: float, most: int = 7) -> list[int]:
+    """Powers of two from ``low`` to ``high``, every second (fourth, ...) one where there are more than ``most``,
+    ``high``'s own power kept: the ticks of a position axis from 1 to a long evaluation length."""
+    exponents = list(range(math.ceil(math.log2(max(low, 1))), math.floor(math.log2(high)) + 1))
+    step = max(1, math.ceil(len(exponents) / most))
+    return [2**e for e in exponents[::-1][::step][::-1]]
+
+
+def constant_note(values: Any) -> str:
+    """What a heat map's title says when every cell drawn holds one value (``"0 in every cell"``): an even colour
+    reads as a rendering fault or a scale with no contrast otherwise. Empty when the cells differ or none is drawn."""
+    finite = np.asarray(values, dtype=float)
+    finite = finite[np.isfinite(finite)]
+    if finite.size == 0 or not np.all(finite == finite[0]):
+        return ""
+    return f"{finite[0]:.3g} in every cell"
+
+
 def save_figure(fig: plt.Figure, path: str | Path, dpi: int = 120) -> Path:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi)
@@ -64,4 +102,15 @@ def save_figure(fig: plt.Figure, path: str | Path, dpi: int = 120) -> Path:
     return write_atomic(path, buffer.getvalue())
 
 
-__all__ = ["NO_DATA", "ONE_POINT", "note_sparse_panel", "plt", "save_figure", "whole_number_axis"]
+__all__ = [
+    "NO_DATA",
+    "ONE_POINT",
+    "constant_note",
+    "length_axis",
+    "note_sparse_panel",
+    "plain_number",
+    "plt",
+    "powers_of_two",
+    "save_figure",
+    "whole_number_axis",
+]

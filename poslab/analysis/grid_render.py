@@ -10,7 +10,7 @@ from poslab.analysis.extrapolation import GridRun
 from poslab.analysis.output import steps_cell
 from poslab.analysis.stats import seed_cell_text
 from poslab.analysis.tables import csv_text, markdown_table
-from poslab.plotting import plt
+from poslab.plotting import length_axis, plt
 
 
 def figure_columns(summary: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -130,8 +130,7 @@ def plot_grid(summary: dict[str, Any]) -> Any:
             lengths |= {int(key[1:]) for key in row["figures"] if key.startswith("L")}
         if (line := draw_baseline(ax, summary["baselines"].get(task))) is not None:
             handles["best baseline"] = line
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(sorted(lengths), [str(n) for n in sorted(lengths)])
+        length_axis(ax, sorted(lengths))
         ax.set(xlabel="test length (tokens)", ylabel="accuracy", title=f"{task} (trained at {summary['train_length']})")
         ax.grid(alpha=0.3)
     title = seeds_legend_title(sorted({len(row["seeds"]) for row in rows}))

@@ -311,7 +311,8 @@ def _or_high(value: float | None) -> float:
 # ---- loss by position, passkey -------------------------------------------------------------------------------------
 def position_curve(runs: list[LengthRun]) -> dict[str, Any] | None:
     """An encoding's loss by position at the longest length every seed scored: per log-spaced bin its first
-    position, the mean loss over seeds, and the seeds."""
+    position, the mean loss over seeds, the tokens it averages per seed (where the runs recorded them), and the
+    seeds."""
     curves = [(r.result.get("loss_by_position") or {}).get("lengths") or {} for r in runs]
     common = set.intersection(*(set(c) for c in curves)) if curves else set()
     if not common:
@@ -321,8 +322,11 @@ def position_curve(runs: list[LengthRun]) -> dict[str, Any] | None:
     if any(b["start"] != bins[0]["start"] for b in bins):  # other binning (another version): not averaged
         return None
     loss = np.mean([b["loss"] for b in bins], axis=0)
-    return {"length": int(longest), "start": bins[0]["start"], "stop": bins[0]["stop"], "loss": loss.tolist(),
-            "seeds": len(runs)}  # fmt: skip
+    curve = {"length": int(longest), "start": bins[0]["start"], "stop": bins[0]["stop"], "loss": loss.tolist(),
+             "seeds": len(runs)}  # fmt: skip
+    if all("tokens" in b for b in bins):  # each bin's tokens, per seed (the figure's sample per point)
+        curve["tokens"] = np.mean([b["tokens"] for b in bins], axis=0).round().astype(int).tolist()
+    return curve
 
 
 def passkey_mean(runs: list[LengthRun]) -> dict[str, Any] | None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from poslab.analysis.stats import Interval
 from poslab.analysis.tables import csv_text, markdown_table
-from poslab.plotting import plt
+from poslab.plotting import length_axis, plain_number, plt, powers_of_two
 
 
 def multiples_of(rows: list[dict[str, Any]]) -> list[str]:
@@ -232,18 +232,30 @@ def line_style(i: int) -> dict[str, Any]:
     return {"color": f"C{i % 10}", "ls": ("-", "--", ":")[(i // 10) % 3]}
 
 
+def seeds_text(summary_part: dict[str, Any], counts: set[int]) -> str:
+    """``mean of seeds 0, 1, 2`` from the corpus's sample (``sample_line``), or of ``counts`` seeds where the
+    summary has no sample (``3 seeds``, ``1-3 seeds`` where encodings differ)."""
+    seeds = (summary_part.get("sample") or {}).get("seeds")
+    if seeds:
+        return f"mean of seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else f"seed {seeds[0]}"
+    low, high = min(counts, default=0), max(counts, default=0)
+    return f"mean of {low} seeds" if low == high else f"mean of {low}-{high} seeds"
+
+
 def plot_bpb(summary: dict[str, Any]) -> Any:
     """Bits per byte by evaluation length, one panel per corpus, a line per plain encoding (seed means, the
-    t-interval shaded), the training length marked."""
+    t-interval shaded), the training length marked; each panel titled with its seeds and held-out sample, the
+    lengths ticked in plain numbers."""
     lines = max(sum(row["way"] == "plain" for row in part["rows"]) for part in summary["corpora"].values())
     fig, axes = _panels(len(summary["corpora"]), lines)
     for ax, (corpus, part) in zip(axes, summary["corpora"].items()):
         train = part["train_length"]
-        ax.set_xscale("log", base=2)
         plain = sorted((row for row in part["rows"] if row["way"] == "plain"), key=lambda row: row["name"])
+        drawn: set[float] = {train}
         for i, row in enumerate(plain):
             multiples = sorted(row["bpb"], key=lambda m: float(m.removesuffix("x")))
             lengths = [float(m.removesuffix("x")) * train for m in multiples]
+            drawn |= set(lengths)
             cells = [Interval.from_dict(row["bpb"][m]) for m in multiples]
             style = line_style(i)
             ax.plot(lengths, [c.mean for c in cells], marker="o", ms=3, lw=1.2, label=row["name"], **style)
@@ -251,26 +263,56 @@ def plot_bpb(summary: dict[str, Any]) -> Any:
                 ax.fill_between(lengths, [c.low for c in cells], [c.high for c in cells], color=style["color"],
                                 alpha=0.12)  # fmt: skip
         ax.axvline(train, color="grey", ls="--", lw=1)
-        ax.set(xlabel="evaluation length (tokens)", ylabel="bits per byte", title=f"{corpus} (trained at {train})")
-        ax.title.set_fontsize(9)
+        length_axis(ax, sorted(drawn))
+        tokens = (part.get("sample") or {}).get("tokens")
+        sample = f"; {plain_number(tokens)} held-out tokens a length" if isinstance(tokens, int) else ""
+        seeds = seeds_text(part, {row["seeds"] for row in plain})
+        title = f"{corpus}: bits per byte (trained at {plain_number(train)})\n{seeds}{sample}"
+        ax.set(xlabel="evaluation length (tokens)", ylabel="bits per byte", title=title)
+        ax.title.set_fontsize(8)
         ax.grid(alpha=0.3)
     _legend(fig, axes)
     return fig
 
 
+def positions_title(corpus: str, part: dict[str, Any]) -> str:
+    """A loss-by-position panel's title: the evaluation length its curves show, their seeds, and how many tokens
+    a point averages per seed (the bins widen with the position: the first point is one position of every
+    window, a later one several)."""
+    curves = list(part["loss_by_position"].values())
+    if not curves:
+        return f"{corpus}: no loss by position recorded"
+    lengths = sorted({curve["length"] for curve in curves})
+    shown = " / ".join(plain_number(n) for n in lengths)
+    train = part["train_length"]
+    multiple = " / ".join(f"{n / train:g}x" for n in lengths)
+    seeds = seeds_text(part, {curve["seeds"] for curve in curves})
+    tokens = [n for curve in curves for n in curve.get("tokens") or []]
+    if tokens:
+        sample = f"a point: {plain_number(min(tokens))}-{plain_number(max(tokens))} tokens per seed"
+    elif isinstance(sample_tokens := (part.get("sample") or {}).get("tokens"), int):
+        sample = f"{plain_number(sample_tokens)} held-out tokens per seed (per point: not recorded)"
+    else:
+        sample = "tokens per point: not recorded"
+    return f"{corpus}: loss by position at length {shown} ({multiple} the {train} trained)\n{seeds}; {sample}"
+
+
 def plot_positions(summary: dict[str, Any]) -> Any:
-    """Loss by position (log x), one panel per corpus, a line per encoding (mean over seeds), the training length
-    marked by a vertical line: past it, positions the models never trained at."""
+    """Loss by position (log x, plain ticks), one panel per corpus, a line per encoding (mean over seeds), the
+    training length marked by a vertical line: past it, positions the models never trained at. Each panel's title
+    says the evaluation length, the seeds and the tokens behind a point (``positions_title``)."""
     lines = max(len(part["loss_by_position"]) for part in summary["corpora"].values()) + 1
     fig, axes = _panels(len(summary["corpora"]), lines)
     for ax, (corpus, part) in zip(axes, summary["corpora"].items()):
-        ax.set_xscale("log", base=2)
+        longest = 1.0
         for i, (encoding, curve) in enumerate(sorted(part["loss_by_position"].items())):
             middles = [(start + stop + 1) / 2 for start, stop in zip(curve["start"], curve["stop"])]  # 1-based
             ax.plot(middles, curve["loss"], lw=1.2, label=encoding, **line_style(i))
+            longest = max(longest, curve["length"])
         ax.axvline(part["train_length"], color="black", ls="--", lw=1, label="training length")
-        ax.set(xlabel="position (tokens, log)", ylabel="loss (nats per token)", title=corpus)
-        ax.title.set_fontsize(9)
+        length_axis(ax, [*powers_of_two(1, longest), part["train_length"]])
+        ax.set(xlabel="position (tokens, log)", ylabel="loss (nats per token)", title=positions_title(corpus, part))
+        ax.title.set_fontsize(8)
         ax.grid(alpha=0.3)
     _legend(fig, axes)
     return fig

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from poslab.plotting import note_sparse_panel, plt, save_figure
+from poslab.plotting import constant_note, note_sparse_panel, plain_number, plt, save_figure
 
 COLUMNS = 4  # panels per row of the small multiples
 ANNOTATE_UP_TO = 6  # panels whose cells carry their value as text (more: the cells are too small to read)
@@ -89,17 +89,20 @@ def plot_passkey(results: Mapping[str, Any], way: str | None = None) -> Any:
     # what every panel shares goes in the labels and the title; what differs (an extension's context, another
     # trial count) in each panel's own title, never the first panel's value for all
     shared = {key: _shared(panels, key) for key in ("context_length", "trials")}
+    recorded = all("seeds" in result for result in panels.values())  # a run's own result has no seed count
+    shared["seeds"] = _shared(panels, "seeds") if recorded else None
     for ax, (label, result) in zip(axes.flat, panels.items()):
         drawn = draw_panel(ax, result, way, annotate=len(panels) <= ANNOTATE_UP_TO)
         mesh = mesh or drawn
         title = label if way in (None, "plain") else f"{label}, {way}"
         own = [f"L = {result['context_length']}" if shared["context_length"] is None else "",
-               f"{result['trials']} trials" if shared["trials"] is None else ""]  # fmt: skip
+               f"{result['trials']} trials" if shared["trials"] is None else "",
+               f"{result['seeds']} seeds" if recorded and shared["seeds"] is None else ""]  # fmt: skip
         if any(own):
             title += f" ({', '.join(part for part in own if part)})"
         exact = way_of(result, way)
-        if exact is not None and not np.any(np.nan_to_num(exact)):
-            title += ": 0 in every cell"
+        if exact is not None and (even := constant_note(exact)):
+            title += f": {even}"  # an even colour: 0 (or 1) everywhere, not a scale without contrast
         ax.set_title(title, fontsize=8)
     for ax in list(axes.flat)[len(panels) :]:
         fig.delaxes(ax)  # the last row's spare places: nothing there, not even an empty axis
@@ -113,9 +116,10 @@ def plot_passkey(results: Mapping[str, Any], way: str | None = None) -> Any:
     if mesh is not None:  # one colour bar, no taller than three rows of panels
         bar = fig.colorbar(mesh, ax=list(axes.flat)[: len(panels)], shrink=min(1.0, 3 / rows))
         bar.set_label(f"exact match\n(all {first['key_length']} digits)", fontsize=8)
-    every_zero = all((e := way_of(r, way)) is None or not np.any(np.nan_to_num(e)) for r in panels.values())
-    fig.suptitle(suptitle(first, shared["trials"]) + ("\nEVERY CELL OF EVERY PANEL IS 0" if every_zero else ""),
-                 fontsize=8)  # fmt: skip
+    drawn = [e for r in panels.values() if (e := way_of(r, way)) is not None]
+    every = constant_note(np.concatenate([e.ravel() for e in drawn])) if drawn else ""
+    note = f"\nEVERY PANEL: {every.upper()}" if every else ""
+    fig.suptitle(suptitle(first, shared["trials"], panels, shared["seeds"]) + note, fontsize=8)
     return fig
 
 
@@ -125,10 +129,35 @@ def _shared(panels: Mapping[str, Mapping[str, Any]], key: str) -> Any:
     return next(iter(panels.values()))[key] if len(values) == 1 else None
 
 
-def suptitle(result: Mapping[str, Any], trials: Any = None) -> str:
+def lengths_text(panels: Mapping[str, Mapping[str, Any]]) -> str:
+    """The sequence lengths scored (``sequence_lengths``: filler, both keys and the question), over every panel:
+    ``sequences 56-2,200 tokens``; empty for results that did not record them."""
+    lengths = [n for r in panels.values() for row in r.get("sequence_lengths") or [] for n in row]
+    return f"sequences {plain_number(min(lengths))}-{plain_number(max(lengths))} tokens" if lengths else ""
+
+
+def seeds_text(panels: Mapping[str, Mapping[str, Any]], seeds: Any) -> str:
+    """``mean of 3 seeds`` (shared), ``seeds in each panel's title`` (they differ), or ``one run`` (a single run's
+    result, which has no seed count)."""
+    if seeds is not None:
+        return f"mean of {seeds} seeds" if int(seeds) > 1 else "one seed"
+    if all("seeds" in r for r in panels.values()):
+        return "seeds in each panel's title"
+    return "one run"
+
+
+def suptitle(
+    result: Mapping[str, Any],
+    trials: Any = None,
+    panels: Mapping[str, Mapping[str, Any]] | None = None,
+    seeds: Any = None,
+) -> str:
+    """The figure's title: what was scored (sequence lengths, trials per cell, seeds), chance, the dashed line."""
+    panels = panels or {"passkey": result}
     per_cell = f"{trials} trials per cell" if trials is not None else "trials per cell in each panel's title"
+    sample = ", ".join(part for part in (lengths_text(panels), per_cell, seeds_text(panels, seeds)) if part)
     return (
-        f"passkey retrieval, {per_cell}\n"
+        f"passkey retrieval: {sample}\n"
         f"chance: {result['chance_digit']:g} per digit, 1e-{result['key_length']} exact\n"
         "right of the dashed line: both keys never\nfit in one training window"
     )

@@ -9,7 +9,7 @@ from typing import Any
 
 from poslab.analysis.tables import csv_text, markdown_table
 from poslab.analysis.zoo import Ranking, Row, ZooRun
-from poslab.plotting import plt
+from poslab.plotting import constant_note, length_axis, plt
 
 #: the families of the accuracy figure's columns, by encoding name (the label's first part); others: "other"
 FAMILIES: dict[str, tuple[str, ...]] = {
@@ -172,24 +172,36 @@ def plot_accuracy(
         length = train_lengths[task]
         for j, family in enumerate(families):
             ax = axes[i, j]
-            ax.set_xscale("log", base=2)  # before the rows set their ticks: a scale change resets them
             members = [e for e in order if family_of(e) == family]
-            for row in sorted((r for r in rows if r.encoding in members), key=lambda r: members.index(r.encoding)):
+            drawn = [r for r in rows if r.encoding in members]
+            for row in sorted(drawn, key=lambda r: members.index(r.encoding)):
                 draw_row(ax, row, length, colours(members.index(row.encoding) % 10))
             draw_baselines(ax, floors[task], length)
+            lengths = [m * length for row in drawn for m in (1, *row.past)] + [m * length for m in floors[task]]
+            length_axis(ax, lengths or [length])
+            ax.tick_params(axis="x", labelsize=7)
             ax.set_ylim(-0.02, 1.02)
             ax.grid(alpha=0.3)
             ax.set_title(f"{task}: {family}" if i == 0 else task, fontsize=8)
-            if i == len(tables) - 1:
+            if i == len(tables) - 1:  # the family's key under its column, outside every panel's curves
                 ax.set_xlabel("test length (tokens)")
-            if i == 0:
-                ax.legend(fontsize=6, loc="lower left")
+                ax.legend(*legend_entries(axes[:, j]), fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.3),
+                          ncols=2)  # fmt: skip
         axes[i, 0].set_ylabel("accuracy (past L_train)")
     fig.suptitle(
         "position zoo: accuracy at 1x, then past the training length\ndashed: best baseline, dotted: chance",
         fontsize=9,
     )
     return fig
+
+
+def legend_entries(column: Any) -> tuple[list[Any], list[str]]:
+    """Every labelled line of a column's panels, once each (a task may lack an encoding another has)."""
+    entries: dict[str, Any] = {}
+    for ax in column:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    return list(entries.values()), list(entries)
 
 
 def draw_row(ax: Any, row: Row, train_length: int, colour: Any) -> None:
@@ -199,7 +211,6 @@ def draw_row(ax: Any, row: Row, train_length: int, colour: Any) -> None:
     ax.plot(lengths, [i.mean for i in intervals], "-o", markersize=3, lw=1.2, color=colour, label=row.encoding)
     if all(i.has_interval for i in intervals):
         ax.fill_between(lengths, [i.low for i in intervals], [i.high for i in intervals], color=colour, alpha=0.12)
-    ax.set_xticks(lengths, [str(v) for v in lengths], fontsize=7)
 
 
 def draw_baselines(ax: Any, floor: dict[int, dict[str, float]], train_length: int) -> None:
@@ -234,5 +245,6 @@ def plot_heatmap(tables: dict[str, list[Row]], order: list[str]) -> Any:
                 ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=7, color=colour)
     bar = fig.colorbar(image, ax=ax)
     bar.set_label("mean accuracy past the\ntraining length, 2x-8x", fontsize=8)
-    ax.set_title("position zoo: extrapolation score")
+    even = constant_note(values)
+    ax.set_title("position zoo: extrapolation score" + (f"\n{even}" if even else ""))
     return fig

@@ -1,0 +1,92 @@
+"""The benchmarks (benchmarks/*.py) say what they measure, each has a quick mode, ``make bench`` lists every one, and
+a step-time measurement times the step alone: never the evaluation a run does after training (issue 39, item 2).
+The files are parsed, not run (the benchmarks take minutes); one step measurement runs on a tiny model."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+import subprocess
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = sorted((ROOT / "benchmarks").glob("*.py"))
+
+
+def bench_listing() -> str:
+    """What ``make bench`` prints (its recipe is ``echo``s: the list, no benchmark, nothing installed)."""
+    done = subprocess.run(["make", "-s", "bench"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("path", BENCHMARKS, ids=[p.stem for p in BENCHMARKS])
+def test_a_benchmark_says_what_it_measures_and_has_a_quick_mode(path: Path):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    doc = ast.get_docstring(tree)
+    assert doc and len(doc.split()) >= 8, f"{path.name}: no module docstring saying what it measures"
+    flags = {
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "attr", "") == "add_argument"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    }
+    # measurement_parser (benchmarks/compile.py) gives --quick to the benchmarks built on it
+    shared = {"measurement_parser", "parse_measurement_arguments"} & {
+        getattr(node.func, "id", "") for node in ast.walk(tree) if isinstance(node, ast.Call)
+    }
+    assert "--quick" in flags or shared, f"{path.name}: no --quick flag"
+    assert "--quick" in doc, f"{path.name}: its docstring does not say what --quick does"
+
+
+def test_make_bench_lists_every_benchmark_with_its_command():
+    listing = bench_listing()
+    for path in BENCHMARKS:
+        lines = [line for line in listing.splitlines() if f"benchmarks/{path.name}" in line]
+        assert len(lines) == 1, f"make bench lists benchmarks/{path.name} {len(lines)} times:\n{listing}"
+        assert re.search(rf"python benchmarks/{re.escape(path.name)}", lines[0]), lines[0]
+        assert len(lines[0]) <= 200, lines[0]
+
+
+def load(name: str):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def test_bf16_speed_times_the_training_step_without_the_evaluation(tmp_path: Path, monkeypatch):
+    """poslab's step measurement (``byte_model.poslab_steps``, which bf16_speed runs) fits and stops: the test after
+    training (``training.test``, ``Trainer.test``) and any validation are never called."""
+    import poslab.training
+
+    bf16_speed = load("bf16_speed")
+    byte_model = sys.modules["byte_model"]
+    evaluated = []
+
+    def refuse(*args, **kwargs):
+        evaluated.append(args)
+        raise AssertionError("the step measurement ran an evaluation")
+
+    monkeypatch.setattr(poslab.training, "test", refuse)
+    monkeypatch.setattr(pl.Trainer, "test", refuse)
+    monkeypatch.setattr(pl.Trainer, "validate", refuse)
+    byte_model.make_corpus(tmp_path, n_bytes=200_000)
+    args = Namespace(steps=2, warmup=1, threads=1, batch=2, context=32)
+    cfg = bf16_speed.step_config("hrope_cpu", "32-true", args, tmp_path)
+    module_validation = []
+    from poslab.lightning_modules.language import LanguageModelModule
+
+    monkeypatch.setattr(LanguageModelModule, "validation_step", lambda *a, **k: module_validation.append(1))
+    seconds = byte_model.poslab_steps(cfg)
+    assert not evaluated and not module_validation
+    assert 0 < seconds < 30
