@@ -65,6 +65,8 @@ bench: ## list the benchmarks: what each measures, and its command (add --quick:
 	@echo "  the step in bf16 against fp32, poslab against a plain loop, beside the GEMM limit  python benchmarks/bf16_speed.py"
 	@echo "  each encoding's training step against RoPE's, and its attention path               python benchmarks/encoding_cost.py"
 	@echo "  the frontier methods' step and 16x-evaluation memory against RoPE's                python benchmarks/frontier_cost.py"
+	@echo "  the lm_zoo test's cost in two rounds and in one against training, per encoding       python benchmarks/lm_zoo_eval_cost.py"
+	@echo "  the share of a recipe's run spent evaluating, against the 20% target                 python benchmarks/recipe_eval_share.py"
 	@echo "  the training step with and without torch.compile                                   python benchmarks/compile.py"
 	@echo "  ALiBi's bias mask against FlexAttention: attention and model tokens/s              python benchmarks/alibi_flex.py"
 	@echo "  one evaluation pass at 1x-16x the context per attention path: time, memory         python benchmarks/long_eval.py"
