@@ -66,6 +66,7 @@ bench: ## list the benchmarks: what each measures, and its command (add --quick:
 	@echo "  each encoding's training step against RoPE's, and its attention path               python benchmarks/encoding_cost.py"
 	@echo "  the frontier methods' step and 16x-evaluation memory against RoPE's                python benchmarks/frontier_cost.py"
 	@echo "  the lm_zoo test's cost in two rounds and in one against training, per encoding       python benchmarks/lm_zoo_eval_cost.py"
+	@echo "  the training step against x-transformers' at equal shape, per encoding (byte model)   python benchmarks/peer_step.py"
 	@echo "  the share of a recipe's run spent evaluating, against the 20% target                 python benchmarks/recipe_eval_share.py"
 	@echo "  the training step with and without torch.compile                                   python benchmarks/compile.py"
 	@echo "  ALiBi's bias mask against FlexAttention: attention and model tokens/s              python benchmarks/alibi_flex.py"

@@ -102,7 +102,9 @@ class Rotation(QueryKeyTransform):
     def apply(self, x: Tensor) -> Tensor:
         """Rotate the first ``2P`` features of ``x [B, H, T, hd]``; features past ``2P`` (partial rotary) pass."""
         n_rot = 2 * self.pairs
-        rot = x[..., :n_rot].float()
+        whole = n_rot == x.shape[-1]
+        # x itself when every feature rotates: a slice, even a full one, costs a zeroed tensor and a copy backward
+        rot = (x if whole else x[..., :n_rot]).float()
         if self.pairing == "interleaved":
             rotated = torch.view_as_real(torch.view_as_complex(rot.unflatten(-1, (self.pairs, 2))) * self.cis)
             rotated = rotated.flatten(-2)
@@ -110,7 +112,7 @@ class Rotation(QueryKeyTransform):
             x1, x2 = rot[..., : self.pairs], rot[..., self.pairs :]
             rotated = torch.cat((x1 * self.cos - x2 * self.sin, x1 * self.sin + x2 * self.cos), dim=-1)
         rotated = rotated.to(x.dtype)
-        return rotated if n_rot == x.shape[-1] else torch.cat((rotated, x[..., n_rot:]), dim=-1)
+        return rotated if whole else torch.cat((rotated, x[..., n_rot:]), dim=-1)
 
     def queries(self, q: Tensor) -> Tensor:
         return self.apply(q)
