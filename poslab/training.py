@@ -59,26 +59,6 @@ def not_lightning_noise(record: logging.LogRecord) -> bool:
 MESSAGE_WIDTH = 150
 
 
-class ShortLines(logging.Filter):
-    """Each line of a poslab message at most ``MESSAGE_WIDTH`` characters: a longer one (a data note, the corpus's
-    sources) is wrapped at spaces, its continuation lines indented, so no console or train.log line is a wall."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if any(len(line) > MESSAGE_WIDTH for line in message.splitlines()):
-            record.msg, record.args = short_lines(message), None
-        return True
-
-
-def short_lines(message: str, width: int = MESSAGE_WIDTH) -> str:
-    """``message`` with each line over ``width`` characters wrapped at spaces (a word longer than that, e.g. a
-    path, is cut), continuation lines indented by two spaces."""
-    import textwrap
-
-    wrap = textwrap.TextWrapper(width, subsequent_indent="  ", break_on_hyphens=False)
-    return "\n".join("\n".join(wrap.wrap(line)) if len(line) > width else line for line in message.splitlines())
-
-
 def quiet_third_party_noise() -> None:
     """Each console line once, and none that does not apply: Lightning's logger has a console handler of its own
     besides Hydra's (every line printed twice, once in each format): its lines go through Hydra's alone (and
@@ -92,9 +72,6 @@ def quiet_third_party_noise() -> None:
                     lightning_logger.removeHandler(handler)
             lightning_logger.propagate = True
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(not_lightning_noise)  # once: same object
-    poslab_logger = logging.getLogger("poslab")
-    if not any(isinstance(f, ShortLines) for f in poslab_logger.filters):
-        poslab_logger.addFilter(ShortLines())
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     # ModelCheckpoint warns, under manual optimisation, that its checkpoints hold the state after the
     # optimizer step: that (step N done, global_step N) is exactly the state a resume continues from.

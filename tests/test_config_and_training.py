@@ -159,7 +159,7 @@ def test_learned_rows_past_the_training_length_are_unchanged_by_training(tmp_pat
     [
         (["encoding.name=fancy"], "encoding.name='fancy' is not allowed; allowed: alibi, bipe, cope, dape, fire"),
         (["encoding=rope", "model.d_model=66", "model.n_heads=6"], "must be even"),
-        (["encoding=alibi", "encoding.slopes=[0.5,0.25]"], "but the model has 1 heads"),
+        (["encoding=alibi", "encoding.slopes=[0.5,0.25]"], "1 long, one per head (model.n_heads=1)"),
         (["encoding=learned", "encoding.max_positions=64"], "encoding.max_positions=64 is shorter than the longest"),
         (["model.norm=batchnorm"], "model.norm='batchnorm' is not allowed; model.norm takes one of layernorm, rmsnorm"),
         (["trainer.max_steps=0"], "trainer.max_steps=0 is not allowed; trainer.max_steps takes a whole number"),
@@ -179,7 +179,7 @@ def test_bad_config_values_raise_one_clear_sentence(overrides, fragment, tmp_pat
     [
         (["encoding=fancy"], "encoding=fancy: encoding has no option 'fancy'"),
         (["encoding=rope", "model.d_model=66", "model.n_heads=6"], "must be even"),
-        (["encoding=alibi", "encoding.slopes=[0.5,0.25]"], "2 values [0.5, 0.25] but the model has 1 heads"),
+        (["encoding=alibi", "encoding.slopes=[0.5,0.25]"], "slopes=[0.5, 0.25] is not allowed (it has 2 values)"),
         (["encoding=learned", "encoding.max_positions=100"], "max_positions=100 is shorter"),
     ],
 )

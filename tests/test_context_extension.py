@@ -28,7 +28,9 @@ SMALL = [
     "~callbacks",
 ]
 #: the parents the tests extend (trained once per module): encoding and steps
-PARENTS = {"rope": ["encoding=rope", "trainer.max_steps=20"], "none": ["encoding=none", "trainer.max_steps=4"]}
+#: (rope: each rule's test figure, one round: the extension is set beside its parent's rule at test time)
+PARENTS = {"rope": ["encoding=rope", "trainer.max_steps=20", "task.every_way_on_test=true"]}
+PARENTS["none"] = ["encoding=none", "trainer.max_steps=4"]
 #: a table of 16 rows (evaluated at its context only), which the extension's longer sequences outgrow
 PARENTS["learned"] = ["encoding=learned", "trainer.max_steps=2", "task.eval_lengths=[16]"]
 

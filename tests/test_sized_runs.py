@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from poslab.checks import COMMON_STAGES
-from poslab.training import MESSAGE_WIDTH, figures_table, format_figures, run, short_lines
+from poslab.training import MESSAGE_WIDTH, figures_table, format_figures, run
 from tests.conftest import CONF, compose_config
 
 #: Hydra's console prefix, ``[2026-12-04 15:20:24,758][poslab][INFO] - ``: what a message's first line follows
@@ -111,14 +111,6 @@ def test_the_figures_table_has_a_row_a_length_and_a_column_a_way_within_the_widt
                  "64": {"accuracy": 0.5, "accuracy_past_train": 0.2, "accuracy_log_scaled": 0.6}}  # fmt: skip
     assert format_figures(synthetic) == "accuracy: L32 1.000, L64 0.500"
     assert figures_table(synthetic).splitlines()[0].split() == ["accuracy", "plain", "log_scaled"]
-
-
-def test_a_long_message_is_wrapped_at_spaces_under_the_width():
-    note = "note: " + " ".join(f"word{i}" for i in range(80))
-    lines = short_lines(note, 60).splitlines()
-    assert len(lines) > 1 and all(len(line) <= 60 for line in lines) and lines[1].startswith("  ")
-    assert " ".join(line.strip() for line in lines) == note
-    assert short_lines("short\nlines", 60) == "short\nlines"
 
 
 @pytest.mark.parametrize(

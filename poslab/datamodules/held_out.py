@@ -170,8 +170,8 @@ def test_spans(
         ]
         return {g: eval_tokens for g in streams}, notes
     notes = [
-        f"group {g!r}: the test scores {rooms[g]} of its {n - 1} held-out tokens (after the first, the context): the "
-        f"last {n - 1 - rooms[g]}, fewer than {tile} (a multiple of every evaluation length), are not scored"
+        f"group {g!r}: the last {n - 1 - rooms[g]} of {n - 1} held-out tokens, fewer than the lengths' least common "
+        f"multiple {tile}, are not scored"
         for g, n in streams.items()
         if n - 1 > rooms[g]
     ]

@@ -115,7 +115,8 @@ def test_a_sweep_stopped_without_ckpt_path_auto_resumes_in_its_old_numbered_fold
     multirun(tmp_path, sweep, *args)
     for number, name in enumerate(job_folders(sweep)):  # named as before this issue: the job number first
         (sweep / name).rename(sweep / f"{number}_{name}")
-    finished, killed = (sweep / name for name in job_folders(sweep))
+    by_seed = sorted(job_folders(sweep), key=lambda n: json.loads((sweep / n / "results.json").read_text())["seed"])
+    finished, killed = (sweep / name for name in by_seed)  # seed 0 finished, seed 1 killed (names may not sort so)
     for name in ("results.json", "model.pt"):  # job 1 killed after its checkpoint at step 2
         (killed / name).unlink()
     checkpoints = killed / "checkpoints"
@@ -124,7 +125,7 @@ def test_a_sweep_stopped_without_ckpt_path_auto_resumes_in_its_old_numbered_fold
     done = (finished / "results.json").stat().st_mtime_ns
 
     multirun(tmp_path, sweep, *args, "ckpt_path=auto")
-    assert job_folders(sweep) == [finished.name, killed.name]  # no new folder
+    assert sorted(job_folders(sweep)) == sorted([finished.name, killed.name])  # no new folder
     assert (finished / "results.json").stat().st_mtime_ns == done  # not trained again
     log = (killed / "train.log").read_text()
     assert f"this job continues in its earlier folder {killed}" in log, log[-2000:]  # the log names the folder

@@ -48,27 +48,39 @@ def named_files(paths: list[str], what: str) -> str:
 
 
 def describe(prepared: list[PreparedGroup]) -> str:
+    """One line per group (a console line under ~200 characters: the files beyond the first are counted, not
+    named; results.json's ``sources`` lists them)."""
     parts = []
     for group in prepared:
         s = group.meta["splits"]
         parts.append(
             f"{group.name}: {s['train']['tokens']:,} train / {s['validation']['tokens']:,} validation tokens "
             f"({s['train']['documents']:,} / {s['validation']['documents']:,} documents), weight {group.weight}, "
-            f"from {describe_sources(group.meta.get('source_files') or {})}"
+            f"from {short_sources(group.meta.get('source_files') or {})}"
         )
-    return "; ".join(parts)
+    return "\n".join(parts)
 
 
-def describe_sources(sources: dict[str, Any]) -> str:
-    """``1 file (wiki.test.raw: 1.3 MB, train+validation (by document)), sha256 1a2b3c4d``, or the hub dataset."""
+def short_sources(sources: dict[str, Any]) -> str:
+    """``wiki.test.raw, 1.3 MB, sha256 1a2b3c4d`` (one file) or ``40 files, 0.5 MB, sha256 ...``: the console's."""
+    if "hub" in sources:
+        return f"the hub dataset {sources['hub']}"
+    listing, count = sources.get("listing") or [], sources.get("files", 0)
+    what = Path(listing[0]["path"]).name if count == 1 and listing else f"{count} files"
+    return f"{what}, {sources.get('file_bytes', 0) / 1e6:.1f} MB, sha256 {str(sources.get('sha256', '?'))[:8]}"
+
+
+def describe_sources(sources: dict[str, Any], shown: int = 3) -> str:
+    """``1 file (wiki.test.raw: 1.3 MB, train+validation (by document)), sha256 1a2b3c4d``, or the hub dataset;
+    the first ``shown`` files named, the others counted."""
     if "hub" in sources:
         return f"the hub dataset {sources['hub']}"
     listing = sources.get("listing") or []
-    shown = ", ".join(f"{Path(f['path']).name}: {f['bytes'] / 1e6:.1f} MB, {f['split']}" for f in listing[:3])
-    more = f", and {sources.get('files', 0) - 3} more" if sources.get("files", 0) > 3 else ""
+    named = ", ".join(f"{Path(f['path']).name}: {f['bytes'] / 1e6:.1f} MB, {f['split']}" for f in listing[:shown])
+    more = f", and {sources.get('files', 0) - shown} more" if sources.get("files", 0) > shown else ""
     count = sources.get("files", 0)
     return (
-        f"{count} file{'s' if count != 1 else ''} ({shown}{more}), {sources.get('file_bytes', 0) / 1e6:.1f} MB, "
+        f"{count} file{'s' if count != 1 else ''} ({named}{more}), {sources.get('file_bytes', 0) / 1e6:.1f} MB, "
         f"sha256 {str(sources.get('sha256', '?'))[:8]}"
     )
 
