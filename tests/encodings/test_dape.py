@@ -16,6 +16,7 @@ from poslab.encodings import build_encoding
 from poslab.encodings.base import ModelShape
 from poslab.errors import ConfigError
 from poslab.model import ModelConfig, Transformer
+from tests.encodings.test_alibi_slopes import get_slopes
 
 
 class AuthorsAliBiDAPE(nn.Module):
@@ -28,18 +29,7 @@ class AuthorsAliBiDAPE(nn.Module):
         self.mlp2 = nn.Sequential(nn.Linear(num_heads * 2, mlp_width), nn.LeakyReLU(), nn.Linear(mlp_width, num_heads))
 
     def _get_slopes(self, n):
-        def get_slopes_power_of_2(n):
-            start = 2 ** (-(2 ** -(math.log2(n) - 3)))
-            ratio = start
-            return [start * ratio**i for i in range(n)]
-
-        if math.log2(n).is_integer():
-            return get_slopes_power_of_2(n)
-        closest_power_of_2 = 2 ** math.floor(math.log2(n))
-        return (
-            get_slopes_power_of_2(closest_power_of_2)
-            + self._get_slopes(2 * closest_power_of_2)[0::2][: n - closest_power_of_2]
-        )
+        return get_slopes(n)  # the authors' copy of ALiBi's get_slopes, the one transcribed for ALiBi's test
 
     def forward(self, x):
         target_seq_len = x.shape[-1]
