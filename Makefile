@@ -7,7 +7,7 @@ export WANDB_MODE ?= offline
 export POSLAB_JOBS ?= 2
 
 .DEFAULT_GOAL := help
-.PHONY: help install run grid test test-fast test-exec lint format bench clean
+.PHONY: help install run grid test test-fast test-exec lint format bench gpu-deps clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
@@ -80,6 +80,13 @@ bench: ## list the benchmarks: what each measures, and its command (add --quick:
 	@echo "  held-out documents and bytes per corpus (POSLAB_DATA_DIR)                          python benchmarks/held_out_sample.py wikitext2"
 	@echo "  where the test suite's time goes, from pytest's JUnit XML                          python benchmarks/suite_profile.py junit.xml"
 	@echo "  a lent GPU: every GPU recipe's tokens/s, MFU and memory; compile; flex             python benchmarks/gpu_check.py OUT_DIR"
+
+gpu-deps: install ## .gpu_deps/: the pure-Python packages a lent GPU's image lacks (hydra, omegaconf, antlr4, joblib launcher)
+	rm -rf .gpu_deps && mkdir -p .gpu_deps/hydra_plugins
+	sp=$$($(VENV)/bin/python -c "import omegaconf, pathlib; print(pathlib.Path(omegaconf.__file__).parents[1])") && \
+	cp -r $$sp/hydra $$sp/omegaconf $$sp/antlr4 $$sp/hydra_core-*.dist-info $$sp/omegaconf-*.dist-info \
+		$$sp/antlr4_python3_runtime-*.dist-info $$sp/hydra_joblib_launcher-*.dist-info .gpu_deps/ && \
+	cp -r $$sp/hydra_plugins/hydra_joblib_launcher .gpu_deps/hydra_plugins/
 
 clean: ## remove logs and caches (keeps .venv)
 	rm -rf logs .pytest_cache .ruff_cache
