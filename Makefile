@@ -48,7 +48,7 @@ test-fast: install ## the tests not marked slow (CPU, offline; 1,685 tests, ~72 
 
 # The suite runs train.py in forked copies of its test process (tests/script_runs.py: no 5 s of imports a run);
 # these tests of the command line run it here in new interpreters, as a user does. .ci/run runs both.
-EXEC_TESTS := tests/test_refusals_leave_nothing.py tests/test_typed_settings.py tests/runs/test_resume.py tests/runs/test_interrupt.py
+EXEC_TESTS := tests/test_refusals_leave_nothing.py tests/config/test_typed_settings.py tests/runs/test_resume.py tests/runs/test_interrupt.py
 test-exec: install ## the command-line tests with train.py in new interpreters (POSLAB_TEST_EXEC=1), as a user runs it
 	POSLAB_TEST_EXEC=1 $(PY) -m pytest $(EXEC_TESTS)
 

@@ -10,7 +10,7 @@ import warnings
 import hydra
 from omegaconf import DictConfig
 
-from poslab.resolvers import register_resolvers
+from poslab.running.resolvers import register_resolvers
 
 register_resolvers()  # the resolvers the configs name, before Hydra composes them (light imports: no torch)
 # conf/hydra/launcher/submitit_local.yaml keeps the plugin's name on purpose; Hydra 1.3 warns that it is
@@ -21,13 +21,13 @@ warnings.filterwarnings("ignore", message=r"(?s).*submitit_local' is validated a
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> None:
     # imported here, not above: a refused config stops before torch loads
-    from poslab.training import main as run_training
+    from poslab.running.training import main as run_training
 
     run_training(cfg)
 
 
 if __name__ == "__main__":
-    from poslab.precheck import check_command_line, help_text
+    from poslab.running.precheck import check_command_line, help_text
 
     if {"--help", "-h"} & set(sys.argv[1:]):  # poslab's own help (Hydra's: --hydra-help)
         print(help_text())

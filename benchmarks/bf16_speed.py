@@ -8,7 +8,7 @@ batch 16 x 256) and each precision: poslab's tokens/s (``train.py``'s own loop: 
 clipping, cosine schedule) and a minimal plain-PyTorch loop's on the same model, optimizer and batches. The
 limit: GEMM GFLOP/s in fp32 and bf16 at the model's own shape (``[batch x context, d] @ [d, 4d]``), 2
 threads. Achieved model FLOP/s = tokens/s x training FLOPs per token (6 per weight + attention,
-``poslab.callbacks.flops_per_token``); its fraction of the bf16 GEMM rate is how close the step is to the
+``poslab.running.callbacks.flops_per_token``); its fraction of the bf16 GEMM rate is how close the step is to the
 machine's limit. ``--compile`` adds bf16 + ``model.compile``. Targets (issue 10): bf16 >= 2x fp32 for the
 byte model; poslab >= 1.0x the plain bf16 loop. poslab's step is timed over ``trainer.fit`` alone
 (``byte_model.poslab_steps``): the evaluation a run does after training is no part of it and is not run. A
@@ -111,9 +111,9 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     torch.set_num_threads(args.threads)
-    from poslab.callbacks import flops_per_token
-    from poslab.config import compose_config
-    from poslab.runtime import keep_freed_memory
+    from poslab.running.callbacks import flops_per_token
+    from poslab.running.compose import compose_config
+    from poslab.running.runtime import keep_freed_memory
 
     keep_freed_memory()
     data = Path(tempfile.mkdtemp())
@@ -148,7 +148,7 @@ def main() -> None:
                 float("nan"),
                 poslab_steps(step_config(model, "bf16-mixed", args, data, True)),
             )
-        from poslab.builders import build_datamodule, build_module
+        from poslab.running.builders import build_datamodule, build_module
 
         cfg = step_config(model, "32-true", args, data)
         datamodule = build_datamodule(cfg)

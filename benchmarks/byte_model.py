@@ -56,7 +56,7 @@ def measurement_config(overrides: list[str], args: argparse.Namespace, data: Pat
     corpus, ``args.batch`` x ``args.context``, ``args.steps + args.warmup`` steps, no validation, no logger)."""
     from omegaconf import open_dict
 
-    from poslab.config import compose_config
+    from poslab.running.compose import compose_config
 
     cfg = compose_config(
         [
@@ -88,7 +88,7 @@ def compose(encoding: str, args: argparse.Namespace, data: Path, out: Path):
 def plain_loop(cfg, steps: int, warmup: int, bf16: bool = False) -> float:
     """Median seconds per step of a minimal loop over the same model, optimizer and batches (``bf16``: the
     forward under ``torch.autocast(bfloat16)``, as Lightning's bf16-mixed does; weights and AdamW stay fp32)."""
-    from poslab.builders import build_datamodule, build_module
+    from poslab.running.builders import build_datamodule, build_module
 
     datamodule = build_datamodule(cfg)
     datamodule.setup()
@@ -120,8 +120,8 @@ def fit_only(cfg):
     import lightning as L
     from omegaconf import OmegaConf
 
-    from poslab.builders import build_datamodule, build_module
-    from poslab.training import build_trainer, quiet_third_party_noise
+    from poslab.running.builders import build_datamodule, build_module
+    from poslab.running.training import build_trainer, quiet_third_party_noise
 
     quiet_third_party_noise()  # as a run is: no banner of the hardware, no tips
     if cfg.threads:
@@ -136,7 +136,7 @@ def fit_only(cfg):
 
 def throughput(trainer) -> dict[str, float]:
     """The Throughput callback's figures of a fitted trainer (median step seconds, tokens/s, MFU)."""
-    from poslab.callbacks import Throughput
+    from poslab.running.callbacks import Throughput
 
     return next(c for c in trainer.callbacks if isinstance(c, Throughput)).summary()
 
@@ -151,7 +151,7 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=512)
     args = parse_measurement(parser)
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
-    from poslab.runtime import keep_freed_memory
+    from poslab.running.runtime import keep_freed_memory
 
     keep_freed_memory()  # poslab's runs set it; the plain loop gets it too, so only the frameworks differ
     data = Path(tempfile.mkdtemp())

@@ -33,9 +33,9 @@ BYTES = 257  # 256 byte values and the document separator
 
 def byte_model(encoding: str = "rope", overrides: Sequence[str] = ()) -> torch.nn.Module:
     """poslab's Transformer for ``experiment=increments_rope encoding=<encoding>`` plus ``overrides``."""
-    from poslab.builders import build_model_config
-    from poslab.config import compose_config
     from poslab.model import Transformer
+    from poslab.running.builders import build_model_config
+    from poslab.running.compose import compose_config
 
     cfg = compose_config(["experiment=increments_rope", f"encoding={encoding}", *overrides])
     return Transformer(build_model_config(cfg, BYTES, BYTES), int(cfg.task.context_length))

@@ -36,8 +36,8 @@ DEFAULT = "rope,path,path_fox,stick_breaking"
 def build(encoding: str, length: int):
     import torch
 
+    from poslab.config.settings import yaml_defaults
     from poslab.model import ModelConfig, Transformer
-    from poslab.settings import yaml_defaults
 
     torch.manual_seed(0)
     shape = {key: value for key, value in yaml_defaults("model", "lm_zoo").items() if key != "defaults"}

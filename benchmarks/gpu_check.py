@@ -52,7 +52,7 @@ EXPERIMENTS = Path(__file__).resolve().parents[1] / "conf" / "experiment"
 
 def gpu_recipes() -> list[str]:
     """The experiments whose own trainer runs on a GPU (composed, not guessed from file names)."""
-    from poslab.config import compose_config
+    from poslab.running.compose import compose_config
 
     names = []
     for path in sorted(EXPERIMENTS.glob("*.yaml")):
@@ -67,7 +67,7 @@ def train_throughput(experiment: str, args: argparse.Namespace, data: Path, out:
     run)."""
     from omegaconf import open_dict
 
-    from poslab.config import compose_config
+    from poslab.running.compose import compose_config
 
     recipe = compose_config([f"experiment={experiment}"])
     sizes = argparse.Namespace(**vars(args))

@@ -130,8 +130,8 @@ def plain_run(task_name: str, scheme: str, seed: int, steps: int) -> float:
 
 
 def poslab_run(task_name: str, scheme: str, seed: int, steps: int, workdir: Path) -> float:
-    from poslab.config import compose_config
-    from poslab.training import run
+    from poslab.running.compose import compose_config
+    from poslab.running.training import run
 
     overrides = ["experiment=extrapolation_grid", f"+scheme={scheme}", f"task={task_name}", f"seed={seed}"]
     cfg = compose_config([*overrides, f"trainer.max_steps={steps}"], workdir)

@@ -19,9 +19,9 @@ import tempfile
 
 import numpy as np
 
-from poslab.config import compose_config
 from poslab.datamodules.corpora import prepare_corpus
 from poslab.datamodules.held_out import select_documents
+from poslab.running.compose import compose_config
 
 
 def measure(corpus: str, fraction: float | None, cache: str, lengths: list[int]) -> list[str]:

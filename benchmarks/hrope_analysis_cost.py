@@ -25,11 +25,11 @@ from poslab.analysis.hrope.documents import Document
 torch.set_num_threads(1)
 n, run = int(sys.argv[1]), sys.argv[2]
 if run:
-    from poslab.builders import load_run
+    from poslab.running.builders import load_run
     cfg, module = load_run(run)
     model, vocab, context = module.model, module.model.cfg.vocab_size, int(cfg.task.context_length)
 else:
-    from poslab.config import compose_config
+    from poslab.running.compose import compose_config
     from poslab.model import ModelConfig, Transformer
     from omegaconf import OmegaConf
     cfg = compose_config(["experiment=hrope_axial_cpu", "corpus=python_code"])

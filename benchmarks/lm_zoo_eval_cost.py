@@ -55,9 +55,9 @@ def batch_seconds(encoding: str, length: int, repeats: int) -> float:
 
 def rounds_windows(corpus: str, encoding: str) -> tuple[dict, dict, int]:
     """Per length: windows in the first and the second round, the ways of each; and ``trainer.max_steps``."""
-    from poslab.builders import build_datamodule, build_module
-    from poslab.config import compose_config
     from poslab.datamodules.language import EvaluationBatches
+    from poslab.running.builders import build_datamodule, build_module
+    from poslab.running.compose import compose_config
 
     with tempfile.TemporaryDirectory() as run_dir:
         cfg = compose_config(["experiment=lm_zoo", f"corpus={corpus}", f"encoding={encoding}"], run_dir)

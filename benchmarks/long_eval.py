@@ -65,7 +65,7 @@ TEST_WAYS_PAST_CONTEXT = 6  # RoPE at the test: plain, log-scaled, and the rules
 
 
 def compose(model: str, path: str, extra: list[str] | None = None):
-    from poslab.config import compose_config
+    from poslab.running.compose import compose_config
 
     encoding, attention = PATHS[path]
     return compose_config(
@@ -85,9 +85,9 @@ def measure_pass(model_name: str, path: str, multiple: int, repeats: int, thread
     import torch
     import torch.nn.functional as F
 
-    from poslab.builders import build_model_config
     from poslab.model import Transformer
-    from poslab.runtime import keep_freed_memory
+    from poslab.running.builders import build_model_config
+    from poslab.running.runtime import keep_freed_memory
 
     keep_freed_memory()  # as train.py runs (keep_freed_memory: true): freed activations stay in the heap
     torch.set_num_threads(threads)
@@ -126,8 +126,8 @@ def training_step_seconds(steps: int, threads: int) -> float:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from compile import training_step
 
-    from poslab.builders import build_model_config
     from poslab.model import Transformer
+    from poslab.running.builders import build_model_config
 
     torch.set_num_threads(threads)
     cfg = compose("lm_zoo", "fused causal")
@@ -203,7 +203,7 @@ def evaluation_seconds(points: list[tuple[int, float]], cfg, held_out: int = HEL
     (1 at the context, ``TEST_WAYS_PAST_CONTEXT`` past it) over ``held_out`` tokens (the whole held-out split),
     and every passkey trial in as many ways (an upper bound: the trials' lengths interpolated between the measured
     ones)."""
-    from poslab.passkey_settings import check_passkey_settings
+    from poslab.config.passkey_settings import check_passkey_settings
 
     context = int(cfg.task.context_length)
     batch_tokens = int(cfg.task.eval_batch_size) * context

@@ -57,7 +57,7 @@ ENCODINGS: dict[str, tuple[str, dict]] = {
 
 def byte_shape() -> dict:
     """The byte model's settings (``conf/model/byte.yaml``, its one home)."""
-    from poslab.settings import yaml_defaults
+    from poslab.config.settings import yaml_defaults
 
     return dict(yaml_defaults("model", "byte"))
 

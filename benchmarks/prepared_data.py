@@ -57,7 +57,7 @@ print(json.dumps({"seconds": seconds, "poslab": poslab.__file__,
 def corpus_config(name: str, data_dir: str) -> dict:
     from omegaconf import OmegaConf
 
-    from poslab.config import compose_config
+    from poslab.running.compose import compose_config
 
     cfg = compose_config([f"corpus={name}", f"paths.data_dir={data_dir}"])
     return OmegaConf.to_container(cfg.corpus, resolve=True)
@@ -118,7 +118,7 @@ def old_layout_groups(groups: list, directory: Path) -> list:
 
 def batch_cut(groups: list, scratch: Path, n_batches: int, batch_size: int, context: int) -> dict[str, float]:
     import poslab.datamodules.language as language
-    from poslab.passkey_settings import passkey_defaults
+    from poslab.config.passkey_settings import passkey_defaults
 
     key_length = passkey_defaults()["key_length"]
     new = language.TrainingWindows(

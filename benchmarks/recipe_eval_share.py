@@ -35,7 +35,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from poslab.config import compose_config  # noqa: E402
+from poslab.running.compose import compose_config  # noqa: E402
 
 #: the issue's target: a full recipe run spends at most this share of its time evaluating
 TARGET = 0.20

@@ -218,8 +218,8 @@ def encoding_lines() -> list[str]:
     attention paths it runs on (``sdpa`` and ``flex`` fused, ``explicit`` the scores materialised)."""
     from omegaconf import OmegaConf
 
-    from poslab.config import compose_config
     from poslab.encodings import ENCODINGS, length_setting_kinds
+    from poslab.running.compose import compose_config
 
     lines = []
     for name, cls in sorted(ENCODINGS.items()):

@@ -45,9 +45,9 @@ class DivergedError(PoslabError, ArithmeticError):
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C (SIGINT) stopped a run (``poslab.callbacks.SaveOnInterrupt``): ``step``, the optimizer steps done;
+    """Ctrl-C (SIGINT) stopped a run (``poslab.running.callbacks.SaveOnInterrupt``): ``step``, the optimizer steps done;
     ``saved``, whether ``last.ckpt`` was written at that step; ``during``, training or evaluation. A
-    KeyboardInterrupt, so nothing that handles errors takes it for one: ``poslab.training.main`` says how to
+    KeyboardInterrupt, so nothing that handles errors takes it for one: ``poslab.running.training.main`` says how to
     resume and exits with status 130, a multirun included (Ctrl-C stops the sweep)."""
 
     def __init__(self, step: int, saved: bool, during: str) -> None:

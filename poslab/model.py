@@ -44,10 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from poslab.encodings import ModelShape, PositionEncoding, PositionInputs, build_encoding
-from poslab.encodings.base import LayerContext, QueryKeyTransform, ScoreMod, scaled
-from poslab.errors import ConfigError
-from poslab.settings import (
+from poslab.config.settings import (
     ModelSettings,
     check_dataclass,
     check_heads,
@@ -55,6 +52,9 @@ from poslab.settings import (
     with_yaml_defaults,
     yaml_defaults,
 )
+from poslab.encodings import ModelShape, PositionEncoding, PositionInputs, build_encoding
+from poslab.encodings.base import LayerContext, QueryKeyTransform, ScoreMod, scaled
+from poslab.errors import ConfigError
 
 #: ``ModelSettings`` with each field's value in the YAML a run takes by default (``conf/model/tiny.yaml``)
 ModelSettingsFromYaml = with_yaml_defaults(ModelSettings, yaml_defaults("model", default_option("model")))
@@ -62,7 +62,7 @@ ModelSettingsFromYaml = with_yaml_defaults(ModelSettings, yaml_defaults("model",
 
 @dataclass(kw_only=True)
 class ModelConfig(ModelSettingsFromYaml):  # type: ignore[misc,valid-type]
-    """The model group's settings (``poslab.settings.ModelSettings``: their types and allowed values) plus
+    """The model group's settings (``poslab.config.settings.ModelSettings``: their types and allowed values) plus
     what the data and the encoding give. A setting left out takes its value in the YAML a run takes by default
     (``conf/model/tiny.yaml``, the one home of those values): a model built in Python (a test, a benchmark) need
     give only what differs."""

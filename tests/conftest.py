@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir  # noqa: F401  (tests composing
 from hydra.core.global_hydra import GlobalHydra  # noqa: F401
 from omegaconf import DictConfig
 
-from poslab.config import compose_config  # noqa: F401  (the tests import it from here)
+from poslab.running.compose import compose_config  # noqa: F401  (the tests import it from here)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -41,7 +41,7 @@ def seeded_rngs():
     parameters and any unseeded ``torch.randn`` draw are the same alone, after other tests, and in any order (the
     order is random: pytest-randomly). Autouse fixtures of a scope come first, so function-scoped fixtures that
     build models see this state too. Module-scoped fixtures are set up before it: one that draws must seed itself
-    (``seed_all``); those here train through ``poslab.training.run`` or ``train.py``, which seed with
+    (``seed_all``); those here train through ``poslab.running.training.run`` or ``train.py``, which seed with
     ``seed_everything(cfg.seed)`` first.
 
     pytest-randomly, when installed, reseeds ``random`` and numpy's global generator again after this, as the test

@@ -82,68 +82,63 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-#: the layers, bottom up; an entry names a module, or a package and everything under it
+#: the layers, bottom up; an entry names a module, or a package and everything under it (the most specific entry
+#: that names a module decides its layer: ``poslab.running.training`` is "training", the rest of running "running")
 LAYERS: dict[str, tuple[str, ...]] = {
-    # leaf helpers: no poslab import but each other's (settings reads passkey_settings, plotting fonts and io)
-    "leaf": (
-        "poslab",  # the package's own __init__ only
-        "poslab.errors",
-        "poslab.io",
-        "poslab.rng",
-        "poslab.settings",
-        "poslab.passkey_settings",
-        "poslab.yaml_values",
-        "poslab.targets",
-        "poslab.overrides",
-        "poslab.fonts",
-        "poslab.plotting",
-        "poslab.runtime",
-        "poslab.loggers",
-        "poslab.resources",
-    ),
+    # the foundation: errors, atomic files, and what a setting is and may be
+    "foundation": ("poslab", "poslab.errors", "poslab.io", "poslab.config"),
     "encodings": ("poslab.encodings",),
     "model": ("poslab.model",),
     "datamodules": ("poslab.datamodules",),
     "lightning_modules": ("poslab.lightning_modules",),
     # a run on disk: its files, lock, checkpoints, results read back, job folders, local multiruns
     "runs": ("poslab.runs",),
-    # what checks or builds a config before and around training; what Hydra calls
-    "checks": (
-        "poslab.checks",
-        "poslab.config",
-        "poslab.precheck",
-        "poslab.extension",
-        "poslab.resolvers",
-        "poslab.hydra_callbacks",
-        "poslab.builders",
-        "poslab.callbacks",
-        "poslab.memory",
-    ),
-    "training": ("poslab.training",),
+    # composing and checking a run's config, building its parts, what Hydra calls
+    "running": ("poslab.running",),
+    "training": ("poslab.running.training",),
     "analysis": ("poslab.analysis",),  # reads finished runs; never trains
     "cli": ("poslab.cli", "poslab.__main__"),
 }
-LEAF = {"leaf"}
+FOUNDATION = {"foundation"}
 #: which layers each layer's modules may import (its own included). No exceptions: an edge that crosses is moved.
 MAY_IMPORT: dict[str, set[str]] = {
-    "leaf": LEAF,
-    "encodings": LEAF | {"encodings"},
-    "model": LEAF | {"encodings", "model"},
-    "datamodules": LEAF | {"datamodules"},  # preparing data loads no model
-    "lightning_modules": LEAF | {"model", "datamodules", "lightning_modules"},  # never runs, launching, analysis
-    "runs": LEAF | {"runs"},
-    "checks": LEAF | {"encodings", "model", "datamodules", "runs", "checks"},
-    "training": LEAF | {"encodings", "model", "datamodules", "lightning_modules", "runs", "checks", "training"},
-    "analysis": LEAF | {"encodings", "model", "datamodules", "runs", "checks", "analysis"},
-    "cli": LEAF | {"encodings", "checks", "analysis", "cli"},
+    "foundation": FOUNDATION,
+    "encodings": FOUNDATION | {"encodings"},
+    "model": FOUNDATION | {"encodings", "model"},
+    "datamodules": FOUNDATION | {"datamodules"},  # preparing data loads no model
+    "lightning_modules": FOUNDATION | {"model", "datamodules", "lightning_modules"},  # never runs, launching, analysis
+    "runs": FOUNDATION | {"runs"},
+    "running": FOUNDATION | {"encodings", "model", "datamodules", "lightning_modules", "runs", "running"},
+    "training": FOUNDATION | {"encodings", "model", "datamodules", "lightning_modules", "runs", "running", "training"},
+    "analysis": FOUNDATION | {"encodings", "model", "datamodules", "runs", "running", "analysis"},
+    "cli": FOUNDATION | {"encodings", "running", "analysis", "cli"},
+}
+#: what ``poslab/`` holds at its top level: a package per layer, and the few modules that are a layer alone
+TOP_LEVEL = {
+    "__init__.py": "foundation",
+    "__main__.py": "cli",
+    "cli.py": "cli",
+    "errors.py": "foundation",
+    "io.py": "foundation",
+    "config": "foundation",
+    "encodings": "encodings",
+    "model.py": "model",
+    "datamodules": "datamodules",
+    "lightning_modules": "lightning_modules",
+    "runs": "runs",
+    "running": "running",
+    "analysis": "analysis",
 }
 
 
 def layer_of(name: str) -> str | None:
-    for layer, entries in LAYERS.items():
-        if any(name == entry or (entry != "poslab" and name.startswith(entry + ".")) for entry in entries):
-            return layer
-    return None
+    matches = [
+        (len(entry), layer)
+        for layer, entries in LAYERS.items()
+        for entry in entries
+        if name == entry or (entry != "poslab" and name.startswith(entry + "."))
+    ]
+    return max(matches)[1] if matches else None
 
 
 def crossing_imports(graph: dict[str, set[str]]) -> list[str]:
@@ -156,6 +151,18 @@ def crossing_imports(graph: dict[str, set[str]]) -> list[str]:
                 path = MODULES[name].relative_to(ROOT)
                 crossings.append(f"{name} -> {target} ({path}): {source_layer} may not import {target_layer}")
     return crossings
+
+
+def test_the_top_level_shows_the_layers():
+    entries = {p.name for p in PACKAGE.iterdir() if p.name != "__pycache__" and not p.name.endswith(".egg-info")}
+    extra, missing = sorted(entries - set(TOP_LEVEL)), sorted(set(TOP_LEVEL) - entries)
+    assert not extra and not missing, (
+        f"poslab/ holds {extra} beyond TOP_LEVEL and lacks {missing}: put a new module in the package of its layer "
+        "(docs/architecture.md)"
+    )
+    for entry, layer in TOP_LEVEL.items():
+        name = module_name(PACKAGE / entry) if entry.endswith(".py") else f"poslab.{entry}"
+        assert layer_of(name) == layer, f"poslab/{entry} is in layer {layer_of(name)}, not {layer}"
 
 
 def test_every_module_has_a_layer():
@@ -181,9 +188,9 @@ def test_the_package_has_no_import_circle():
 
 
 def test_the_cycle_finder_finds_a_planted_circle():
-    planted = {**GRAPH, "poslab.errors": GRAPH["poslab.errors"] | {"poslab.training"}}
+    planted = {**GRAPH, "poslab.errors": GRAPH["poslab.errors"] | {"poslab.running.training"}}
     cycle = find_cycle(planted)
-    assert cycle is not None and "poslab.errors" in cycle and "poslab.training" in cycle
+    assert cycle is not None and "poslab.errors" in cycle and "poslab.running.training" in cycle
 
 
 def test_the_graph_sees_imports_inside_functions():
@@ -194,8 +201,8 @@ def test_the_graph_sees_imports_inside_functions():
 
 def test_errors_are_a_leaf_and_training_is_on_top():
     assert GRAPH["poslab.errors"] == set()
-    importers = sorted(name for name, targets in GRAPH.items() if "poslab.training" in targets)
-    assert importers == [], f"poslab.training is imported by {importers}; only train.py may import it"
+    importers = sorted(name for name, targets in GRAPH.items() if "poslab.running.training" in targets)
+    assert importers == [], f"poslab.running.training is imported by {importers}; only train.py may import it"
 
 
 def test_preparing_data_does_not_load_the_encodings():

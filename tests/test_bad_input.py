@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from poslab.config import available_devices
+from poslab.running.compose import available_devices
 from tests.conftest import run_train
 
 FAST = ["debug=small", "~callbacks.progress_bar", "threads=1"]
@@ -89,8 +89,8 @@ def test_gpu_trainer_on_a_machine_without_gpus_says_so(tmp_path):
 
 
 def test_devices_check_counts_cores_of_this_process(compose_cfg):
-    from poslab.checks import check_config
     from poslab.errors import ConfigError
+    from poslab.running.checks import check_config
 
     check_config(compose_cfg(f"trainer.devices={CORES}"))
     with pytest.raises(ConfigError, match=f"allowed: 1 to {CORES}"):
@@ -102,8 +102,8 @@ def test_devices_check_counts_cores_of_this_process(compose_cfg):
 
 @pytest.mark.parametrize("key", ["batch_size", "eval_size"])
 def test_ddp_needs_batch_and_evaluation_sizes_divisible_by_the_processes(key, compose_cfg):
-    from poslab.checks import check_config
     from poslab.errors import ConfigError
+    from poslab.running.checks import check_config
 
     if CORES < 2:
         pytest.skip("trainer=ddp_cpu needs 2 cores")

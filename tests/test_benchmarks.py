@@ -67,7 +67,7 @@ def load(name: str):
 def test_bf16_speed_times_the_training_step_without_the_evaluation(tmp_path: Path, monkeypatch):
     """poslab's step measurement (``byte_model.poslab_steps``, which bf16_speed runs) fits and stops: the test after
     training (``training.test``, ``Trainer.test``) and any validation are never called."""
-    import poslab.training
+    import poslab.running.training
 
     bf16_speed = load("bf16_speed")
     byte_model = sys.modules["byte_model"]
@@ -77,7 +77,7 @@ def test_bf16_speed_times_the_training_step_without_the_evaluation(tmp_path: Pat
         evaluated.append(args)
         raise AssertionError("the step measurement ran an evaluation")
 
-    monkeypatch.setattr(poslab.training, "test", refuse)
+    monkeypatch.setattr(poslab.running.training, "test", refuse)
     monkeypatch.setattr(pl.Trainer, "test", refuse)
     monkeypatch.setattr(pl.Trainer, "validate", refuse)
     byte_model.make_corpus(tmp_path, n_bytes=200_000)

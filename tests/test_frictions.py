@@ -74,7 +74,7 @@ def test_yarn_betas_must_be_numbers_in_order():
 
 
 def test_an_unquoted_tilde_on_the_command_line_says_how_to_quote_it():
-    from poslab.precheck import parse
+    from poslab.running.precheck import parse
 
     with pytest.raises(ConfigError, match=r"""corpus\.path=~/x: .*'~' only quoted; give 'corpus\.path="~/x"'"""):
         parse(["corpus=local", "corpus.path=~/x"])
@@ -135,7 +135,7 @@ def test_a_tiny_held_out_sample_is_said_in_a_note():
 def test_a_list_setting_of_the_wrong_length_is_refused_up_front():
     import typing
 
-    from poslab.settings import OptimizerSettings, check_value, value_fits
+    from poslab.config.settings import OptimizerSettings, check_value, value_fits
 
     betas = typing.get_type_hints(OptimizerSettings, include_extras=True)["betas"]
     with pytest.raises(ConfigError, match=r"optimizer\.betas=\[0\.9\] is not allowed.*exactly 2 long"):
@@ -165,8 +165,8 @@ LENGTH_CASES = [  # (the group's overrides, a list of the wrong length, its mess
 
 @pytest.mark.parametrize(("group", "wrong", "message", "right"), LENGTH_CASES, ids=["heads", "layers"])
 def test_a_list_whose_length_another_setting_decides_is_refused_before_training(group, wrong, message, right, tmp_path):
-    from poslab.checks import COMMON_STAGES, check_configs
-    from poslab.config import compose_config
+    from poslab.running.checks import COMMON_STAGES, check_configs
+    from poslab.running.compose import compose_config
 
     # stage 1 (typed settings, before torch loads and before any encoding is built) refuses it, naming the length
     with pytest.raises(ConfigError, match=message):
@@ -178,8 +178,8 @@ def test_a_list_whose_length_another_setting_decides_is_refused_before_training(
 
 
 def test_every_path_setting_expands_home_and_environment_variables(tmp_path, monkeypatch):
-    from poslab.config import compose_config
-    from poslab.overrides import expanded_overrides
+    from poslab.config.overrides import expanded_overrides
+    from poslab.running.compose import compose_config
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("SCRATCH", str(tmp_path / "scratch"))
@@ -207,7 +207,7 @@ def test_every_path_setting_expands_home_and_environment_variables(tmp_path, mon
 
 
 def test_an_unquoted_tilde_in_a_paths_setting_says_how_to_quote_it():
-    from poslab.precheck import parse
+    from poslab.running.precheck import parse
 
     with pytest.raises(ConfigError, match=r"""paths\.data_dir=~/x: .*'~' only quoted; give 'paths\.data_dir="~/x"'"""):
         parse(["paths.data_dir=~/x"])

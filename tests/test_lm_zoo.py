@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
-from poslab.precheck import check_command_line, job_overrides
-from poslab.settings import lm_eval_lengths
+from poslab.config.settings import lm_eval_lengths
+from poslab.running.precheck import check_command_line, job_overrides
 from tests.conftest import CONF, ROOT, GlobalHydra, compose, initialize_config_dir, run_train
 
 ENCODINGS = sorted(p.stem for p in (CONF / "encoding").glob("*.yaml"))

@@ -1,5 +1,6 @@
 """Issue 24, item 9: ``make run`` reports on the grid it just ran. The multirun prints its directory first
-(``multirun into DIR``, ``poslab.hydra_callbacks.MultirunSummary``) and the Makefile's report reads that line, not the
+(``multirun into DIR``, ``poslab.running.hydra_callbacks.MultirunSummary``) and the Makefile's report reads that line,
+not the
 newest ``logs/multirun/*_extrapolation_grid``: with ``POSLAB_LOG_DIR`` set, or another grid under ``./logs``,
 the glob reported on (and wrote its analysis into) another grid.
 

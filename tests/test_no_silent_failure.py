@@ -217,7 +217,7 @@ def test_analyses_refuse_a_run_that_did_not_succeed(tmp_path, lag_run, capsys):
 
 @pytest.mark.slow
 def test_plain_rope_has_increments_of_exactly_one_once_window_starts_are_left_out(tmp_path, capsys):
-    from poslab.training import run
+    from poslab.running.training import run
 
     data = tmp_path / "data"
     corpus = make_corpus(data)
@@ -361,8 +361,8 @@ def test_a_run_whose_loss_turns_nan_stops_as_diverged_and_says_so(tmp_path):
 
 
 def test_skip_nonfinite_steps_skips_that_many_then_stops():
-    from poslab.builders import build_datamodule, build_module
     from poslab.errors import DivergedError
+    from poslab.running.builders import build_datamodule, build_module
 
     cfg = compose_config(["debug=small", "optimizer.skip_nonfinite_steps=2"])
     module = build_module(cfg, build_datamodule(cfg))

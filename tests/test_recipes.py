@@ -37,15 +37,15 @@ import pytest
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from poslab.builders import load_run
 from poslab.cli import main
-from poslab.config import SYNTHETIC_TASKS
 from poslab.datamodules.corpora import STDLIB, LocalSource
+from poslab.running.builders import load_run
+from poslab.running.compose import SYNTHETIC_TASKS
+from poslab.running.training import run
 from poslab.runs.files import MODEL_FILE, RESULTS_FILE
-from poslab.training import run
 from tests.conftest import CONF, compose_config
 
-# context_extension continues a trained parent run: tests/test_context_extension.py runs it from one
+# context_extension continues a trained parent run: tests/running/test_context_extension.py runs it from one
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem != "context_extension")
 CORPORA = sorted(p.stem for p in (CONF / "corpus").glob("*.yaml") if p.stem != "synthetic")
 HEADINGS = ("第{i}回 标题", "Chapter {i}", "# Document {i}", "= Document {i} =")  # for a document_start regex

@@ -1,5 +1,5 @@
 """A refused command leaves nothing: 20 bad commands of train.py, each stopped by the checks made before Hydra
-writes anything (poslab.precheck), with exit status 2, one sentence naming the bad value, and no directory
+writes anything (poslab.running.precheck), with exit status 2, one sentence naming the bad value, and no directory
 left behind; a refusal found inside a job (from the data) removes the directory Hydra made for it."""
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def test_a_refusal_inside_a_job_removes_its_directory(workplace):
 def test_a_read_only_directory_is_refused(tmp_path, monkeypatch):
     """A log or cache directory this user may not write (root may write anywhere: os.access stands in)."""
     from poslab.errors import ConfigError
-    from poslab.precheck import check_writable
+    from poslab.running.precheck import check_writable
 
     monkeypatch.setattr(os, "access", lambda path, mode: False)
     with pytest.raises(ConfigError, match=r"paths.log_dir=.*/logs \(POSLAB_LOG_DIR\) cannot be written: .* read-only"):
@@ -115,7 +115,7 @@ def test_a_read_only_directory_is_refused(tmp_path, monkeypatch):
 def test_a_run_that_trained_keeps_its_directory(tmp_path):
     """Only what Hydra and a run's start write goes: metrics of trained steps, a checkpoint or a file of the user's
     keep the directory."""
-    from poslab.training import remove_if_only_hydra_wrote
+    from poslab.running.training import remove_if_only_hydra_wrote
 
     run = tmp_path / "logs" / "runs" / "r"
     (run / ".hydra").mkdir(parents=True)
@@ -149,7 +149,7 @@ def test_paths_are_refused_before_torch_loads(tmp_path, args, env):
     fill = {"afile": str(tmp_path / "afile"), "tmp": str(tmp_path)}
     probe = (
         "import sys\n"
-        "from poslab.precheck import check_command_line\n"
+        "from poslab.running.precheck import check_command_line\n"
         "try:\n"
         f"    check_command_line({[a.format(**fill) for a in args]!r}, sources=True)\n"
         "except SystemExit as stop:\n"

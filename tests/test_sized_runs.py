@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from poslab.checks import COMMON_STAGES
-from poslab.training import MESSAGE_WIDTH, figures_table, format_figures, run
+from poslab.running.checks import COMMON_STAGES
+from poslab.running.training import MESSAGE_WIDTH, figures_table, format_figures, run
 from tests.conftest import CONF, compose_config
 
 #: Hydra's console prefix, ``[2026-12-04 15:20:24,758][poslab][INFO] - ``: what a message's first line follows
 PREFIX = len("[2026-12-04 15:20:24,758][poslab][WARNING] - ")
-#: context_extension continues a trained parent run (tests/test_context_extension.py runs it from one)
+#: context_extension continues a trained parent run (tests/running/test_context_extension.py runs it from one)
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem != "context_extension")
 #: lm_passkey names a distance of 1/8 of its 128-token context, shorter than the 24-token phrase: refused with or
 #: without debug=fast since main's c176e69 (its file is not this change's to edit; reported)

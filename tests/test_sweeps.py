@@ -12,10 +12,10 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from poslab import config
-from poslab.builders import build_datamodule, build_model_config, build_module
-from poslab.checks import check_config
 from poslab.model import Transformer
+from poslab.running import compose
+from poslab.running.builders import build_datamodule, build_model_config, build_module
+from poslab.running.checks import check_config
 from tests.conftest import CONF, ROOT, compose_config
 
 SWEEPS = sorted((ROOT / "sweeps").glob("*.yaml"))
@@ -57,7 +57,7 @@ def test_sweep_combinations_compose_and_build(sweep, tmp_path, monkeypatch):
     model. Synthetic tasks build the whole module; a corpus would need its data (and a BPE tokenizer trained
     on it) to build the module, so the model is built with a placeholder vocabulary and paragraph density.
     The device check is told the machine has the GPUs the sweep is meant for."""
-    monkeypatch.setattr(config, "available_devices", lambda accelerator: 8)
+    monkeypatch.setattr(compose, "available_devices", lambda accelerator: 8)
     _, choices = sweep_parameters(sweep)
     names = list(choices)
     combinations = list(itertools.product(*choices.values()))

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 
-from poslab.builders import build_datamodule
-from poslab.config import compose_config
 from poslab.datamodules.synthetic import IGNORE, EvaluationSet
+from poslab.running.builders import build_datamodule
+from poslab.running.compose import compose_config
 
 TRAIN = 32
 

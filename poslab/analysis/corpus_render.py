@@ -85,7 +85,7 @@ def statistics_csv(rows: list[dict[str, Any]], corpora: list[str]) -> str:
 
 def plot_statistics(stats: dict[str, dict[str, float]], rows: list[dict[str, Any]], ustar: dict[str, float]) -> Any:
     """One bar panel per quantity, the corpora ordered by U* (deepest first); a value not computed reads n/a."""
-    from poslab.plotting import plt
+    from poslab.analysis.plotting import plt
 
     corpora = sorted(stats, key=lambda c: (ustar.get(c, math.inf), c))  # deepest well first
     fig, axes = plt.subplots(2, 4, figsize=(16, 7))

@@ -66,11 +66,11 @@ from typing import Any
 import numpy as np
 
 from poslab.analysis.stats import order_agreement
-from poslab.config import CONF_DIR, compose_config
 from poslab.datamodules.codec import byte_length, bytes_text, text_bytes, utf8_lengths
 from poslab.datamodules.corpora import local_corpus_name, local_overrides, local_path_matches, resolve_corpus
 from poslab.datamodules.segmentation import segment
 from poslab.errors import ConfigError
+from poslab.running.compose import CONF_DIR, compose_config
 from poslab.runs.files import ANALYSIS_DIR
 
 log = logging.getLogger("poslab")

@@ -143,7 +143,7 @@ def reference_runs(name: str) -> list[GridRun]:
     path = Path(name)
     if path.is_file():
         return parse_lines(path.read_text())
-    shipped = resources.files("poslab.resources") / f"{name}_grid.txt"
+    shipped = resources.files("poslab.analysis.resources") / f"{name}_grid.txt"
     if not shipped.is_file():
         raise MissingRunError(f"no reference {name!r}: give a file of report lines or 'where_am_i'.")
     return parse_lines(shipped.read_text())

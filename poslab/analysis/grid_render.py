@@ -8,9 +8,9 @@ from typing import Any
 
 from poslab.analysis.extrapolation import GridRun
 from poslab.analysis.output import steps_cell
+from poslab.analysis.plotting import length_axis, plt
 from poslab.analysis.stats import seed_cell_text
 from poslab.analysis.tables import csv_text, markdown_table
-from poslab.plotting import length_axis, plt
 
 
 def figure_columns(summary: dict[str, Any]) -> tuple[list[str], list[str]]:

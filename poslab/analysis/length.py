@@ -51,7 +51,7 @@ from poslab.analysis.stats import (
     seed_tables,
 )
 from poslab.errors import MissingRunError
-from poslab.extension import checked_parent_data
+from poslab.running.extension import checked_parent_data
 from poslab.runs.files import RESULTS_FILE
 from poslab.runs.results import FinishedRun, collect_runs, data_hash, differing_settings, host_of, setting_values
 
@@ -411,8 +411,11 @@ def sample_summary(runs: list[LengthRun]) -> dict[str, Any]:
         "tokens": _spread([s.get("tokens") for s in samples]),
         "bytes": _spread([s.get("bytes", scored_bytes(r)) for s, r in zip(samples, runs)]),
         # the split the figures to cite are on (chosen ways; the interval over documents), and the one choosing
-        **{f"{part}_{key}": _spread([(s.get(part) or {}).get(key) for s in samples])
-           for part in ("test", "selection") for key in ("documents", "bytes")},  # fmt: skip
+        **{
+            f"{part}_{key}": _spread([(s.get(part) or {}).get(key) for s in samples])
+            for part in ("test", "selection")
+            for key in ("documents", "bytes")
+        },  # fmt: skip
         "stride": _spread([r.stride for r in runs]),
         "steps": _spread([r.result.get("steps") for r in runs]),
         "seeds": sorted({r.seed for r in runs}),

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from poslab.analysis.plotting import length_axis, plain_number, plt, powers_of_two
 from poslab.analysis.stats import Interval
 from poslab.analysis.tables import csv_text, markdown_table
-from poslab.plotting import length_axis, plain_number, plt, powers_of_two
 
 
 def multiples_of(rows: list[dict[str, Any]]) -> list[str]:

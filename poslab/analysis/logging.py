@@ -15,7 +15,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from poslab.targets import LOGGER_METHODS, LOGGER_PREFIXES, allowed_class, refuse, targets
+from poslab.config.targets import LOGGER_METHODS, LOGGER_PREFIXES, allowed_class, refuse, targets
 
 log = logging.getLogger("poslab")
 
@@ -32,7 +32,7 @@ def log_analysis(
 ) -> list[str]:
     """Log ``scalars`` (and ``images``, and ``tables`` where the logger takes them: W&B) to every logger of the
     run's config; returns the loggers' names. The config was loaded from disk: a logger must be one of
-    poslab's or Lightning's logger classes, and nothing nested in its settings is built (``poslab.targets``);
+    poslab's or Lightning's logger classes, and nothing nested in its settings is built (``poslab.config.targets``);
     anything else raises ``ConfigError`` naming it, before any logger is built."""
     from lightning.pytorch.loggers import Logger
 

@@ -186,7 +186,7 @@ def recipe_steps(overrides: tuple[str, ...]) -> int | None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from poslab.config import compose_config
+    from poslab.running.compose import compose_config
 
     try:
         steps = compose_config(list(overrides)).trainer.get("max_steps")

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from poslab.plotting import constant_note, note_sparse_panel, plain_number, plt, save_figure
+from poslab.analysis.plotting import constant_note, note_sparse_panel, plain_number, plt, save_figure
 
 COLUMNS = 4  # panels per row of the small multiples
 ANNOTATE_UP_TO = 6  # panels whose cells carry their value as text (more: the cells are too small to read)

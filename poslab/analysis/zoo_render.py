@@ -7,9 +7,9 @@ import math
 from statistics import mean
 from typing import Any
 
+from poslab.analysis.plotting import constant_note, length_axis, plt
 from poslab.analysis.tables import csv_text, markdown_table
 from poslab.analysis.zoo import Ranking, Row, ZooRun
-from poslab.plotting import constant_note, length_axis, plt
 
 #: the families of the accuracy figure's columns, by encoding name (the label's first part); others: "other"
 FAMILIES: dict[str, tuple[str, ...]] = {

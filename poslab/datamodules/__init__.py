@@ -1,7 +1,7 @@
 """Data: synthetic tasks, and language modelling on real corpora (the ``corpora`` package prepares them).
 
 The datamodules load lazily (they import torch and Lightning); the resolvers ``conf/corpus/local.yaml`` uses are
-registered by ``poslab.resolvers``.
+registered by ``poslab.running.resolvers``.
 """
 
 from __future__ import annotations

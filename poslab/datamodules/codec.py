@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from poslab.settings import DECODE_ERRORS
+from poslab.config.settings import DECODE_ERRORS
 
 BYTE_VALUES = 256
 SEPARATOR = 256  # the byte tokenizer's document separator (after each document in the token array)

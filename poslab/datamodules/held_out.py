@@ -181,8 +181,8 @@ def test_spans(
 def plan_evaluation(streams: Mapping[str, int], task: Mapping[str, Any], token_budget: int) -> EvaluationPlan:
     """The plan for validation streams of ``streams`` tokens (group name -> tokens) and a language-model
     ``task`` config (``context_length``, ``eval_lengths``, ``eval_tokens``, ``eval_stride``, ``val_windows``),
-    checked by ``poslab.settings.check_lm_evaluation`` before."""
-    from poslab.settings import lm_eval_lengths
+    checked by ``poslab.config.settings.check_lm_evaluation`` before."""
+    from poslab.config.settings import lm_eval_lengths
 
     declared = lm_eval_lengths(task)
     name = min(streams, key=lambda g: streams[g])

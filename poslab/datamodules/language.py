@@ -24,6 +24,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
+from poslab.config.passkey_settings import check_passkey_settings, fit_filler
+from poslab.config.settings import check_lm_evaluation, root_defaults, with_corpus_defaults, yaml_defaults
 from poslab.datamodules.codec import BYTE_VOCAB
 from poslab.datamodules.corpora import (
     PreparedGroup,
@@ -47,8 +49,6 @@ from poslab.datamodules.passkey_phrases import plant_pairs
 from poslab.datamodules.synthetic import assign_rank, batch_generator
 from poslab.datamodules.tokenization import check_tokenizer
 from poslab.errors import ConfigError
-from poslab.passkey_settings import check_passkey_settings, fit_filler
-from poslab.settings import check_lm_evaluation, root_defaults, with_corpus_defaults, yaml_defaults
 
 log = logging.getLogger("poslab")
 
@@ -242,8 +242,8 @@ class RankShard(Sampler[int]):
 
 
 def check_extended_from(extended_from: int | None, context_length: int) -> int | None:
-    """``task.extended_from``: a context extension's parent's context (``poslab.extension``), shorter than the
-    context it extends to; evaluation may start there (``poslab.settings.shortest_eval_length``)."""
+    """``task.extended_from``: a context extension's parent's context (``poslab.running.extension``), shorter than the
+    context it extends to; evaluation may start there (``poslab.config.settings.shortest_eval_length``)."""
     if extended_from is not None and not 2 <= int(extended_from) < context_length:
         raise ConfigError(
             f"task.extended_from={extended_from} must be the parent's context of a context extension, shorter than "

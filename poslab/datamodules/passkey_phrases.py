@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from poslab.config.passkey_settings import PREFIX, SUFFIX
 from poslab.datamodules.codec import encode_bytes
-from poslab.passkey_settings import PREFIX, SUFFIX
 
 DIGIT_ZERO = ord("0")  # byte of digit 0; digit v is byte 48 + v
 

@@ -42,8 +42,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from poslab.config.settings import root_defaults, task_defaults, yaml_defaults
 from poslab.errors import ConfigError
-from poslab.settings import root_defaults, task_defaults, yaml_defaults
 
 IGNORE = -100  # target value of unscored positions (cross_entropy's ignore_index)
 #: the selection sets' seed is the evaluation seed plus this: sequences of their own, never a test set's

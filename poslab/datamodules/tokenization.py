@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from poslab.config.settings import TOKENIZERS, corpus_setting
 from poslab.datamodules.codec import BYTE_VOCAB, SEPARATOR, decode_text, encode_bytes, utf8_lengths
 from poslab.datamodules.locking import removed_lock
 from poslab.errors import ConfigError
-from poslab.settings import TOKENIZERS, corpus_setting
 
 BPE_SEPARATOR = "<|sep|>"
 MAX_VOCAB = 65536  # the token array is uint16

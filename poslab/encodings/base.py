@@ -107,8 +107,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from poslab.config.settings import BACKENDS, encoding_defaults, encoding_values, yaml_defaults
 from poslab.errors import ConfigError
-from poslab.settings import BACKENDS, encoding_defaults, encoding_values, yaml_defaults
 
 
 @dataclass

@@ -32,13 +32,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from poslab.config.settings import check_choice, check_whole
 from poslab.encodings.alibi import paper_slopes
 from poslab.encodings.base import LayerContext, ModelShape, PositionInputs, QueryKeyTransform, register
 from poslab.encodings.hrope import window_coordinate
 from poslab.encodings.rotary import RotaryEncoding
 from poslab.encodings.sinusoid import sinusoids
 from poslab.errors import ConfigError
-from poslab.settings import check_choice, check_whole
 
 SEGMENTS = ("sentence", "paragraph")
 INTERS = ("rope", "alibi")

@@ -46,9 +46,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from poslab.config.settings import check_choice, check_whole
 from poslab.encodings.base import LayerContext, ModelShape, register
 from poslab.encodings.rotary import OptionalRotation
-from poslab.settings import check_choice, check_whole
 
 
 class ContentTermEncoding(OptionalRotation):

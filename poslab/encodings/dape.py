@@ -20,10 +20,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from poslab.config.settings import check_choice, check_whole
 from poslab.encodings.alibi import AlibiEncoding
 from poslab.encodings.base import LayerContext, ModelShape, PositionEncoding, register
 from poslab.encodings.kerple import KerpleLogEncoding
-from poslab.settings import check_choice, check_whole
 
 BASE_BIASES = ("kerple_log", "alibi")
 

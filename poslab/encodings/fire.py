@@ -46,9 +46,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from poslab.config.settings import check_number, check_whole
 from poslab.encodings.base import LayerContext, ModelShape, PositionEncoding, register
 from poslab.errors import ConfigError
-from poslab.settings import check_number, check_whole
 
 EPS = 1e-6  # the paper's listing: added to the normaliser
 

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from poslab.config.settings import check_whole
 from poslab.encodings.base import (
     LayerContext,
     ModelShape,
@@ -40,7 +41,6 @@ from poslab.encodings.base import (
 )
 from poslab.encodings.rotary import inverse_frequencies, rotation_angles
 from poslab.errors import ConfigError
-from poslab.settings import check_whole
 
 
 def clipped_frequencies(head_dim: int, base: float, clip_length: int) -> Tensor:

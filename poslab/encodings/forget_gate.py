@@ -38,9 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from poslab.config.settings import check_number
 from poslab.encodings.base import LayerContext, ModelShape, register
 from poslab.encodings.cope import ContentTermEncoding
-from poslab.settings import check_number
 
 GATE_INIT_STD = 0.02  # FoX's initializer_range for the gate's weights
 

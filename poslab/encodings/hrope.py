@@ -66,11 +66,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from poslab.config.settings import check_choice
 from poslab.encodings.base import ModelShape, PositionInputs, register
 from poslab.encodings.rope_scaling import plain
 from poslab.encodings.rotary import RotaryEncoding, exact_positions
 from poslab.errors import ConfigError
-from poslab.settings import check_choice
 
 FREQUENCIES = ("split", "full", "token_first", "interleaved")
 EVAL_PARAGRAPHS = ("real", "random")

@@ -37,10 +37,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from poslab.config.settings import check_number, check_whole
 from poslab.encodings.base import LayerContext, ModelShape, PositionEncoding, register
 from poslab.encodings.forget_gate import forget_gates, log_forget
 from poslab.errors import ConfigError
-from poslab.settings import check_number, check_whole
 
 W_RANK = 32  # fla's low-rank w projection (multi-head attention)
 CONV_WIDTH = 3  # fla's ShortConvolution for w

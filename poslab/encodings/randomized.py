@@ -44,10 +44,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from poslab.config.settings import check_choice, check_whole
 from poslab.encodings.base import ModelShape, PositionInputs, register
 from poslab.encodings.rotary import RotaryEncoding
 from poslab.errors import ConfigError
-from poslab.settings import check_choice, check_whole
 
 EVAL_POSITIONS = ("sampled", "arange")
 #: seed of the subset drawn in evaluation with eval_positions=sampled

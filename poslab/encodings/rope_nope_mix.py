@@ -26,11 +26,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from poslab.config.settings import yaml_defaults
 from poslab.encodings.base import LayerContext, ModelShape, PositionInputs, QueryKeyTransform, per_layer, register
 from poslab.encodings.rope_scaling import plain
 from poslab.encodings.rotary import RotaryEncoding
 from poslab.errors import ConfigError
-from poslab.settings import yaml_defaults
 
 
 def rope_base() -> float:

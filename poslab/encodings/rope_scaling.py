@@ -39,8 +39,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from poslab.config.settings import check_choice, check_number, yaml_defaults
 from poslab.errors import ConfigError
-from poslab.settings import check_choice, check_number, yaml_defaults
 
 #: (theta, rotary_dim, base, factor, original_length, length, settings) -> (inverse frequencies, attention factor)
 RuleFunction = Callable[[Tensor, int, float, float, "int | None", "int | None", dict[str, Any]], tuple[Tensor, float]]

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from poslab.config.settings import check_choice, yaml_defaults
 from poslab.encodings.base import (
     LayerContext,
     ModelShape,
@@ -42,7 +43,6 @@ from poslab.encodings.base import (
 )
 from poslab.encodings.rope_scaling import RULE_SETTINGS, TEST_RULES, plain, scaled_frequencies, validate_scaling
 from poslab.errors import ConfigError
-from poslab.settings import check_choice, yaml_defaults
 
 PAIRINGS = ("interleaved", "half")
 

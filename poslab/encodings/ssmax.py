@@ -30,9 +30,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from poslab.config.settings import check_number
 from poslab.encodings.base import LayerContext, ModelShape, QueryKeyTransform, Scaled, register
 from poslab.encodings.rotary import OptionalRotation
-from poslab.settings import check_number
 
 
 @register("ssmax")

@@ -46,8 +46,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from poslab.config.settings import check_whole
 from poslab.encodings.base import ModelShape, PositionEncoding, ScoreMod, TrainLengthRule, register
-from poslab.settings import check_whole
 
 
 def relative_position_bucket(relative_position: Tensor, num_buckets: int, max_distance: int) -> Tensor:

@@ -64,10 +64,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from poslab.config.settings import check_number, check_whole
 from poslab.encodings.base import LayerContext, ModelShape, QueryKeyTransform, Scaled, register
 from poslab.encodings.rotary import RotaryEncoding, exact_positions
 from poslab.errors import ConfigError
-from poslab.settings import check_number, check_whole
 
 #: the largest factor a query or key may be scaled by (fp32 and bf16 hold up to 2**128)
 LARGEST_FACTOR = 2.0**64

@@ -11,10 +11,10 @@ import torch
 from lightning.pytorch.core.optimizer import LightningOptimizer
 from torch import Tensor
 
+from poslab.config.settings import check_precision, default_option, yaml_defaults
 from poslab.errors import DivergedError
+from poslab.lightning_modules.rng import rng_states, set_rng_states
 from poslab.model import ModelConfig, Transformer
-from poslab.rng import rng_states, set_rng_states
-from poslab.settings import check_precision, default_option, yaml_defaults
 
 
 def clip_gradient_norm(optimizer: torch.optim.Optimizer, max_norm: float, scaler: Any = None) -> Tensor:

@@ -51,7 +51,7 @@ Real held-out text rather than a repeated sentence, whose period would let induc
 
 Only the byte tokenizer is supported: a BPE may merge digits into one token, and then "the key's digits at the
 second occurrence" has no per-token meaning. The settings (``task.passkey``) and their checks are in
-``poslab.passkey_settings``, which imports no torch, so the command line checks them before anything runs.
+``poslab.config.passkey_settings``, which imports no torch, so the command line checks them before anything runs.
 """
 
 from __future__ import annotations
@@ -65,11 +65,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from poslab.config.passkey_settings import PREFIX, SUFFIX, PasskeySettings, check_filler
 from poslab.datamodules.codec import BYTE_VOCAB, encode_bytes
 from poslab.datamodules.passkey_phrases import phrase_tokens
 from poslab.errors import ConfigError
 from poslab.lightning_modules.base import log_length_scale
-from poslab.passkey_settings import PREFIX, SUFFIX, PasskeySettings, check_filler
 
 DEFAULT_MAX_TOKENS = 2**15  # tokens per forward pass (rows x length); the caller sizes it to its memory
 REDRAWS = 100  # window starts tried per trial before the filler is declared full of the phrase

@@ -23,8 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from poslab.runtime import duration_text
-
 log = logging.getLogger("poslab")
 
 #: seconds between two progress lines of the test (the issue asks for a line every 10-30 s)
@@ -33,6 +31,16 @@ PROGRESS_SECONDS = 20.0
 FORWARD_SHARE = 1 / 3
 #: the most characters of way names a cost line lists (the rest counted: ``+3 more``)
 WAY_NAMES_CHARS = 90
+
+
+def duration_text(seconds: float) -> str:
+    """``42 s``, ``3 min 20 s``, ``2 h 05 min``: a duration as a person reads it."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
 @dataclass

@@ -2,14 +2,14 @@
 
 ``model.pt`` holds the model's weights and the run's resolved config, so an
 analysis rebuilds exactly that model (any encoding) with the same builders
-training used (``poslab.builders.load_run``). It is written atomically and
+training used (``poslab.running.builders.load_run``). It is written atomically and
 loaded with ``weights_only=True``.
 
 Training checkpoints (``<run dir>/checkpoints/*.ckpt``, Lightning's format) hold
 the model, optimizer, schedule, loop counters (hence the step, and with it the
 data position) and the global RNG states; ``AtomicCheckpointIO`` writes them
 atomically and every one of them loads with ``weights_only=True``. Each also records the resolved config
-that made it (``CONFIG_KEY``, written by ``poslab.callbacks.RecordConfig``): resuming with a different
+that made it (``CONFIG_KEY``, written by ``poslab.running.callbacks.RecordConfig``): resuming with a different
 model-defining setting stops at start with the differences (``config_changes``). See docs/resume.md.
 """
 
@@ -24,10 +24,10 @@ from typing import Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from poslab.config.targets import flatten
 from poslab.errors import ConfigError
 from poslab.io import write_atomic
 from poslab.runs.files import AUTO, CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE
-from poslab.targets import flatten
 
 # what a Lightning training checkpoint has and model.pt (or any other file) has not
 TRAINING_STATE_KEYS = ("state_dict", "optimizer_states", "lr_schedulers", "loops", "global_step")
@@ -77,7 +77,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
         """Loads with ``weights_only=True`` unless told otherwise: poslab's checkpoints hold only tensors and
-        plain Python values (RNG states included, see ``poslab.rng.rng_states``)."""
+        plain Python values (RNG states included, see ``poslab.lightning_modules.rng.rng_states``)."""
         if map_location is None:
             map_location = "cpu"
         return super().load_checkpoint(path, map_location, True if weights_only is None else weights_only)

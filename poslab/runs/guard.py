@@ -1,5 +1,6 @@
 """One run per directory: a run holds a lock in its run directory (``RunLock``, the file ``.poslab.lock``) from
-before Hydra writes anything there (``poslab.hydra_callbacks.RunGuard`` takes it) to the run's end, and a multirun
+before Hydra writes anything there (``poslab.running.hydra_callbacks.RunGuard`` takes it) to the run's end, and a
+multirun
 holds one in its sweep directory. A second run into a held directory stops at start (exit status 2) with one message
 naming the process that holds it, and writes nothing: two runs into one directory would otherwise mix their files
 (one run's results.json beside the other's checkpoint, both in metrics.csv and train.log). The lock is ``flock`` on
@@ -29,7 +30,7 @@ from poslab.runs.files import LOCK_FILE
 
 
 def stop(error: PoslabError) -> None:
-    """train.py's one message for a bad setting, and exit status 2 (here, and in ``poslab.training.main``)."""
+    """train.py's one message for a bad setting, and exit status 2 (here, and in ``poslab.running.training.main``)."""
     print(f"poslab: configuration error: {error}", file=sys.stderr)
     sys.exit(2)
 

@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from poslab.overrides import quoted
+from poslab.config.overrides import quoted
 
 #: the multirun summary's status of a job folder holding a second run of one config and seed (it does not count)
 DUPLICATE = "duplicate"

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from poslab.config.targets import flatten
 from poslab.errors import PoslabError
 from poslab.io import read_json
 from poslab.runs.files import FAILURE_FILE, RESULTS_FILE, directories_holding
-from poslab.targets import flatten
 
 SUCCESS = "success"
 #: settings (dotted keys, or whole sections) that differ between runs without changing what is trained

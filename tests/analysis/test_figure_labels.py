@@ -13,7 +13,7 @@ import pytest
 
 from poslab.analysis.length_render import plot_positions
 from poslab.analysis.passkey_render import plot_passkey
-from poslab.plotting import constant_note, plain_number, plt, powers_of_two
+from poslab.analysis.plotting import constant_note, plain_number, plt, powers_of_two
 from tests.analysis.test_figures import (
     FIGURES,
     LENGTH_SMALL,

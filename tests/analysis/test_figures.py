@@ -21,6 +21,7 @@ from matplotlib.transforms import Bbox
 from poslab.analysis.corpus_render import plot_statistics
 from poslab.analysis.corpus_statistics import QUANTITIES, compare_to_ustar
 from poslab.analysis.extrapolation import grid_summary, parse_lines
+from poslab.analysis.fonts import CJK_FAMILY, bundled_font_file, cjk_font, find_cjk_font, has_glyph
 from poslab.analysis.grid_render import plot_grid
 from poslab.analysis.hrope.plots import plot_wells
 from poslab.analysis.hrope.runs import RunAnalysis
@@ -32,10 +33,9 @@ from poslab.analysis.increments.text import byte_categories
 from poslab.analysis.length import LengthRun, length_summary
 from poslab.analysis.length_render import plot_bpb, plot_positions
 from poslab.analysis.passkey_render import plot_passkey
+from poslab.analysis.plotting import plt
 from poslab.analysis.zoo import ZooRun, baselines, task_rows
 from poslab.analysis.zoo_render import plot_accuracy, plot_heatmap
-from poslab.fonts import CJK_FAMILY, bundled_font_file, cjk_font, find_cjk_font, has_glyph
-from poslab.plotting import plt
 from tests.conftest import tiny_model
 
 ENGLISH, CHINESE = DEFAULT_SENTENCES  # what `poslab analyze increments` draws
@@ -176,7 +176,7 @@ WHOLE_ZOO = (
 
 def writeup_grid() -> list:
     """The where_am_i write-up's 28 runs: 2 tasks x 7 schemes x 2 seeds."""
-    return parse_lines((resources.files("poslab.resources") / "where_am_i_grid.txt").read_text())
+    return parse_lines((resources.files("poslab.analysis.resources") / "where_am_i_grid.txt").read_text())
 
 
 def grid_picture(runs: list) -> Any:

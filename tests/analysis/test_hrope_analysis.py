@@ -217,7 +217,7 @@ def test_a_corpus_without_paragraphs_gives_a_clear_message():
 def train_tiny_lm_runs(tmp_path, runs: dict[str, list[str]]) -> None:
     """Tiny language-model runs, 4 steps each, into ``tmp_path / NAME`` (``runs``: name -> overrides, an
     experiment among them) on one small local corpus with paragraphs and sentences, prepared once."""
-    from poslab.training import run
+    from poslab.running.training import run
 
     data = tmp_path / "data"
     texts = [

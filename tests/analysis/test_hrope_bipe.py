@@ -142,8 +142,8 @@ def test_analyze_hrope_on_trained_bipe_runs(tmp_path, capsys):
 def test_the_bipe_recipe_is_the_write_ups_recipe_with_only_the_encoding_changed(size):
     """experiment=hrope_bipe(_cpu) against the hRoPE arms' (hrope_rope: hrope_axial's recipe with RoPE): every
     setting but the encoding the same, and train.py's checks pass (BiPE-ALiBi too)."""
-    from poslab.config import compose_config
-    from poslab.precheck import check_command_line
+    from poslab.running.compose import compose_config
+    from poslab.running.precheck import check_command_line
 
     common = ["corpus=python_code", "seed=2"]
     bipe = compose_config([f"experiment=hrope_bipe{size}", *common])

@@ -257,7 +257,7 @@ def test_boundary_auc_is_nan_with_one_class_and_checks_tokens():
 def test_the_positions_picture_of_plain_rope_labels_its_axis_with_the_token_index():
     """`analyze increments` on a plain RoPE run: its positions are the token index (counted, δ = 1), and the picture's
     x axis says so; only an encoding that learns its positions (increments) has an axis of learned positions."""
-    from poslab.plotting import plt
+    from poslab.analysis.plotting import plt
 
     text = "Position in attention."
     tokens = list(text.encode("utf-8"))

@@ -26,7 +26,7 @@ WIKI = "北京是中华人民共和国的首都，也是全国的政治中心和
 
 @pytest.fixture(scope="module")
 def trained_runs(tmp_path_factory):
-    from poslab.training import run
+    from poslab.running.training import run
 
     root = tmp_path_factory.mktemp("runs")
     data = root / "data"

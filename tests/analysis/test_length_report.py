@@ -16,8 +16,8 @@ from poslab.analysis.length import RANKED
 from poslab.analysis.length_report import report_length, rerender_length
 from poslab.analysis.stats import t_quantile
 from poslab.cli import main
-from poslab.config import compose_config
-from poslab.training import run
+from poslab.running.compose import compose_config
+from poslab.running.training import run
 from tests.datamodules.test_local_corpus import text_folder
 
 ENCODINGS, SEEDS = ("rope", "alibi"), (0, 1)

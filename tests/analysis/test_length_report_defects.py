@@ -15,7 +15,7 @@ from poslab.analysis.length import length_summary, load_length_runs
 from poslab.analysis.length_render import length_csv, length_markdown, passkey_table
 from poslab.analysis.passkey_render import plot_passkey
 from poslab.analysis.stats import Interval
-from poslab.extension import checked_parent_data
+from poslab.running.extension import checked_parent_data
 from poslab.runs.results import data_hash
 from tests.close_text import assert_text_close
 

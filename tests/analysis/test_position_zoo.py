@@ -12,7 +12,7 @@ import yaml
 from poslab.analysis.stats import Interval, t_quantile
 from poslab.analysis.zoo_report import report_zoo
 from poslab.cli import main
-from poslab.settings import SYNTHETIC_TASKS
+from poslab.config.settings import SYNTHETIC_TASKS
 from tests.conftest import CONF, ROOT, GlobalHydra, compose, initialize_config_dir, run_train
 
 #: encodings not (yet) in the zoos (issue 38, the second frontier batch: the lead adds them with their rerun)

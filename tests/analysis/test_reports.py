@@ -21,7 +21,7 @@ WRITEUP_LINE = re.compile(
 def test_the_writeup_lines_parse_and_render_back_identically():
     from importlib import resources
 
-    text = (resources.files("poslab.resources") / "where_am_i_grid.txt").read_text()
+    text = (resources.files("poslab.analysis.resources") / "where_am_i_grid.txt").read_text()
     runs = parse_lines(text)
     assert len(runs) == 28
     assert [r.line() for r in runs] == text.strip().splitlines()

@@ -13,7 +13,6 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from poslab.builders import build_datamodule, build_module
 from poslab.datamodules.corpora import (
     SEPARATOR,
     LocalSource,
@@ -24,6 +23,7 @@ from poslab.datamodules.corpora import (
 )
 from poslab.datamodules.language import LanguageModelDataModule
 from poslab.errors import ConfigError
+from poslab.running.builders import build_datamodule, build_module
 from tests.conftest import CONF, compose_config, run_train
 
 
@@ -320,13 +320,13 @@ def test_tiny_language_model_run_trains_validates_and_saves(tmp_path):
         ],
         tmp_path,
     )
-    from poslab.training import run
+    from poslab.running.training import run
 
     results = run(cfg)
     assert results["figures"]["val_bpb"] == pytest.approx(results["figures"]["val_loss"] / np.log(2))
     assert 0 < results["figures"]["val_loss"] < np.log(257) + 1
     assert (tmp_path / "model.pt").is_file() and (tmp_path / "results.json").is_file()
-    from poslab.builders import load_run
+    from poslab.running.builders import load_run
 
     loaded_cfg, module = load_run(tmp_path)
     assert loaded_cfg.corpus.name == "wikitext2" and module.model.encoding.name == "rope"
@@ -337,7 +337,7 @@ def test_tiny_language_model_run_trains_validates_and_saves(tmp_path):
 
 @pytest.mark.parametrize("encoding", ["hrope_axial", "rand_axial", "period_axial"])
 def test_hierarchical_encodings_train_on_a_corpus_with_its_paragraph_density(tmp_path, encoding):
-    from poslab.training import run
+    from poslab.running.training import run
 
     data = tmp_path / "data"
     make_corpus(data)
@@ -365,7 +365,7 @@ def test_hierarchical_encodings_train_on_a_corpus_with_its_paragraph_density(tmp
     results = run(cfg)
     assert np.isfinite(results["figures"]["val_loss"])
     density = results["config"]["encoding"].get("paragraph_density")
-    from poslab.builders import load_run
+    from poslab.running.builders import load_run
 
     _, module = load_run(tmp_path)
     if encoding != "hrope_axial":  # filled from the corpus: about one boundary per paragraph's bytes

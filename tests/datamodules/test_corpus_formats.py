@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from poslab.builders import build_datamodule
 from poslab.datamodules.corpora import SourceGroup, decode_bytes, prepare_corpus, resolve_group
 from poslab.errors import ConfigError
+from poslab.running.builders import build_datamodule
 from tests.conftest import compose_config, run_train
 from tests.datamodules.test_corpora import write_jsonl
 

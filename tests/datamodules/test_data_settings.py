@@ -117,7 +117,7 @@ def many_files_corpus(root: Path) -> Path:
 def test_each_data_warning_prints_once_per_job_in_one_line(tmp_path, caplog):
     """A whole job (prepare_data, setup, training, then test's prepare_data again): the split, the replacements,
     the empty file and the test-split note are each said once, and no line lists the 30 files."""
-    from poslab.training import run
+    from poslab.running.training import run
 
     folder = many_files_corpus(tmp_path)
     overrides = ["corpus=local", f"corpus.path={folder}", f"paths.cache_dir={tmp_path / 'cache'}",

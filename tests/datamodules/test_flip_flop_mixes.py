@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from poslab.builders import build_datamodule, build_module
 from poslab.datamodules.synthetic import IGNORE, FlipFlop, make_task
 from poslab.errors import ConfigError
+from poslab.running.builders import build_datamodule, build_module
 from tests.conftest import compose_config, fit_quietly
 
 

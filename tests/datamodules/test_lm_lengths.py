@@ -15,16 +15,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from poslab.builders import build_datamodule, build_module, load_run_and_data, load_saved_config
-from poslab.config import compose_config
+from poslab.config.settings import LM_EVAL_MULTIPLES, lm_eval_lengths, max_length
 from poslab.datamodules.held_out import non_overlapping, position_bins, sliding
 from poslab.datamodules.language import EvaluationBatches, windows
 from poslab.errors import ConfigError
 from poslab.lightning_modules.base import log_length_scale
-from poslab.precheck import check_command_line, config_groups
+from poslab.running.builders import build_datamodule, build_module, load_run_and_data, load_saved_config
+from poslab.running.compose import compose_config
+from poslab.running.precheck import check_command_line, config_groups
+from poslab.running.training import run
 from poslab.runs.results import read_results, results_problem
-from poslab.settings import LM_EVAL_MULTIPLES, lm_eval_lengths, max_length
-from poslab.training import run
 from tests.conftest import run_train
 from tests.datamodules.test_corpora import make_corpus
 from tests.datamodules.test_local_corpus import text_folder

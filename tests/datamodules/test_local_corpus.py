@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from poslab.builders import build_datamodule, build_module
 from poslab.datamodules.corpora import local_corpus_name, local_pattern, prepare_corpus
 from poslab.errors import ConfigError
+from poslab.running.builders import build_datamodule, build_module
 from tests.conftest import compose_config, run_train
 from tests.datamodules.test_corpora import write_jsonl
 
@@ -50,7 +50,7 @@ def local(path: Path | str, *extra: str, tmp_path: Path) -> list[str]:
 @pytest.mark.slow
 def test_a_folder_of_text_trains_hrope_axial_names_the_run_and_is_analysed(tmp_path):
     from poslab.cli import main
-    from poslab.training import run
+    from poslab.running.training import run
 
     folder = text_folder(tmp_path)
     run_dir = tmp_path / "run"
@@ -167,7 +167,7 @@ def test_a_run_names_the_files_it_read_and_says_when_it_trains_on_a_test_split(t
     import hashlib
 
     from poslab.cli import main
-    from poslab.training import run
+    from poslab.running.training import run
 
     folder = tmp_path / "books"
     folder.mkdir()

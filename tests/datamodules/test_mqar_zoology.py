@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from poslab.builders import build_datamodule, build_module
+from poslab.config.settings import check_settings
 from poslab.datamodules.synthetic import IGNORE, TrainingBatches, make_task
 from poslab.errors import ConfigError
-from poslab.settings import check_settings
+from poslab.running.builders import build_datamodule, build_module
 from tests.conftest import compose_config, fit_quietly
 
 ZOOLOGY = {"query_gaps": "power_law", "power_a": 0.01, "distinct_values": True, "filler": "random"}

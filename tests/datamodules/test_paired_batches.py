@@ -1,7 +1,8 @@
 """Runs that differ only in ``encoding`` train on the same batches under one seed: the zoo's paired statistics
 (``poslab.analysis.stats.paired_difference``, the paired bootstrap of its ranking) rely on it.
 
-Each check goes the way training goes (``poslab.training.run``): compose the real config, ``seed_everything(seed)``,
+Each check goes the way training goes (``poslab.running.training.run``): compose the real config,
+``seed_everything(seed)``,
 build the datamodule, then the module (whose initialisation draws from the global RNG, differently for each
 encoding), then the training batches. Those batches must be the same tensor for tensor whatever the encoding, and
 differ under another seed. The tasks, encodings and seeds are the zoo's own sweeps (conf/experiment/position_zoo.yaml
@@ -17,8 +18,8 @@ import lightning as L
 import pytest
 import torch
 
-from poslab.builders import build_datamodule, build_module
-from poslab.training import run
+from poslab.running.builders import build_datamodule, build_module
+from poslab.running.training import run
 from tests.conftest import compose_config
 
 N_BATCHES = 3
@@ -163,7 +164,8 @@ class RecordBatches(L.Callback):
 def test_tiny_trainings_of_several_encodings_train_on_the_same_batches(
     experiment, task, encodings, tmp_path, restore_seed_variables
 ):
-    """The same through ``poslab.training.run`` (its seeding, its Trainer, the datamodule's dataloader): a callback
+    """The same through ``poslab.running.training.run`` (its seeding, its Trainer, the datamodule's dataloader): a
+    callback
     records the batches each run trains on; they are the datamodule's, and the same for each encoding."""
     recorded = {}
     for encoding in encodings:

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from poslab.builders import build_datamodule
 from poslab.datamodules.corpora import SPLIT_BY_BYTES, decode_bytes, prepare_corpus
+from poslab.running.builders import build_datamodule
 from tests.conftest import compose_config
 
 

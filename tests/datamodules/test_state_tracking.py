@@ -9,9 +9,9 @@ import itertools
 import pytest
 import torch
 
-from poslab.builders import build_datamodule, build_module
 from poslab.datamodules.synthetic import StateTracking, compose, group_elements, make_task, permutation_parity
 from poslab.errors import ConfigError
+from poslab.running.builders import build_datamodule, build_module
 from tests.conftest import compose_config, fit_quietly
 
 

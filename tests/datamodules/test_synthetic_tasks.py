@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from poslab.builders import build_datamodule, build_module
 from poslab.datamodules.synthetic import (
     IGNORE,
     TASKS,
@@ -21,6 +20,7 @@ from poslab.datamodules.synthetic import (
     make_task,
 )
 from poslab.errors import ConfigError
+from poslab.running.builders import build_datamodule, build_module
 from tests.conftest import compose_config, fit_quietly
 
 I = IGNORE  # noqa: E741  (short, so that the planted targets line up with their tokens)
@@ -318,11 +318,11 @@ def test_a_tiny_model_trains_and_evaluates_on_the_composed_task(name, tmp_path):
 
 def test_the_typed_settings_know_every_task_and_each_tasks_own_settings():
     """The task list and each task's settings are declared twice, in the task classes (with torch) and in
-    poslab.settings (torch-free, for train.py's check before anything loads): they must agree."""
+    poslab.config.settings (torch-free, for train.py's check before anything loads): they must agree."""
     import dataclasses
 
+    from poslab.config.settings import SYNTHETIC_TASKS, TASK_SCHEMAS, SyntheticTaskSettings
     from poslab.datamodules.synthetic import TASKS
-    from poslab.settings import SYNTHETIC_TASKS, TASK_SCHEMAS, SyntheticTaskSettings
 
     assert set(TASKS) == set(SYNTHETIC_TASKS) == set(TASK_SCHEMAS) - {"lm"}
     shared = {f.name for f in dataclasses.fields(SyntheticTaskSettings)}

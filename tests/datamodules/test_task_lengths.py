@@ -10,11 +10,11 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from poslab.builders import build_datamodule, build_module
+from poslab.config.settings import check_settings, max_length
 from poslab.datamodules.synthetic import IGNORE, SyntheticDataModule, TrainingBatches, make_task
 from poslab.errors import ConfigError
-from poslab.settings import check_settings, max_length
-from poslab.training import run
+from poslab.running.builders import build_datamodule, build_module
+from poslab.running.training import run
 from tests.conftest import compose_config, fit_quietly
 
 FAST = ["debug=small", "trainer.max_steps=3", "~logger", "~callbacks"]

@@ -187,7 +187,7 @@ def test_the_rounds_split_every_length_s_windows_by_whether_they_touch_a_selecti
 
 
 def test_two_rounds_give_the_figures_of_one_round_but_score_the_ways_not_chosen_on_selection_only(folder):
-    from poslab.training import test
+    from poslab.running.training import test
 
     dm = datamodule(folder)
     one, two = untrained_rope(dm), untrained_rope(dm)  # the same weights

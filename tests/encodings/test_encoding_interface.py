@@ -22,7 +22,7 @@ from poslab.encodings.rope import RopeEncoding
 from poslab.encodings.rotary import RotaryEncoding, Rotation, inverse_frequencies, rotation_angles
 from poslab.errors import ConfigError
 from poslab.model import Transformer
-from poslab.precheck import check_command_line
+from poslab.running.precheck import check_command_line
 from tests.conftest import tiny_model
 
 EXISTING = {  # every encoding of before, with settings that fit the tiny model

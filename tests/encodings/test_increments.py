@@ -182,13 +182,13 @@ def test_positions_stay_fp32_under_bf16_autocast(encoding):
 def test_max_delta_null_removes_the_bound_from_the_command_line_to_the_module(tmp_path):
     """The write-up's claim I4 needs increments without the bound: ``encoding.max_delta=null`` passes the typed
     check (null means something for this setting only), starts at δ = 1 and lets δ pass 10."""
-    from poslab.config import compose_config
-    from poslab.precheck import check_command_line
+    from poslab.running.compose import compose_config
+    from poslab.running.precheck import check_command_line
 
     check_command_line(["encoding=increments_layer", "encoding.max_delta=null"])  # a refusal would exit
     with pytest.raises(SystemExit):
         check_command_line(["encoding=increments_layer", "encoding.delta_hidden=null"])  # not an optional one
-    from poslab.builders import build_datamodule, build_module
+    from poslab.running.builders import build_datamodule, build_module
 
     cfg = compose_config(["encoding=increments_layer", "encoding.max_delta=null"], tmp_path)
     model = build_module(cfg, build_datamodule(cfg)).model

@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
-from poslab.builders import build_datamodule, build_module
 from poslab.encodings import ModelShape, build_encoding
-from poslab.training import run
+from poslab.running.builders import build_datamodule, build_module
+from poslab.running.training import run
 from tests.conftest import compose_config, fit_quietly
 
 LENGTHS = ["task.train_length=32", "task.eval_lengths=[32,64,128,256]", "task.batch_size=16"]

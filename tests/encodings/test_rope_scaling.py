@@ -250,7 +250,7 @@ def test_a_tiny_model_trains_under_each_rule(settings) -> None:
     ],
 )
 def test_train_py_refuses_a_bad_scaling_setting_at_start(argv, named, capsys, tmp_path, monkeypatch) -> None:
-    from poslab.precheck import check_command_line
+    from poslab.running.precheck import check_command_line
 
     monkeypatch.setenv("POSLAB_LOG_DIR", str(tmp_path))
     with pytest.raises(SystemExit) as stopped:
@@ -265,7 +265,7 @@ def test_train_py_refuses_a_bad_scaling_setting_at_start(argv, named, capsys, tm
 def test_original_length_defaults_to_the_training_length() -> None:
     from omegaconf import OmegaConf
 
-    from poslab.config import compose_config
+    from poslab.running.compose import compose_config
 
     for overrides, length in ((["task=lag"], 32), (["task=lag", "task.train_length=24"], 24)):
         cfg = compose_config(["encoding=rope", *overrides])

@@ -16,7 +16,7 @@ from poslab.encodings.rope_scaling import RULE_SETTINGS, keep_fraction, plain, r
 from poslab.encodings.rotary import RotaryEncoding
 from poslab.errors import ConfigError
 from poslab.model import ModelConfig, Transformer
-from poslab.training import run
+from poslab.running.training import run
 from tests.conftest import CONF, compose_config, tiny_model
 
 RULES = ("test_linear", "test_ntk", "test_yarn", "test_llama3")

@@ -14,15 +14,15 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.plugins.precision import MixedPrecision
 
-from poslab.builders import build_datamodule, build_module, load_run
+from poslab.config.settings import check_precision
 from poslab.encodings import ENCODINGS
 from poslab.encodings.rotary import Rotation, apply_rotary, rotation_angles
 from poslab.errors import ConfigError
 from poslab.lightning_modules.base import clip_gradient_norm
 from poslab.model import ModelConfig, Transformer, sdpa
+from poslab.running.builders import build_datamodule, build_module, load_run
+from poslab.running.training import run
 from poslab.runs.files import MODEL_FILE
-from poslab.settings import check_precision
-from poslab.training import run
 from tests.conftest import compose_config, fit_quietly, run_train
 from tests.runs.test_resume import N, check, resume_overrides, weights
 

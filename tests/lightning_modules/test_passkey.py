@@ -19,18 +19,18 @@ from omegaconf import OmegaConf
 from torch import Tensor, nn
 
 from poslab.analysis.passkey_render import plot_passkey, write_passkey_figure
-from poslab.datamodules.codec import BYTE_VOCAB, decode_bytes, encode_bytes
-from poslab.errors import ConfigError
-from poslab.lightning_modules.passkey import build_trials, evaluate_passkey, evaluation_ways, score_passkey, way_figures
-from poslab.passkey_settings import (
+from poslab.analysis.plotting import plt
+from poslab.config.passkey_settings import (
     PREFIX,
     PasskeySettings,
     check_filler,
     check_passkey_settings,
     passkey_max_length,
 )
-from poslab.plotting import plt
-from poslab.settings import CONF_DIR
+from poslab.config.settings import CONF_DIR
+from poslab.datamodules.codec import BYTE_VOCAB, decode_bytes, encode_bytes
+from poslab.errors import ConfigError
+from poslab.lightning_modules.passkey import build_trials, evaluate_passkey, evaluation_ways, score_passkey, way_figures
 
 CONTEXT = 256  # the smallest default distance, 1/8, is 32 tokens: longer than the 24-token phrase
 WORDS = ["the", "of", "and", "a", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at", "from"]
@@ -344,7 +344,8 @@ def test_the_longest_passkey_sequence_of_a_task_config():
 
 
 def test_the_settings_check_imports_no_torch():
-    """``poslab.passkey_settings`` is checked before anything runs, as ``poslab.settings`` is: light, no torch."""
+    """``poslab.config.passkey_settings`` is checked before anything runs, as ``poslab.config.settings`` is: light, no
+    torch."""
     import os
     import subprocess
     import sys
@@ -352,7 +353,7 @@ def test_the_settings_check_imports_no_torch():
 
     root = str(Path(__file__).resolve().parents[2])  # this checkout's poslab, whatever is installed
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    code = "import sys, poslab.passkey_settings; print('torch' in sys.modules)"
+    code = "import sys, poslab.config.passkey_settings; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root, env=env)
     assert done.stdout.strip() == "False"
 
@@ -430,9 +431,9 @@ def tiny_lm_args(corpus: Path, cache: Path) -> list[str]:
 def test_a_language_model_run_writes_its_passkey_grid_with_chance(tmp_path):
     """The default distances a 16-token context holds (1.5 x 16 = 24, the phrase: from 2x; to 8x), three depths, every
     test-time way; results.json's ``passkey`` the grid the heatmap reads, passing the results-file check."""
-    from poslab.config import compose_config
+    from poslab.running.compose import compose_config
+    from poslab.running.training import run
     from poslab.runs.results import read_results
-    from poslab.training import run
     from tests.datamodules.test_local_corpus import text_folder
 
     corpus = text_folder(tmp_path / "data")
@@ -467,7 +468,7 @@ def test_train_py_refuses_bad_passkey_settings_up_front_with_exit_2(tmp_path, se
 
 
 def test_held_out_text_too_short_leaves_default_distances_out_with_a_note_and_refuses_named_ones():
-    from poslab.passkey_settings import fit_filler
+    from poslab.config.passkey_settings import fit_filler
 
     defaults = check_passkey_settings({"depths": [0, 1]}, 16)  # 1x16 of filler + up to 16x16 + the 24-token phrase
     fitted, note = fit_filler(defaults, {}, 16, 120, "group 'main'")  # room for 80
@@ -484,9 +485,9 @@ def test_passkey_at_every_validation_keeps_the_copying_curve_by_step(tmp_path):
     """``task.passkey.at_validation``: each validation scores the plain model (the distances within one context, or
     all where the context holds none, depth 0) and results.json's ``passkey_by_step`` keeps one entry per
     validation, in [0, 1]; off by default (the run above writes none)."""
-    from poslab.config import compose_config
+    from poslab.running.compose import compose_config
+    from poslab.running.training import run
     from poslab.runs.results import read_results
-    from poslab.training import run
     from tests.datamodules.test_local_corpus import text_folder
 
     corpus = text_folder(tmp_path / "data")
@@ -502,8 +503,8 @@ def test_passkey_at_every_validation_keeps_the_copying_curve_by_step(tmp_path):
 def test_training_windows_hold_planted_pairs_at_the_fraction_asked_and_are_unchanged_at_zero():
     """``task.passkey.train_fraction``: about that share of rows holds one key twice, each phrase whole, inside the
     window, its coordinates those of the token it starts on; at 0 the windows are the ones drawn without it."""
+    from poslab.config.passkey_settings import PREFIX
     from poslab.datamodules.passkey_phrases import phrase_tokens, plant_pairs
-    from poslab.passkey_settings import PREFIX
 
     torch.manual_seed(0)
     tokens = torch.randint(97, 123, (400, 129))  # letters: no digit, no phrase by chance
@@ -528,7 +529,7 @@ def test_training_windows_hold_planted_pairs_at_the_fraction_asked_and_are_uncha
 
 
 def test_train_fraction_is_refused_out_of_range_on_a_context_too_short_or_with_a_bpe():
-    from poslab.passkey_settings import check_passkey_settings
+    from poslab.config.passkey_settings import check_passkey_settings
 
     with pytest.raises(ConfigError, match=r"train_fraction=1.5 must be a number from 0"):
         check_passkey_settings({"train_fraction": 1.5}, 128)
@@ -549,7 +550,7 @@ def test_train_fraction_is_refused_out_of_range_on_a_context_too_short_or_with_a
     ],
 )
 def test_a_bad_copying_warmup_is_refused(given, context, said):
-    from poslab.passkey_settings import check_passkey_settings
+    from poslab.config.passkey_settings import check_passkey_settings
 
     with pytest.raises(ConfigError, match=said):
         check_passkey_settings(given, context)
@@ -558,10 +559,10 @@ def test_a_bad_copying_warmup_is_refused(given, context, said):
 def test_the_copying_warmup_plants_a_pair_in_every_window_of_its_batches_then_the_fraction(tmp_path):
     """``task.passkey.warmup_steps``: global batches below it hold a pair in every row; from it on, the rows hold
     pairs at ``train_fraction`` (0 here: the windows drawn without any planting, the same as a run without it)."""
+    from poslab.config.passkey_settings import PREFIX
     from poslab.datamodules.corpora.coordinates import PreparedGroup, PreparedSplit
     from poslab.datamodules.language import TrainingWindows
     from poslab.datamodules.passkey_phrases import phrase_tokens
-    from poslab.passkey_settings import PREFIX
 
     letters = np.random.default_rng(0).integers(97, 123, 5000).astype(np.uint16)  # no digit, no phrase by chance
     zeros = np.zeros(len(letters), dtype=np.int64)

@@ -9,14 +9,14 @@ import math
 import pytest
 import torch
 
-from poslab.builders import build_datamodule, build_module, load_run
 from poslab.encodings.alibi import AlibiEncoding
 from poslab.errors import ConfigError
 from poslab.lightning_modules.base import log_length_scale
 from poslab.model import ModelConfig, Transformer
+from poslab.running.builders import build_datamodule, build_module, load_run
+from poslab.running.training import run
 from poslab.runs.checkpoints import save_model, uncompiled_state_dict
 from poslab.runs.files import MODEL_FILE
-from poslab.training import run
 from tests.conftest import compose_config, tiny_model
 
 # the compiler's start-up in a process (inductor, FlexAttention) is paid once: the module's tests on one worker

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from poslab.builders import build_datamodule, build_module
 from poslab.datamodules.synthetic import IGNORE
-from poslab.training import run
+from poslab.running.builders import build_datamodule, build_module
+from poslab.running.training import run
 from tests.conftest import compose_config
 
 FAST = ["debug=small", "~logger", "~callbacks", "trainer.max_steps=3", "task.eval_lengths=[32,64]"]

@@ -9,8 +9,8 @@ import json
 import pytest
 import torch
 
+from poslab.running.training import run
 from poslab.runs.folders import job_folder_name
-from poslab.training import run
 from tests.conftest import compose_config, run_train
 
 SMALL = ["debug=small", "threads=1", "~logger", "callbacks.progress_bar.refresh_rate=0"]

@@ -109,7 +109,7 @@ def test_ctrl_c_again_and_again_never_leaves_a_broken_checkpoint(tmp_path):
 def test_ctrl_c_before_anything_was_trained_leaves_no_directory(tmp_path):
     """Stopped before training (while the data were prepared, say): nothing to resume, and the directory Hydra made
     goes, as a refused run's does."""
-    from poslab.training import interrupted_message
+    from poslab.running.training import interrupted_message
 
     cfg = compose_config(["task=lag"], tmp_path / "logs" / "runs" / "r")
     run_dir = Path(cfg.paths.output_dir)
@@ -128,7 +128,7 @@ def train_with_a_sigint(tmp_path: Path, when: str) -> tuple:
     from lightning.pytorch.callbacks import ModelCheckpoint
     from torch.utils.data import DataLoader, TensorDataset
 
-    from poslab.callbacks import SaveOnInterrupt
+    from poslab.running.callbacks import SaveOnInterrupt
 
     class Linear(L.LightningModule):
         def __init__(self) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from poslab.rng import rng_states, set_rng_states
+from poslab.lightning_modules.rng import rng_states, set_rng_states
 from poslab.runs.checkpoints import AtomicCheckpointIO
 from tests.conftest import run_train
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from poslab.config import encoding_at_default
+from poslab.running.compose import encoding_at_default
 from poslab.runs.checkpoints import config_changes
 from tests.conftest import compose_config
 

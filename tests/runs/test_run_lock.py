@@ -89,7 +89,7 @@ def test_a_second_run_into_a_running_runs_directory_stops_naming_it_and_writes_n
 
 
 def test_the_lock_is_held_during_the_run_and_gone_after_it_or_after_an_exception(tmp_path, monkeypatch):
-    import poslab.training as training
+    import poslab.running.training as training
 
     cfg = compose_config(["task=lag", "encoding=rope", *SMALL, "trainer.max_steps=2"], tmp_path)
     seen = []
@@ -145,7 +145,7 @@ def test_a_run_into_a_directory_another_process_holds_stops_before_anything_is_w
 @pytest.mark.slow
 def test_a_stale_lock_of_a_killed_process_does_not_block_a_resume(tmp_path):
     base = ["encoding=rope", *SMALL, "callbacks.checkpoint.every_n_train_steps=3", "ckpt_path=auto"]
-    from poslab.training import run
+    from poslab.running.training import run
 
     run(compose_config([*base, "trainer.max_steps=3"], tmp_path))
     (tmp_path / "results.json").unlink()  # as if killed after its checkpoint at step 3 ...

@@ -16,9 +16,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from poslab.errors import ConfigError
+from poslab.running.training import run
 from poslab.runs.launching import summary_lines
 from poslab.runs.results import collect_runs
-from poslab.training import run
 from tests.conftest import ROOT, compose_config, run_train
 from tests.runs.test_damaged_results import grid_result
 
@@ -61,7 +61,7 @@ def test_a_job_folder_has_the_same_name_with_and_without_ckpt_path_auto(tmp_path
 
 def test_the_resolver_names_a_job_by_its_overrides_alone(tmp_path):
     """``hydra.sweep.subdir`` as Hydra resolves it for a job (conf/hydra/default.yaml), from the job's overrides."""
-    from poslab.resolvers import register_resolvers
+    from poslab.running.resolvers import register_resolvers
 
     register_resolvers()
     subdir = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "hydra" / "default.yaml"))["sweep"]["subdir"]

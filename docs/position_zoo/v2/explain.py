@@ -77,8 +77,10 @@ def tasks_of(cells: Cells, arm: str) -> list[str]:
 def randomized_draws(cells: Cells) -> None:
     """Randomized RoPE over 8 position draws: the spread over draws against the spread over seeds."""
     print("## Randomized RoPE: 8 position draws per evaluation\n")
-    print("Per length: the accuracy (seed mean, past 32 beyond 1x), the sd over the 8 draws (mean over seeds) and "
-          "the sd over seeds of the draw-mean accuracy.\n")
+    print(
+        "Per length: the accuracy (seed mean, past 32 beyond 1x), the sd over the 8 draws (mean over seeds) and "
+        "the sd over seeds of the draw-mean accuracy.\n"
+    )
     rows = []
     for task in tasks_of(cells, "randomized_rope"):
         runs = cells[(task, "randomized_rope")]
@@ -86,8 +88,15 @@ def randomized_draws(cells: Cells) -> None:
             key = "accuracy_draw_sd" if multiple == 1 else "accuracy_past_train_draw_sd"
             values = list(by_seed(runs, lambda r, m=multiple: r.past(m)).values())
             draw_sd = statistics.mean(r.figure(multiple, key) for r in runs.values())
-            rows.append([task, f"{multiple}x", Interval.of(values, ACC).cell(), f"{draw_sd:.3f}",
-                         f"{statistics.stdev(values):.3f}"])
+            rows.append(
+                [
+                    task,
+                    f"{multiple}x",
+                    Interval.of(values, ACC).cell(),
+                    f"{draw_sd:.3f}",
+                    f"{statistics.stdev(values):.3f}",
+                ]
+            )
     print_table(["task", "length", "accuracy [95%]", "sd over draws", "sd over seeds"], rows)
 
 
@@ -99,15 +108,18 @@ def paired_rows(cells: Cells, a: str, b: str, tasks: list[str]) -> list[list[str
         if not runs_a or not runs_b:
             continue
         one_x = lambda r: r.past(1)
-        rows.append([
-            task, str(len(set(runs_a) & set(runs_b))),
-            Interval.of(by_seed(runs_a, one_x).values(), ACC).cell(),
-            Interval.of(by_seed(runs_b, one_x).values(), ACC).cell(),
-            paired_difference(by_seed(runs_a, one_x), by_seed(runs_b, one_x)).cell(),
-            seeds_cell(list(by_seed(runs_a, score).values())),
-            seeds_cell(list(by_seed(runs_b, score).values())),
-            paired_difference(by_seed(runs_a, score), by_seed(runs_b, score)).cell(),
-        ])
+        rows.append(
+            [
+                task,
+                str(len(set(runs_a) & set(runs_b))),
+                Interval.of(by_seed(runs_a, one_x).values(), ACC).cell(),
+                Interval.of(by_seed(runs_b, one_x).values(), ACC).cell(),
+                paired_difference(by_seed(runs_a, one_x), by_seed(runs_b, one_x)).cell(),
+                seeds_cell(list(by_seed(runs_a, score).values())),
+                seeds_cell(list(by_seed(runs_b, score).values())),
+                paired_difference(by_seed(runs_a, score), by_seed(runs_b, score)).cell(),
+            ]
+        )
     if len(rows) > 1:
         rows.append(mean_over_tasks(cells, a, b, [row[0] for row in rows]))
     return rows
@@ -118,15 +130,31 @@ def mean_over_tasks(cells: Cells, a: str, b: str, tasks: list[str]) -> list[str]
     seeds = set.intersection(*(set(cells[(t, a)]) & set(cells[(t, b)]) for t in tasks))
     mean_a = {s: statistics.mean(cells[(t, a)][s].score for t in tasks) for s in sorted(seeds)}
     mean_b = {s: statistics.mean(cells[(t, b)][s].score for t in tasks) for s in sorted(seeds)}
-    return ["mean over these tasks", str(len(seeds)), "", "", "", seeds_cell(list(mean_a.values())),
-            seeds_cell(list(mean_b.values())), paired_difference(mean_a, mean_b).cell()]
+    return [
+        "mean over these tasks",
+        str(len(seeds)),
+        "",
+        "",
+        "",
+        seeds_cell(list(mean_a.values())),
+        seeds_cell(list(mean_b.values())),
+        paired_difference(mean_a, mean_b).cell(),
+    ]
 
 
 def comparison(cells: Cells, a: str, b: str, title: str, tasks: list[str] | None = None) -> None:
     print(f"## {title}\n")
     tasks = tasks or sorted({task for task, _ in cells})
-    header = ["task", "paired seeds", f"1x {a}", f"1x {b}", "1x A - B [95%]", f"score {a} (per seed)",
-              f"score {b} (per seed)", "score A - B [95%]"]
+    header = [
+        "task",
+        "paired seeds",
+        f"1x {a}",
+        f"1x {b}",
+        "1x A - B [95%]",
+        f"score {a} (per seed)",
+        f"score {b} (per seed)",
+        "score A - B [95%]",
+    ]
     print_table(header, paired_rows(cells, a, b, tasks))
 
 
@@ -144,8 +172,10 @@ def period_below_hrope(cells: Cells) -> None:
             pairs += 1
             same += run.past(1) == other.past(1)
             below += other.past(8) < run.past(8)
-    print(f"1x identical in {same} of {pairs} (task, seed) pairs; period_axial below hrope_axial at 8x (past 32) "
-          f"in {below} of {pairs}.\n")
+    print(
+        f"1x identical in {same} of {pairs} (task, seed) pairs; period_axial below hrope_axial at 8x (past 32) "
+        f"in {below} of {pairs}.\n"
+    )
 
 
 def cope_lag(cells: Cells) -> None:
@@ -160,10 +190,17 @@ def cope_lag(cells: Cells) -> None:
             for multiple in (1, *EXTRAPOLATION):
                 plain = by_seed(runs, lambda r, m=multiple: r.past(m))
                 scaled = by_seed(runs, lambda r, m=multiple: r.past(m, "accuracy_log_scaled")) if multiple > 1 else {}
-                rows.append([task, arm, f"{multiple}x", seeds_cell(list(plain.values())),
-                             Interval.of(plain.values(), ACC).cell(),
-                             Interval.of(scaled.values(), ACC).cell() if scaled else "",
-                             paired_difference(scaled, plain).cell() if scaled else ""])
+                rows.append(
+                    [
+                        task,
+                        arm,
+                        f"{multiple}x",
+                        seeds_cell(list(plain.values())),
+                        Interval.of(plain.values(), ACC).cell(),
+                        Interval.of(scaled.values(), ACC).cell() if scaled else "",
+                        paired_difference(scaled, plain).cell() if scaled else "",
+                    ]
+                )
     print_table(["task", "encoding", "length", "per seed", "mean [95%]", "x log L [95%]", "log - plain [95%]"], rows)
 
 
@@ -176,14 +213,23 @@ def main(zoo_dir: str, checks_dir: str | None = None) -> None:
     comparison(cells, "cope", "none", "CoPE (over NoPE) against NoPE")
     arms = {arm for _, arm in cells}
     if "forget_gate bias_init=5" in arms:
-        comparison(cells, "forget_gate bias_init=5", "forget_gate", "The forget gate: slow start (b = 5) against "
-                   "FoX's (b = 0)", ["copy", "seen"])
+        comparison(
+            cells,
+            "forget_gate bias_init=5",
+            "forget_gate",
+            "The forget gate: slow start (b = 5) against FoX's (b = 0)",
+            ["copy", "seen"],
+        )
     for arm in sorted(a for a in arms if a.startswith(("hrope_axial ", "rope partial"))):
         comparison(cells, arm, "hrope_axial", f"{arm} against hrope_axial (split)")
         comparison(cells, arm, "rope", f"{arm} against rope")
     if {"hrope_axial token_first", "rope partial_fraction=0.5"} <= arms:
-        comparison(cells, "hrope_axial token_first", "rope partial_fraction=0.5",
-                   "hrope_axial token_first against p-RoPE 0.5 (the same model up to feature order)")
+        comparison(
+            cells,
+            "hrope_axial token_first",
+            "rope partial_fraction=0.5",
+            "hrope_axial token_first against p-RoPE 0.5 (the same model up to feature order)",
+        )
 
 
 if __name__ == "__main__":

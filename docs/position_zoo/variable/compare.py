@@ -29,8 +29,10 @@ def by_cell(runs: list[ZooRun]) -> dict[tuple[str, str], list[ZooRun]]:
 def main(fixed_dir: str, variable_dir: str) -> None:
     fixed, variable = by_cell(load_zoo(fixed_dir)[0]), by_cell(load_zoo(variable_dir)[0])
     shared = sorted(set(fixed) & set(variable))
-    print("| task | encoding | seeds (fixed / variable) | 1x fixed | 1x variable | score fixed | score variable "
-          "| variable - fixed [95% Welch] | t (df) |")
+    print(
+        "| task | encoding | seeds (fixed / variable) | 1x fixed | 1x variable | score fixed | score variable "
+        "| variable - fixed [95% Welch] | t (df) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for task, encoding in shared:
         a, b = fixed[(task, encoding)], variable[(task, encoding)]
@@ -60,6 +62,7 @@ def main(fixed_dir: str, variable_dir: str) -> None:
     for place, (a, b) in enumerate(zip(*orders), start=1):
         cell = lambda r: f"{r[1][0]:.2f} [{r[1][1]:.2f}, {r[1][2]:.2f}]"
         print(f"| {place} | {a[0]} | {cell(a)} | {b[0]} | {cell(b)} |")
+
 
 if __name__ == "__main__":
     main(*sys.argv[1:3])

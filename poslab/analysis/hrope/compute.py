@@ -43,9 +43,9 @@ from poslab.analysis.hrope.seeds import arm_summaries, claims
 from poslab.analysis.hrope.well import Well, bootstrap_depths, well_from
 from poslab.analysis.output import training_steps
 from poslab.analysis.stats import Estimate, bootstrap_mean, resample_weights
-from poslab.builders import load_run_and_data
 from poslab.errors import ConfigError
 from poslab.io import read_json
+from poslab.running.builders import load_run_and_data
 from poslab.runs.files import RESULTS_FILE
 
 log = logging.getLogger("poslab")

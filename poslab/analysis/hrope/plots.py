@@ -17,7 +17,11 @@ def plot_wells(analyses: list[RunAnalysis], shuffled: bool = False) -> Any:
     panels, where it covers no curve, and a model's colour the same in every panel. The displacement axis has
     whole-number ticks over the displacements drawn; a panel with no point drawn says "no data", one with a single
     displacement "one point", and why (a small run: too few query/key pairs, or no document to shuffle)."""
-    from poslab.plotting import note_sparse_panel, plt, whole_number_axis  # Agg, the CJK font for Chinese names
+    from poslab.analysis.plotting import (  # Agg, the CJK font for Chinese names
+        note_sparse_panel,
+        plt,
+        whole_number_axis,
+    )
 
     groups = grouped(analyses)
     corpora = sorted({c for _, c in groups})

@@ -44,10 +44,10 @@ from poslab.analysis.increments.readings import (
 )
 from poslab.analysis.increments.text import chinese_gaps
 from poslab.analysis.output import sample_notes, training_steps
-from poslab.builders import load_run_and_data
 from poslab.encodings.increments import increments_from_positions
 from poslab.errors import ConfigError, MissingRunError
 from poslab.io import read_json
+from poslab.running.builders import load_run_and_data
 from poslab.runs.files import RESULTS_FILE
 from poslab.runs.results import SUCCESS, run_status, validation_documents
 

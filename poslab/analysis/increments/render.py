@@ -5,7 +5,7 @@
 
 The picture puts every character of a sentence at its learned position, one row per layer: a multi-byte character
 (Chinese: three bytes) is drawn at its start and is as wide as the sum of its bytes' increments. Chinese is drawn
-with the CJK font of ``poslab.fonts``; with none installed, as code points (``U+4EBA``), rotated.
+with the CJK font of ``poslab.analysis.fonts``; with none installed, as code points (``U+4EBA``), rotated.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from poslab.analysis.fonts import cjk_font, has_glyph
 from poslab.analysis.increments.readings import (
     ALL_SOURCES,
     CEILING_BYTES,
@@ -35,9 +36,8 @@ from poslab.analysis.increments.readings import (
 )
 from poslab.analysis.increments.text import CATEGORY_LABELS, SEPARATOR_CHAR, as_layers, as_tokens, decode_characters
 from poslab.analysis.output import AnalysisResult, read_summary, steps_cell
+from poslab.analysis.plotting import plt, save_figure
 from poslab.analysis.tables import csv_text, markdown_table
-from poslab.fonts import cjk_font, has_glyph
-from poslab.plotting import plt, save_figure
 
 #: the summary (``compute.increments_summary``), the one JSON file: all this layer reads (``--from``)
 SUMMARY_FILE = "increments_analysis.json"
@@ -155,7 +155,7 @@ def _default_font() -> str:
 
 
 def cjk_font_path() -> str | None:
-    """The file of the font figures draw Chinese with (``poslab.fonts``), or None when there is none."""
+    """The file of the font figures draw Chinese with (``poslab.analysis.fonts``), or None when there is none."""
     font = cjk_font()
     return font.path if font is not None else None
 

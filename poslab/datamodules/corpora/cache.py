@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from poslab.config.settings import with_corpus_defaults
 from poslab.datamodules.corpora.coordinates import BOUNDARY_ARRAYS, Coordinate, PreparedGroup, PreparedSplit
 from poslab.datamodules.corpora.documents import SPLIT_RULE
 from poslab.datamodules.corpora.provenance import named_files
@@ -30,7 +31,6 @@ from poslab.datamodules.corpora.writer import CHECKSUM, _array_files, _digest, _
 from poslab.datamodules.locking import removed_lock
 from poslab.datamodules.tokenization import BpeTokenizer, Tokenizer, load_tokenizer
 from poslab.errors import ConfigError, DataError
-from poslab.settings import with_corpus_defaults
 
 log = logging.getLogger("poslab")
 

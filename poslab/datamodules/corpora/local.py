@@ -3,7 +3,8 @@ settings before anything is read.
 
 ``corpus=local`` is one group ``main`` whose one local source is PATH: a file, a directory (every file of
 ``corpus.format`` below it) or a glob; ``local_pattern`` and ``local_corpus_name`` turn PATH into that source's glob
-and the corpus's name (OmegaConf resolvers, registered by ``poslab.resolvers``, so the run directory and the saved
+and the corpus's name (OmegaConf resolvers, registered by ``poslab.running.resolvers``, so the run directory and the
+saved
 config say what was trained on).
 """
 
@@ -15,12 +16,12 @@ import re
 from pathlib import Path
 from typing import Any
 
+from poslab.config.overrides import quoted
+from poslab.config.settings import FORMATS, VERIFY_CACHE, expand_path, with_corpus_defaults
 from poslab.datamodules.codec import DECODE_ERRORS
 from poslab.datamodules.corpora.sources import LocalSource, format_mismatch, glob_root
 from poslab.datamodules.segmentation import STYLES
 from poslab.errors import ConfigError
-from poslab.overrides import quoted
-from poslab.settings import FORMATS, VERIFY_CACHE, expand_path, with_corpus_defaults
 
 #: the files a directory given as corpus.path contributes, by corpus.format
 LOCAL_SUFFIX = {"text": "txt", "jsonl": "jsonl", "wikitext": "raw", "python": "py", "parquet": "parquet"}
@@ -29,7 +30,7 @@ LOCAL_SUFFIX = {"text": "txt", "jsonl": "jsonl", "wikitext": "raw", "python": "p
 def _absolute(path: str) -> str:
     # relative to the current directory, as the user typed it; absolute in the saved config, so an analysis run
     # from elsewhere reads the same files
-    # (``~`` and ``$VAR``/``${VAR}`` expanded as in every path setting: ``poslab.settings.expand_path``)
+    # (``~`` and ``$VAR``/``${VAR}`` expanded as in every path setting: ``poslab.config.settings.expand_path``)
     return os.path.abspath(expand_path("corpus.path", path))
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from poslab.config.settings import FORMATS, with_corpus_defaults
 from poslab.datamodules.codec import byte_length
 from poslab.datamodules.corpora.documents import (
     SPLIT_RULE,
@@ -26,7 +27,6 @@ from poslab.datamodules.corpora.local import check_local_corpus
 from poslab.datamodules.corpora.provenance import LISTED_FILES, file_sha256, is_test_file, split_of
 from poslab.datamodules.corpora.sources import STDLIB, LocalSource, SourceGroup, format_mismatch, hub_is_offline
 from poslab.errors import ConfigError
-from poslab.settings import FORMATS, with_corpus_defaults
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from dataclasses import field as dataclass_field  # LocalSource has a setting na
 from pathlib import Path
 from typing import Any
 
+from poslab.config.settings import FORMATS
 from poslab.datamodules.segmentation import STYLES
 from poslab.errors import ConfigError
-from poslab.settings import FORMATS
 
 SPLITS = ("train", "validation")
 DEFAULT_SEGMENTATION = {

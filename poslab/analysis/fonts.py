@@ -9,7 +9,7 @@ and the figures name SC, the face with the Simplified Chinese forms of the corpo
 which is not freely licensed, and pulls in ``fire`` and ``fontmeta``; WenQuanYi Micro Hei (5 MB, in
 ``paperang-p2-fonts-cjk``) is smaller but lives in a printer library's package and draws fewer characters.
 
-*How it is used.* ``poslab.plotting`` calls ``use_cjk_fallback()`` once: the font file is registered with
+*How it is used.* ``poslab.analysis.plotting`` calls ``use_cjk_fallback()`` once: the font file is registered with
 matplotlib's font manager (about 20 ms) and its family appended to ``font.family``, so Latin text keeps DejaVu Sans
 and matplotlib takes each glyph DejaVu lacks from the CJK font. With the package absent, a CJK font matplotlib already
 knows from the system is taken (``CJK_FONT_FAMILIES``); with none, one warning, and the increments picture writes

@@ -1,7 +1,7 @@
 """Everything built from a composed config: the datamodule, the model config, the LightningModule, the
 loggers and callbacks, and a finished run loaded back (its config, trained module and datamodule).
 
-Training (``poslab.training``) and every analysis use these same builders, so an analysis rebuilds exactly
+Training (``poslab.running.training``) and every analysis use these same builders, so an analysis rebuilds exactly
 the model a run trained, whatever its encoding.
 """
 
@@ -16,12 +16,12 @@ import torch
 from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 
+from poslab.config.targets import check_loaded_config, renamed_targets
 from poslab.encodings import encoding_class, fill_length_settings
 from poslab.errors import ConfigError, MissingRunError, PoslabError
 from poslab.model import ModelConfig
 from poslab.runs.checkpoints import uncompiled_state_dict
 from poslab.runs.files import MODEL_FILE
-from poslab.targets import check_loaded_config
 
 
 def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
@@ -84,11 +84,12 @@ def load_run(run_dir: str | Path, map_location: str = "cpu") -> tuple[DictConfig
 
 def load_saved_config(saved: Any, path: Path) -> DictConfig:
     """The config stored in a loaded ``model.pt``, checked before anything is built from it: its ``_target_``s
-    must name poslab's own classes (``poslab.targets``), its datamodule a LightningDataModule and its
+    must name poslab's own classes (``poslab.config.targets``), its datamodule a LightningDataModule and its
     ``task.module`` a LightningModule. A file without a config is not a model poslab wrote."""
     config = saved.get("config") if isinstance(saved, dict) else None
     if not isinstance(config, dict) or not isinstance(config.get("task"), dict):
         raise MissingRunError(f"{path} holds no run config (config.task): is it a model.pt written by train.py?")
+    config = renamed_targets(config)
     check_loaded_config(config, str(path))
     task = config["task"]
     if "context_length" in task and "eval_lengths" not in task:

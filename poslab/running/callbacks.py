@@ -19,8 +19,8 @@ from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 from lightning.pytorch.trainer.states import TrainerFn
 
 from poslab.errors import RunInterrupted
+from poslab.lightning_modules.progress import duration_text
 from poslab.runs.checkpoints import CONFIG_KEY
-from poslab.runtime import duration_text
 
 log = logging.getLogger("poslab")
 
@@ -110,7 +110,7 @@ class Throughput(L.Callback):
 
 class RecordConfig(L.Callback):
     """Writes the run's resolved config into every training checkpoint (``poslab.runs.checkpoints.CONFIG_KEY``), so
-    that a resume can check it continues the same model (``poslab.config.check_resume``). Plain values only:
+    that a resume can check it continues the same model (``poslab.running.compose.check_resume``). Plain values only:
     the checkpoint still loads with ``weights_only=True``."""
 
     def __init__(self, config: dict[str, Any]) -> None:
@@ -209,7 +209,7 @@ class StepProgressBar(TQDMProgressBar):
 class SaveOnInterrupt(L.Callback):
     """Ctrl-C (SIGINT) during training: the step in progress ends, ``last.ckpt`` is saved at it (atomically, through
     the Trainer's ``AtomicCheckpointIO``, where the checkpoint callback writes it) and the run stops;
-    ``poslab.training`` then says how to resume and exits with status 130 (``docs/resume.md``).
+    ``poslab.running.training`` then says how to resume and exits with status 130 (``docs/resume.md``).
 
     Lightning's own handling is kept: SIGINT raises KeyboardInterrupt, Lightning ignores further SIGINTs, calls each
     callback's ``on_exception`` (this one saves there, so a second Ctrl-C cannot interrupt the write) and exits.
@@ -217,7 +217,7 @@ class SaveOnInterrupt(L.Callback):
     a checkpoint would hold no step's state, and its resume would not be exact. So while a step runs the first SIGINT
     is held and raised when the step ends; a second one stops at once, and then nothing is saved (the last periodic
     checkpoint is what a resume continues from). Checkpoints off (no ``ModelCheckpoint``): nothing is saved.
-    ``interruption`` holds what happened, for ``poslab.training``."""
+    ``interruption`` holds what happened, for ``poslab.running.training``."""
 
     def __init__(self) -> None:
         self.in_step = False  # between on_train_batch_start and on_train_batch_end: the state is not a step's

@@ -1,5 +1,5 @@
 """``task.passkey``: the settings of passkey retrieval (``poslab.lightning_modules.passkey`` runs it) and their checks,
-one sentence each. Light (no torch), like ``poslab.settings``: the command line checks them before anything runs.
+one sentence each. Light (no torch), like ``poslab.config.settings``: the command line checks them before anything runs.
 Their defaults live in ``conf/task/lm.yaml`` (``passkey:``), their one home; a ``task.passkey`` built by hand (or
 null) takes the values it leaves out from there.
 
@@ -35,8 +35,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from poslab.config.yaml_values import yaml_defaults
 from poslab.errors import ConfigError
-from poslab.yaml_values import yaml_defaults
 
 PREFIX = " The pass key is "  # the phrase before the key; the filler may not hold it (it would be a third copy)
 SUFFIX = ". "

@@ -11,12 +11,12 @@ encoding's YAML (``conf/encoding/<name>.yaml``); its ``validate`` checks their r
 
 One home per default: the YAML. Every setting's default value lives in ``conf/`` (what a user reads and overrides,
 what an experiment patches, what Hydra composes), and only there. The dataclasses here are the schema: each
-field's type and bounds, and no default (they are never instantiated; ``tests/test_one_home_per_default.py``
+field's type and bounds, and no default (they are never instantiated; ``tests/config/test_one_home_per_default.py``
 checks that no field has one and that every field has its value in the YAML). Code reads a composed config's
 settings directly (``cfg.optimizer.lr``), so a key missing is an error rather than a second, silent default. A
 config built by hand that may leave settings out (a test, a library user's ``ModelConfig``, an encoding or a
 corpus made in Python, an older run's record) is merged over the YAML's values, read once per process by
-``poslab.yaml_values`` (``yaml_defaults``, ``default_option``, ``root_defaults``) and the helpers below
+``poslab.config.yaml_values`` (``yaml_defaults``, ``default_option``, ``root_defaults``) and the helpers below
 (``encoding_values``, ``task_defaults``, ``with_corpus_defaults``, ``with_yaml_defaults``).
 
 Path settings (``PATH_SETTINGS``) have ``~`` and ``$VAR`` expanded by one function, ``expand_path``, wherever their
@@ -43,9 +43,8 @@ from typing import Annotated, Any, Literal, Union
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
 
-from poslab.errors import ConfigError
-from poslab.passkey_settings import passkey_max_length
-from poslab.yaml_values import (  # noqa: F401  (re-exported: the YAML's values, read where the settings are)
+from poslab.config.passkey_settings import passkey_max_length
+from poslab.config.yaml_values import (  # noqa: F401  (re-exported: the YAML's values, read where the settings are)
     CONF_DIR,
     default_option,
     file_values,
@@ -53,6 +52,7 @@ from poslab.yaml_values import (  # noqa: F401  (re-exported: the YAML's values,
     without_interpolations,
     yaml_defaults,
 )
+from poslab.errors import ConfigError
 
 # ---- the enumerated settings: each list of options is defined here, once ------------------------------------
 SYNTHETIC_TASKS = ("lag", "seen", "copy", "associative_recall", "flip_flop", "counting", "state_tracking")
@@ -180,7 +180,7 @@ class TrainerSettings:
     """The Trainer arguments poslab's configs set; any other Lightning Trainer argument may be added (open)."""
 
     accelerator: Literal["cpu", "gpu", "cuda", "mps", "tpu", "auto"]
-    devices: Any  # a count, device indices or auto: checked by poslab.config.check_devices
+    devices: Any  # a count, device indices or auto: checked by poslab.running.compose.check_devices
     precision: Literal[PRECISIONS + tuple(PRECISION_ALIASES) + (32, 16)]  # noqa: RUF005
     max_steps: Count
     max_epochs: int
@@ -289,7 +289,7 @@ class LanguageTaskSettings(TaskSettings):
     selection_fraction: float  # held-out documents that choose among test-time rules (0 .. <1); the rest: test
     selection_seed: int  # the selection split's draw (held_out.select_documents), not the run's seed
     every_way_on_test: bool  # one round of every way on every window (each way's test figure), not two
-    passkey: Any  # passkey retrieval after training: checked by poslab.passkey_settings
+    passkey: Any  # passkey retrieval after training: checked by poslab.config.passkey_settings
     extended_from: Annotated[int, Bound(">=", 2)] | None  # a context extension's parent's context; null: none
     corpus: Any
     data_dir: str
@@ -624,7 +624,8 @@ def check_encoding_settings(
 ) -> None:
     """An encoding's settings typed by their YAML defaults; a key its YAML does not declare is refused. A null
     where the YAML has a value passes when ``optional(name)`` (the encoding's ``optional_settings``, which only the
-    encodings know: ``poslab.config.optional_encoding_settings``) lists the setting. ``ENCODING_TYPES`` types those
+    encodings know: ``poslab.running.compose.optional_encoding_settings``) lists the setting. ``ENCODING_TYPES`` types
+    those
     a default cannot, the lists among them against ``sizes`` (``config_sizes``)."""
     if not isinstance(node, DictConfig):
         return
@@ -666,7 +667,8 @@ BARE_VARIABLE = re.compile(r"\$(\w+)")
 def expand_path(key: str, value: Any, braces: bool = True) -> Any:
     """A path setting's value with a leading ``~`` (or ``~user``) and every ``$VAR`` / ``${VAR}`` environment
     variable expanded; a variable that is not set is refused, naming the setting, the value and the variable. The
-    one expansion of every path setting: the command line's overrides (``poslab.overrides.expanded_overrides``), the
+    one expansion of every path setting: the command line's overrides (``poslab.config.overrides.expanded_overrides``),
+    the
     ``POSLAB_*_DIR`` defaults (the ``poslab.path`` resolver), a composed config's (``expand_path_settings``) and a
     local corpus's path. ``braces=False`` leaves ``${...}`` (an OmegaConf interpolation on a command line)."""
     if not isinstance(value, str):
@@ -765,7 +767,7 @@ def lm_eval_lengths(task: Mapping[str, Any]) -> list[int]:
 
 def shortest_eval_length(task: Mapping[str, Any]) -> int:
     """The shortest evaluation length a language model's task allows: its context, or, for a context extension
-    (``poslab.extension``), its parent's context ``task.extended_from``: an extension is measured from where its
+    (``poslab.running.extension``), its parent's context ``task.extended_from``: an extension is measured from where its
     parent was trained, beside it, so its own figures at 1x and 2x the parent's context lie below its context."""
     extended = task.get("extended_from")
     return int(task["context_length"]) if extended is None else int(extended)

@@ -4,7 +4,7 @@ here (``~``, ``$VAR``) before Hydra reads them."""
 
 from __future__ import annotations
 
-from poslab.settings import PATH_SETTINGS, expand_path
+from poslab.config.settings import PATH_SETTINGS, expand_path
 
 
 def quoted(value: str) -> str:

@@ -1,4 +1,5 @@
-"""Matplotlib without a screen, Chinese drawn with a CJK font (``poslab.fonts``), figures written atomically as PNG."""
+"""Matplotlib without a screen, Chinese drawn with a CJK font (``poslab.analysis.fonts``), figures written atomically
+as PNG."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from poslab.fonts import use_cjk_fallback  # noqa: E402
+from poslab.analysis.fonts import use_cjk_fallback  # noqa: E402
 from poslab.io import write_atomic  # noqa: E402
 
 # before any figure: a text's font is fixed when it is made

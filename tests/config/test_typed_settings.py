@@ -1,4 +1,5 @@
-"""Typed settings (poslab/settings.py) and train.py's command-line check (poslab/precheck.py): a bad command
+"""Typed settings (poslab/config/settings.py) and train.py's command-line check (poslab/running/precheck.py): a bad
+command
 stops with one short message naming the key and the value, exit status 2, no traceback, nothing written."""
 
 from __future__ import annotations
@@ -6,10 +7,10 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from poslab.config import compose_config
+from poslab.config.settings import CONF_DIR, check_settings, describe, schema_types, value_fits
 from poslab.errors import ConfigError
-from poslab.precheck import check_command_line, config_groups, help_text, option_description
-from poslab.settings import CONF_DIR, check_settings, describe, schema_types, value_fits
+from poslab.running.compose import compose_config
+from poslab.running.precheck import check_command_line, config_groups, help_text, option_description
 from tests.conftest import run_train
 
 # (command line, what the message must name: the key or option, and the value)
@@ -114,7 +115,8 @@ def test_every_recipe_and_encoding_passes_train_pys_check():
     data fills in (rand_axial's paragraph_density: the corpus's, or one paragraph per generated sequence) may be
     null."""
     groups = config_groups()
-    # GPU recipes too; context_extension needs a trained parent (tests/test_context_extension.py checks it with one)
+    # GPU recipes too; context_extension needs a trained parent (tests/running/test_context_extension.py checks it with
+    # one)
     experiments = [e for e in groups["experiment"] if e != "context_extension"]
     commands = [[f"experiment={e}", "trainer.accelerator=cpu"] for e in experiments]
     for encoding in groups["encoding"]:
@@ -146,7 +148,7 @@ def test_every_recipe_and_encoding_passes_train_pys_check():
     ],
 )
 def test_declared_types_accept_exactly_their_values(value, annotation_of, fits):
-    from poslab.settings import OptimizerSettings, TrainerSettings
+    from poslab.config.settings import OptimizerSettings, TrainerSettings
 
     group, key = annotation_of.split(".")
     schema = {"trainer": TrainerSettings, "optimizer": OptimizerSettings}[group]
@@ -157,8 +159,8 @@ def test_a_setting_is_checked_by_being_declared(monkeypatch):
     """A new field in a schema is checked with no new code: add one and give it a bad value."""
     from dataclasses import make_dataclass
 
-    from poslab import settings
-    from poslab.settings import Count, OptimizerSettings
+    from poslab.config import settings
+    from poslab.config.settings import Count, OptimizerSettings
 
     extended = make_dataclass("Extended", [("accumulate", Count, 1)], bases=(OptimizerSettings,))
     monkeypatch.setattr(settings, "SECTIONS", (("optimizer", extended, True),))

@@ -1,6 +1,6 @@
 """Context extension by fine-tuning (issue 25 item 4): ``experiment=context_extension`` continues a finished language
 model at 4x its context, with a rule or none, in a new run directory that records its parent; an unfit parent is
-refused with one sentence, exit status 2 and nothing written (``poslab/extension.py``)."""
+refused with one sentence, exit status 2 and nothing written (``poslab/running/extension.py``)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from poslab.extension import extended_config
-from poslab.settings import shortest_eval_length
+from poslab.config.settings import shortest_eval_length
+from poslab.running.extension import extended_config
 from tests.conftest import compose_config, run_train
 
 #: a parent small enough for a few CPU seconds: the where_am_i model on 16-byte windows
@@ -67,7 +67,7 @@ def with_status(source: Path, target: Path, **changes: object) -> Path:
 @pytest.fixture(scope="module")
 def parents(tmp_path_factory) -> dict[str, Path]:
     """Finished parents (rope, NoPE, learned language models; a lag model) and unfit copies of the rope one."""
-    from poslab.training import run
+    from poslab.running.training import run
 
     root = tmp_path_factory.mktemp("parents")
     write_corpus(root)
@@ -103,7 +103,7 @@ def saved_weights(run_dir: Path) -> dict[str, torch.Tensor]:
 # ---- end to end -----------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_an_extension_with_yarn_trains_at_four_times_the_context_and_records_its_parent(parents, tmp_path):
-    from poslab.checks import check_config
+    from poslab.running.checks import check_config
     from poslab.runs.results import read_results
 
     parent, before = parents["rope"], snapshot(parents["rope"])
@@ -164,8 +164,8 @@ def extension(parent: Path, tmp_path: Path, *extra: str):
 
 @pytest.mark.slow
 def test_the_loaded_weights_are_the_parents_before_any_step(parents, tmp_path):
-    from poslab.builders import build_datamodule, build_module
-    from poslab.extension import initialise_from_parent
+    from poslab.running.builders import build_datamodule, build_module
+    from poslab.running.extension import initialise_from_parent
 
     cfg = extension(parents["rope"], tmp_path, "extension.rule=ntk")
     module = build_module(cfg, build_datamodule(cfg))
@@ -179,8 +179,8 @@ def test_the_loaded_weights_are_the_parents_before_any_step(parents, tmp_path):
 
 @pytest.mark.slow
 def test_a_learned_position_table_grows_with_the_parents_rows_first(parents, tmp_path):
-    from poslab.builders import build_datamodule, build_module
-    from poslab.extension import load_parent_weights
+    from poslab.running.builders import build_datamodule, build_module
+    from poslab.running.extension import load_parent_weights
 
     cfg = extension(parents["learned"], tmp_path)
     datamodule = build_datamodule(cfg)

@@ -2,7 +2,7 @@
 
 A bad command stops here with one sentence (exit status 2) and nothing written: a misspelled key or group
 gets the closest valid one suggested (Hydra alone says "To append to your config use +..."), an unknown
-option lists the options, and every setting is checked against its declared type (``poslab.settings``).
+option lists the options, and every setting is checked against its declared type (``poslab.config.settings``).
 A multirun's jobs are expanded as Hydra's basic sweeper would and each is checked, so a sweep with one bad
 value starts no job. Light until the configs pass: torch is imported only for the encodings' own
 ``validate`` checks, last.
@@ -15,8 +15,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from poslab.config.settings import CONF_DIR, RootSettings, schema_types, suggestion
 from poslab.errors import ConfigError
-from poslab.settings import CONF_DIR, RootSettings, schema_types, suggestion
 
 #: Hydra's flags after which poslab checks nothing itself (help, config printing, completion, ...)
 RUN_FLAGS = ("-m", "--multirun")
@@ -32,7 +32,7 @@ def config_groups(conf_dir: Path = CONF_DIR) -> dict[str, list[str]]:
 
 
 def compose(overrides: list[str], hydra_node: bool = False) -> DictConfig:
-    from poslab.config import compose_config
+    from poslab.running.compose import compose_config
 
     return compose_config(overrides, hydra_node=hydra_node)
 
@@ -144,10 +144,10 @@ def first_line(error: BaseException) -> str:
 
 
 def extended(cfg: DictConfig, overrides: list[str]) -> DictConfig:
-    """A context extension's config as its parent makes it (``poslab.extension``), any other as composed; either
+    """A context extension's config as its parent makes it (``poslab.running.extension``), any other as composed; either
     with debug=fast's evaluation cut (``smoke_config``)."""
-    from poslab.config import smoke_config
-    from poslab.extension import extended_config
+    from poslab.running.compose import smoke_config
+    from poslab.running.extension import extended_config
 
     return smoke_config(extended_config(cfg, overrides))
 
@@ -211,7 +211,7 @@ def check_command_line(argv: list[str], sources: bool = False) -> list[str]:
     """Check the jobs ``python train.py ARGV`` would run; a bad one stops the command (one message, exit 2).
     ``sources``: a language model's data sources are looked for too (train.py; the configs alone need no data).
     Returns ARGV with ``~`` and ``$VAR`` expanded in path settings (``expanded_overrides``), for Hydra to read."""
-    from poslab.overrides import expanded_overrides
+    from poslab.config.overrides import expanded_overrides
     from poslab.runs.guard import stop
 
     try:
@@ -221,7 +221,7 @@ def check_command_line(argv: list[str], sources: bool = False) -> list[str]:
     flags = [a for a in argv if a.startswith("-")]
     if any(flag not in RUN_FLAGS for flag in flags):
         return expanded  # --cfg, --info, -cn, ...: Hydra's own modes, left to Hydra
-    from poslab.checks import check_configs
+    from poslab.running.checks import check_configs
     from poslab.runs.guard import secondary_rank
     from poslab.runs.launching import check_environment
 
@@ -234,7 +234,7 @@ def check_command_line(argv: list[str], sources: bool = False) -> list[str]:
 
             check_distinct_jobs(jobs)  # two jobs never share a folder (a job given twice: its seed counted twice)
         configs = [extended(compose_explained(job), job) for job in jobs]
-        # the four stages of poslab.checks, stage by stage over the jobs; stage 4 here: the directories each job
+        # the four stages of poslab.running.checks, stage by stage over the jobs; stage 4 here: the directories each job
         # writes and the sources it reads (Hydra has not named the run directories yet), before the encodings'
         # stage: it needs no torch
         outputs = {
@@ -242,7 +242,7 @@ def check_command_line(argv: list[str], sources: bool = False) -> list[str]:
         }
         check_configs(configs, lambda cfg: check_directories(cfg, outputs[id(cfg)], sources), directories_first=True)
         if not secondary_rank():  # a DDP rank Lightning starts shares the memory rank 0 already checked (and holds)
-            from poslab.memory import check_memory  # after the four stages: it builds no encoding that is bad
+            from poslab.running.memory import check_memory  # after the four stages: it builds no encoding that is bad
 
             check_memory(configs, concurrent_jobs(overrides, len(jobs), multirun=bool(flags)))
     except ConfigError as error:

@@ -1,5 +1,6 @@
 """Sizes that cannot run are refused before anything is allocated (issue 24, item 5): a training step or the
-evaluation at the longest length whose memory estimate (``poslab.memory``) exceeds what the machine has free stops
+evaluation at the longest length whose memory estimate (``poslab.running.memory``) exceeds what the machine has free
+stops
 ``train.py`` with one sentence giving the estimate, the limit and what to lower, exit status 2, nothing written.
 The in-process tests set the machine's free memory themselves, so they do not depend on the machine they run on."""
 
@@ -7,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from poslab.config import compose_config
 from poslab.errors import ConfigError
+from poslab.running.compose import compose_config
 from tests.conftest import run_train
 
 GB = 10**9
@@ -17,7 +18,7 @@ SYNTHETIC = ["task.train_length=1024", "task.eval_lengths=[1024]", "task.batch_s
 
 def parts(overrides: list[str]) -> tuple[dict[str, int], dict[str, int]]:
     """The training step's and the evaluation's parts of the estimate (bytes)."""
-    from poslab.memory import estimates
+    from poslab.running.memory import estimates
 
     train, evaluation = estimates(compose_config(overrides))
     return train.parts, evaluation.parts
@@ -25,7 +26,7 @@ def parts(overrides: list[str]) -> tuple[dict[str, int], dict[str, int]]:
 
 def free_memory(monkeypatch, size: int) -> None:
     """This machine has ``size`` bytes free, and trains on the CPU."""
-    from poslab import memory
+    from poslab.running import memory
 
     monkeypatch.setattr(memory, "host_memory", lambda: memory.Limit(size, "this machine (a test's figure)"))
 
@@ -73,7 +74,7 @@ def test_the_estimate_grows_with_batch_length_and_width_as_it_says():
 
 
 def test_a_size_that_does_not_fit_is_refused_with_the_estimate_the_limit_and_what_to_lower(monkeypatch):
-    from poslab.memory import check_memory
+    from poslab.running.memory import check_memory
 
     free_memory(monkeypatch, 1 * GB)
     cfg = compose_config(["task.train_length=4096", "task.eval_lengths=[4096]", "model.attention=explicit"])
@@ -87,7 +88,7 @@ def test_a_size_that_does_not_fit_is_refused_with_the_estimate_the_limit_and_wha
 
 
 def test_evaluation_at_the_longest_length_is_checked_too(monkeypatch):
-    from poslab.memory import check_memory
+    from poslab.running.memory import check_memory
 
     free_memory(monkeypatch, 2 * GB)
     cfg = compose_config(["task.train_length=32", "task.eval_lengths=[32,65536]"])
@@ -98,7 +99,7 @@ def test_evaluation_at_the_longest_length_is_checked_too(monkeypatch):
 
 
 def test_a_language_model_context_is_checked_before_the_corpus_is_read(monkeypatch, tmp_path):
-    from poslab.memory import check_memory
+    from poslab.running.memory import check_memory
 
     free_memory(monkeypatch, 1 * GB)
     overrides = ["corpus=local", f"corpus.path={tmp_path}", "task.context_length=100000"]
@@ -108,8 +109,8 @@ def test_a_language_model_context_is_checked_before_the_corpus_is_read(monkeypat
 
 def test_processes_that_run_at_once_share_the_memory(monkeypatch):
     """A local multirun's parallel jobs (POSLAB_JOBS) and DDP's CPU processes each need their own share."""
-    from poslab.memory import check_memory, estimates
-    from poslab.precheck import concurrent_jobs
+    from poslab.running.memory import check_memory, estimates
+    from poslab.running.precheck import concurrent_jobs
 
     cfg = compose_config(SYNTHETIC)
     need = max(e.total for e in estimates(cfg))
@@ -124,7 +125,7 @@ def test_processes_that_run_at_once_share_the_memory(monkeypatch):
 
 
 def test_the_memory_free_is_read_from_meminfo_and_a_cgroup_limit(tmp_path):
-    from poslab.memory import cgroup_room, meminfo_available
+    from poslab.running.memory import cgroup_room, meminfo_available
 
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:       24683584 kB\nMemFree:        1000 kB\nMemAvailable:   2000000 kB\n")

@@ -22,19 +22,19 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from poslab.builders import build_datamodule, build_module, instantiate_all
-from poslab.callbacks import RecordConfig, SaveOnInterrupt, Throughput
-from poslab.checks import check_config
-from poslab.config import smoke_config, world_size
 from poslab.errors import DivergedError, PoslabError, RunInterrupted
-from poslab.extension import checked_parent_data, extended_config, initialise_from_parent
 from poslab.io import write_json_atomic
+from poslab.running.builders import build_datamodule, build_module, instantiate_all
+from poslab.running.callbacks import RecordConfig, SaveOnInterrupt, Throughput
+from poslab.running.checks import check_config
+from poslab.running.compose import smoke_config, world_size
+from poslab.running.extension import checked_parent_data, extended_config, initialise_from_parent
+from poslab.running.runtime import environment, keep_freed_memory, wandb_offline_unless_key
 from poslab.runs import launching
 from poslab.runs.checkpoints import AtomicCheckpointIO, resolve_checkpoint, save_model
 from poslab.runs.files import AUTO, CHECKPOINT_DIR, FAILURE_FILE, LAST_CHECKPOINT, LOCK_FILE, MODEL_FILE, RESULTS_FILE
 from poslab.runs.folders import earlier_folder_note
 from poslab.runs.guard import RunDirectoryInUse, holding_run_directory, stop
-from poslab.runtime import environment, keep_freed_memory, wandb_offline_unless_key
 
 log = logging.getLogger("poslab")
 
@@ -97,7 +97,7 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
     finished = finished_earlier(cfg)
     if finished is not None:
         return finished
-    cfg = extended_config(cfg)  # a context extension: the config its parent makes (poslab/extension.py)
+    cfg = extended_config(cfg)  # a context extension: the config its parent makes (poslab/running/extension.py)
     cfg = smoke_config(cfg)  # debug=fast: the evaluation cut to a smoke test's
     check_config(cfg)
     quiet_third_party_noise()

@@ -25,7 +25,7 @@ parent's schedule (cosine or constant) over ``trainer.max_steps``, which null ma
 **Evaluation.** ``task.eval_lengths`` becomes ``extension.eval_multiples`` x ``L`` (1x to 16x the *parent's*
 context), so the fine-tuned model is measured where its parent was; lengths below its own context (``L``, ``2L``)
 are allowed because ``task.extended_from`` records ``L``, which the language-model checks take as the shortest
-length (``poslab.settings.shortest_eval_length``).
+length (``poslab.config.settings.shortest_eval_length``).
 The same rule applied at test time only is the parent's ``test_<rule>`` variant, measured on the parent's
 weights: ``results.json`` names the parent (path, name, hashes of its config and ``model.pt``), the rule, and
 copies the parent's figures beside a pointer to that variant (``test_time_comparison``).
@@ -51,10 +51,7 @@ from typing import Any, Literal
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from poslab.errors import ConfigError
-from poslab.runs.files import CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE
-from poslab.runs.results import data_hash
-from poslab.settings import (
+from poslab.config.settings import (
     Fraction,
     ModelSettings,
     PositiveFloat,
@@ -64,7 +61,10 @@ from poslab.settings import (
     schema_types,
     yaml_defaults,
 )
-from poslab.targets import flatten
+from poslab.config.targets import flatten
+from poslab.errors import ConfigError
+from poslab.runs.files import CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE
+from poslab.runs.results import data_hash
 
 log = logging.getLogger("poslab")
 

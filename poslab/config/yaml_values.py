@@ -1,6 +1,6 @@
-"""The YAML's values: the one home of every default (``poslab.settings``' docstring says why), read for a config
+"""The YAML's values: the one home of every default (``poslab.config.settings``' docstring says why), read for a config
 built by hand that leaves settings out (a test, a library user, an older run's record). A leaf: no poslab import,
-so that every light module (``poslab.settings``, ``poslab.passkey_settings``) may read them.
+so that every light module (``poslab.config.settings``, ``poslab.config.passkey_settings``) may read them.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
 @functools.cache

@@ -8,9 +8,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from poslab.builders import build_datamodule, build_module
 from poslab.errors import ConfigError
-from poslab.training import run
+from poslab.running.builders import build_datamodule, build_module
+from poslab.running.training import run
 from tests.conftest import CONF, compose_config, fit_quietly, run_train
 
 ENCODINGS = sorted(p.stem for p in (CONF / "encoding").glob("*.yaml"))
@@ -25,7 +25,7 @@ def test_the_hierarchical_controls_take_one_paragraph_per_generated_sequence(enc
 
 
 SCHEMES = sorted(p.stem for p in (CONF / "scheme").glob("*.yaml"))
-# context_extension continues a trained parent run: tests/test_context_extension.py runs it from one
+# context_extension continues a trained parent run: tests/running/test_context_extension.py runs it from one
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem != "context_extension")
 FAST = ["debug=small", "trainer.max_steps=3", "~logger", "~callbacks"]
 

@@ -2,13 +2,13 @@
 Hydra instantiates them for every command, even one that fails to compose: light at import (no torch), and each
 imports what it calls when it is called.
 
-* ``Resolvers`` registers the resolvers (``poslab.resolvers``) before Hydra names the run directory, in a
+* ``Resolvers`` registers the resolvers (``poslab.running.resolvers``) before Hydra names the run directory, in a
   launcher's own process too (train.py registers them at import; a launcher's job process may not import it).
 * ``RunGuard`` runs poslab's config checks before Hydra creates the run directory. Hydra makes the run
   directory, writes ``.hydra/`` and opens ``train.log`` before poslab runs; so a bad ``name``
   (``name=../../../x``), a directory that already holds a run, or a resume with other model settings would
   otherwise leave a directory outside the runs directory, or rewrite a finished run's ``.hydra/config.yaml``.
-  Each check is also made again by ``poslab.training.run`` (``check_config``), so a config composed without
+  Each check is also made again by ``poslab.running.training.run`` (``check_config``), so a config composed without
   Hydra is checked the same way. It then takes the run directory's lock (``poslab.runs.guard``).
 * ``MultirunSummary`` names a multirun's sweep directory first and sums up its jobs at the end.
 """
@@ -31,7 +31,7 @@ class Resolvers(Callback):
     """Registers the resolvers when Hydra builds its callbacks, before it resolves the run directory's name."""
 
     def __init__(self) -> None:
-        from poslab.resolvers import register_resolvers
+        from poslab.running.resolvers import register_resolvers
 
         register_resolvers()
 
@@ -52,9 +52,9 @@ class RunGuard(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         from hydra.core.hydra_config import HydraConfig
 
-        from poslab.checks import check_config
-        from poslab.config import smoke_config
-        from poslab.extension import extended_config
+        from poslab.running.checks import check_config
+        from poslab.running.compose import smoke_config
+        from poslab.running.extension import extended_config
 
         try:
             HydraConfig.instance().set_config(config)  # ${hydra:...} resolves, as Hydra's run_job sets it next
@@ -81,7 +81,7 @@ class RunGuard(Callback):
         release_all()
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from poslab.config import check_name, check_sweep_directory
+        from poslab.running.compose import check_name, check_sweep_directory
 
         try:
             name = config.get("name")

@@ -30,6 +30,33 @@ ALLOWED_TARGET_PREFIXES = (
     "lightning.pytorch.callbacks.",
     "lightning.pytorch.Trainer",  # recorded in every config (``trainer``); analyses never build it
 )
+#: modules that moved when poslab/ was regrouped into layers (2026-12): a run written before names the old path,
+#: read back as the new one (building it, resuming it and comparing it with a new run's config alike)
+MOVED_MODULES = {
+    f"poslab.{old}.": f"poslab.running.{old}."
+    for old in ("callbacks", "loggers", "hydra_callbacks", "training", "builders", "extension", "checks")
+}
+
+
+def current_target(target: Any) -> Any:
+    """``target`` with a module moved since it was written (``MOVED_MODULES``) named where it is now."""
+    if isinstance(target, str):
+        for old, new in MOVED_MODULES.items():
+            if target.startswith(old):
+                return new + target[len(old) :]
+    return target
+
+
+def renamed_targets(config: Any) -> Any:
+    """A plain copy of ``config`` with every ``_target_`` through ``current_target``."""
+    config = _plain(config)
+    if isinstance(config, dict):
+        return {k: current_target(v) if k == "_target_" else renamed_targets(v) for k, v in config.items()}
+    if isinstance(config, (list, tuple)):
+        return [renamed_targets(v) for v in config]
+    return config
+
+
 #: what may be built at each place of a run's config
 DATAMODULE_PREFIXES = ("poslab.",)
 MODULE_PREFIXES = ("poslab.",)
@@ -143,5 +170,5 @@ def flatten(config: Any, prefix: str = "") -> dict[str, Any]:
         if isinstance(value, dict) and value:
             flat.update(flatten(value, path))
         else:
-            flat[path] = value
+            flat[path] = current_target(value) if key == "_target_" else value
     return flat

@@ -2,18 +2,19 @@
 
 A config is checked in four stages, each finding what the next would otherwise trip over:
 
-1. **settings**: every setting against its declared type and bounds (``poslab.settings.check_settings``);
-2. **combinations**: the groups together (a task with a corpus, devices, precision, batches: ``poslab.config``)
+1. **settings**: every setting against its declared type and bounds (``poslab.config.settings.check_settings``);
+2. **combinations**: the groups together (a task with a corpus, devices, precision, batches: ``poslab.running.compose``)
    and the evaluation settings against the training length;
 3. **encodings**: the encoding's own ``validate`` against the model and the task, and a synthetic task's own
    settings (the only stage that imports torch);
 4. **run directory**: where the job writes.
 
 ``check_configs`` runs the stages one at a time over a command's jobs, so a typo in any job of a multirun is
-found before torch loads. Before Hydra runs (``poslab.precheck``, train.py's pre-check) a run's directory is not
+found before torch loads. Before Hydra runs (``poslab.running.precheck``, train.py's pre-check) a run's directory is not
 named yet: its stage 4 is the directories the command will write and the sources it reads. ``check_config`` is
 the same four stages for one job with its run directory known: whether it already holds a run, and a resume's
-checkpoint. Hydra's ``RunGuard`` calls it before Hydra makes the directory, and ``poslab.training.run`` again, so
+checkpoint. Hydra's ``RunGuard`` calls it before Hydra makes the directory, and ``poslab.running.training.run`` again,
+so
 a config composed without Hydra (tests, notebooks) is checked the same way.
 """
 
@@ -24,11 +25,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from poslab.config import check_combinations, check_resume, check_run_directory, optional_encoding_settings
-from poslab.errors import ConfigError
-from poslab.runs.files import AUTO
-from poslab.runs.results import finished_results
-from poslab.settings import (
+from poslab.config.settings import (
     SYNTHETIC_TASKS,
     check_lm_evaluation,
     check_settings,
@@ -37,6 +34,10 @@ from poslab.settings import (
     readable,
     train_length,
 )
+from poslab.errors import ConfigError
+from poslab.running.compose import check_combinations, check_resume, check_run_directory, optional_encoding_settings
+from poslab.runs.files import AUTO
+from poslab.runs.results import finished_results
 
 
 def check_configs(
@@ -103,12 +104,12 @@ def check_run_directory_of(cfg: DictConfig) -> None:
 
 
 def check_eval_lengths(cfg: DictConfig) -> None:
-    """A language model's evaluation settings (``poslab.settings.check_lm_evaluation``), and a synthetic task's
+    """A language model's evaluation settings (``poslab.config.settings.check_lm_evaluation``), and a synthetic task's
     evaluation lengths: at least one, and none below the training length (``train_length``,
     the longest trained on). No length would train a run that measures nothing; one below would give the reports
     no position past the training length (the grid's ``past`` column, the zoo's 1x to 8x). Lengths at or past the
     training length need not be multiples of it (the zoo reads the multiples, the grid every length)."""
-    from poslab.passkey_settings import check_passkey_settings
+    from poslab.config.passkey_settings import check_passkey_settings
 
     task = cfg.get("task")
     if isinstance(task, DictConfig) and task.get("name") == "lm":

@@ -1,4 +1,4 @@
-"""The checks run from one entry point (``poslab.checks``) in one fixed order: typed settings, combinations,
+"""The checks run from one entry point (``poslab.running.checks``) in one fixed order: typed settings, combinations,
 encodings, run directory. A config wrong in two stages is refused for the earlier stage's fault, and a multirun's
 jobs go through the stages one stage at a time (a typo in any job is found before an encoding is built)."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from poslab.checks import STAGES, check_config, check_configs, check_run_directory_of
-from poslab.config import compose_config
 from poslab.errors import ConfigError
+from poslab.running.checks import STAGES, check_config, check_configs, check_run_directory_of
+from poslab.running.compose import compose_config
 
 #: one fault per stage, each on its own refused with a message naming it
 FAULTS = {

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from poslab.runtime import cpu_model
+from poslab.running.runtime import cpu_model
 
 
 def test_cpu_model_reads_the_first_model_name(tmp_path: Path):
@@ -19,7 +19,7 @@ def test_the_environment_records_the_host_and_torch():
     """results.json's ``environment``: the CPU model (a report says when a table mixes them) and torch's version."""
     import torch
 
-    from poslab.runtime import environment
+    from poslab.running.runtime import environment
 
     found = environment()
     assert found["torch"] == torch.__version__ and found["cpu"] and found["cpu"] != "unknown"

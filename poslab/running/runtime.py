@@ -69,13 +69,3 @@ def environment() -> dict[str, object]:
         "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(),
     }
-
-
-def duration_text(seconds: float) -> str:
-    """``42 s``, ``3 min 20 s``, ``2 h 05 min``: a duration as a person reads it."""
-    seconds = max(0, round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"

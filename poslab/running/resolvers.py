@@ -1,5 +1,6 @@
 """The OmegaConf resolvers the configs name, registered in one place (idempotent), before Hydra composes a config:
-by train.py at import, by ``poslab.config.compose_config``, and by the ``Resolvers`` Hydra callback in a launcher's
+by train.py at import, by ``poslab.running.compose.compose_config``, and by the ``Resolvers`` Hydra callback in a
+launcher's
 own process. Light: the functions they call are imported here, none of them loads torch."""
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from omegaconf import OmegaConf
 
 def resolvers() -> dict[str, Callable[..., Any]]:
     """Each resolver's name and function, with the config that uses it."""
+    from poslab.config.settings import expand_path
     from poslab.datamodules.corpora import local_corpus_name, local_pattern
-    from poslab.extension import parent_name
+    from poslab.running.extension import parent_name
     from poslab.runs.folders import job_folder
     from poslab.runs.launching import parallel_jobs
-    from poslab.settings import expand_path
 
     return {
         "poslab_jobs": lambda devices=1: parallel_jobs(devices),  # local_parallel's n_jobs (conf/hydra/launcher)

@@ -13,11 +13,8 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
 
-from poslab.errors import ConfigError
-from poslab.overrides import expanded_overrides
-from poslab.runs.files import CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE, directories_holding
-from poslab.runs.results import finished_results
-from poslab.settings import (
+from poslab.config.overrides import expanded_overrides
+from poslab.config.settings import (
     CONF_DIR,
     SYNTHETIC_TASKS,
     check_precision,
@@ -25,17 +22,21 @@ from poslab.settings import (
     expand_path_settings,
     task_defaults,
 )
+from poslab.errors import ConfigError
+from poslab.runs.files import CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE, directories_holding
+from poslab.runs.results import finished_results
 
 
 def compose_config(overrides: list[str], output_dir: str | Path | None = None, hydra_node: bool = False) -> DictConfig:
     """The config ``train.py`` would run with ``overrides`` (for tests, benchmarks, notebooks and train.py's own
     check), its outputs (run directory and logs) redirected to ``output_dir`` when given; ``hydra_node``: with
     Hydra's own settings (``hydra.sweeper.params``, ...). With ``output_dir`` (a config to run), a context
-    extension comes as its parent makes it (``poslab.extension``: only here are its overrides known outside Hydra)."""
+    extension comes as its parent makes it (``poslab.running.extension``: only here are its overrides known outside
+    Hydra)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from poslab.resolvers import register_resolvers
+    from poslab.running.resolvers import register_resolvers
 
     register_resolvers()
     GlobalHydra.instance().clear()
@@ -46,7 +47,7 @@ def compose_config(overrides: list[str], output_dir: str | Path | None = None, h
         with open_dict(cfg):
             cfg.paths.output_dir = str(output_dir)
             cfg.paths.log_dir = str(output_dir)
-        from poslab.extension import extended_config
+        from poslab.running.extension import extended_config
 
         cfg = smoke_config(extended_config(cfg, overrides))
     return cfg

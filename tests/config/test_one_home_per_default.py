@@ -1,8 +1,9 @@
 """One home per default (issue 26): every setting's default lives in the YAML under ``conf/``, and only there.
 
-The schema dataclasses in ``poslab/settings.py`` give types and bounds, never a value; every field of a schema has
+The schema dataclasses in ``poslab/config/settings.py`` give types and bounds, never a value; every field of a schema
+has
 its value in the YAML; the code reads a composed config directly, and a config built by hand takes what it leaves
-out from the YAML (``poslab.settings.yaml_defaults`` and its kin), never from a literal of its own.
+out from the YAML (``poslab.config.settings.yaml_defaults`` and its kin), never from a literal of its own.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from poslab import settings
-from poslab.config import compose_config
-from poslab.settings import (
+from poslab.config import settings
+from poslab.config.settings import (
     CONF_DIR,
     SECTIONS,
     TASK_SCHEMAS,
@@ -32,15 +32,16 @@ from poslab.settings import (
     default_option,
     schema_types,
 )
+from poslab.running.compose import compose_config
 
-POSLAB = Path(settings.__file__).resolve().parent
+POSLAB = Path(settings.__file__).resolve().parents[1]
 
 #: ``.get("<setting>", <literal>)`` calls allowed, each with its reason: they read a record an older version wrote
 #: (a fallback there says what that version did), not a composed config
 ALLOWED_GETS = {
     ("datamodules/corpora/cache.py", "tokenizer"): "a prepared cache's meta.json; one from before bpe has no tokenizer",
-    ("extension.py", "scaling"): "a parent run's recorded encoding; one from before the scaling rules had none",
-    ("extension.py", "inner"): "a parent run's recorded encoding; one without inner is a rotary encoding",
+    ("running/extension.py", "scaling"): "a parent run's recorded encoding; one from before the scaling rules had none",
+    ("running/extension.py", "inner"): "a parent run's recorded encoding; one without inner is a rotary encoding",
 }
 #: folders whose code reads older runs' results.json and configs (a fallback there is what an older version did)
 OLDER_RUNS = ("analysis",)
@@ -139,8 +140,8 @@ def test_a_partial_optimizer_config_takes_adamw_yaml():
 
 
 def test_a_task_data_and_passkey_made_in_python_take_their_yamls():
+    from poslab.config.passkey_settings import check_passkey_settings
     from poslab.datamodules.synthetic import make_task
-    from poslab.passkey_settings import check_passkey_settings
 
     flip_flop = yaml("task", "flip_flop")
     made = make_task("flip_flop", 6)
@@ -163,7 +164,7 @@ def test_a_task_data_and_passkey_made_in_python_take_their_yamls():
 
 
 def test_a_corpus_built_by_hand_takes_the_local_corpus_yaml():
-    from poslab.settings import corpus_setting, with_corpus_defaults
+    from poslab.config.settings import corpus_setting, with_corpus_defaults
 
     local = yaml("corpus", "local")["corpus"]
     filled = with_corpus_defaults({"name": "mine", "groups": {}})
@@ -214,7 +215,8 @@ def test_no_code_restates_a_setting_default_with_a_literal_fallback():
                 used.add((relative, key))
             else:
                 found.append(f"poslab/{relative}:{line} .get({key!r}, <literal>)")
-    assert found == [], "read the composed config directly, or merge over the YAML (poslab.settings): " + str(found)
+    hint = "read the composed config directly, or merge over the YAML (poslab.config.settings): "
+    assert found == [], hint + str(found)
     assert used == set(ALLOWED_GETS), f"allowed but no longer there: {set(ALLOWED_GETS) - used}"
 
 
@@ -249,9 +251,9 @@ RULE_KEYS = ("beta_fast", "beta_slow", "low_freq_factor", "high_freq_factor")
 
 
 def test_rope_uses_the_rule_settings_the_yaml_gives_read_both_ways():
+    from poslab.config.settings import encoding_defaults
     from poslab.encodings import ModelShape, build_encoding
     from poslab.encodings.rope_scaling import RULE_SETTINGS, rule_defaults, scaled_frequencies
-    from poslab.settings import encoding_defaults
 
     shared = OmegaConf.load(CONF_DIR / "encoding" / "shared" / "rotary.yaml")  # the file, read here
     written = {key: float(shared[key]) for key in RULE_KEYS}

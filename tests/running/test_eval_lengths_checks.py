@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from poslab.checks import check_eval_lengths
-from poslab.config import compose_config
-from poslab.precheck import check_command_line
+from poslab.running.checks import check_eval_lengths
+from poslab.running.compose import compose_config
+from poslab.running.precheck import check_command_line
 from tests.conftest import run_train
 
 FAST = ["debug=small", "~logger", "threads=1", "trainer.max_steps=2"]
@@ -82,5 +82,5 @@ def test_the_extrapolation_grid_passes_the_whole_check(capsys):
 
 
 def test_the_checks_doc_says_what_is_refused():
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "checks.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "checks.md").read_text()
     assert "`task.eval_lengths`" in doc and "below the training length" in doc

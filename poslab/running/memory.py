@@ -1,5 +1,5 @@
 """Will a run fit in memory? An estimate made before anything is allocated (one of ``train.py``'s up-front checks,
-``poslab.precheck``), against the memory this machine has free: a size that cannot run is refused with the
+``poslab.running.precheck``), against the memory this machine has free: a size that cannot run is refused with the
 estimate in the message, instead of sitting at step 0 for minutes and then failing (or swapping).
 
 What the estimate counts, per process (4 bytes a value; the saved activations 2 under mixed precision):
@@ -41,8 +41,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from poslab.config import world_size
 from poslab.errors import ConfigError
+from poslab.running.compose import world_size
 
 VALUE = 4  # bytes of an fp32 value
 ADAMW = 4  # values a trained parameter holds: the weight, its gradient, AdamW's two moments
@@ -167,7 +167,7 @@ def lengths(cfg: DictConfig) -> tuple[int, list[int], str]:
     """(the training length, the evaluation lengths, the setting that gives the training length)."""
     task = cfg.task
     if "context_length" in task:  # a language model: its evaluation lengths (null: 1x to 16x its context)
-        from poslab.settings import lm_eval_lengths
+        from poslab.config.settings import lm_eval_lengths
 
         return int(task.context_length), lm_eval_lengths(task), "task.context_length"
     return int(task.train_length), [int(n) for n in task.eval_lengths or []], "task.train_length"
@@ -238,7 +238,7 @@ def evaluation_estimate(cfg: DictConfig, parameters: int) -> Estimate:
 
 def estimates(cfg: DictConfig) -> list[Estimate]:
     """The memory a training step and the evaluation at the longest length need at least (the module docstring)."""
-    from poslab.settings import max_length, train_length
+    from poslab.config.settings import max_length, train_length
 
     task = OmegaConf.to_container(cfg.task, resolve=True)
     assert isinstance(task, dict)

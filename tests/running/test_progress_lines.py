@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from poslab.callbacks import StepProgressBar, duration_text
+from poslab.running.callbacks import StepProgressBar, duration_text
 from tests.conftest import run_train
 
 
@@ -19,7 +19,7 @@ def test_durations_read_as_a_person_reads_them():
 def test_with_the_bar_off_a_line_says_the_step_the_rate_and_the_time_left(caplog, monkeypatch):
     bar = StepProgressBar(refresh_rate=0, log_every_seconds=60)
     clock = iter([1000.0, 1030.0, 1100.0])  # start, too soon for a line, then 100 s after the start
-    monkeypatch.setattr("poslab.callbacks.time.monotonic", lambda: next(clock))
+    monkeypatch.setattr("poslab.running.callbacks.time.monotonic", lambda: next(clock))
     bar.logged_at = (next(clock), 0)
     trainer = SimpleNamespace(global_step=100, max_steps=400)
     with caplog.at_level(logging.INFO, logger="poslab"):
