@@ -144,6 +144,20 @@ def fit_quietly(module, datamodule, steps: int, callbacks: list | None = None, *
     return trainer
 
 
+WORDS = ["the", "a", "position", "encoding", "rotary", "model", "context", "length", "token", "attention"]
+
+
+def write_word_documents(folder: Path, paragraphs: int, words: int, name: str = "doc{i:02d}.txt") -> Path:
+    """40 text files in ``folder`` of seeded words from ``WORDS``: ``paragraphs`` of ``words`` each, a full stop
+    ending each, blank lines between them."""
+    draw = random.Random(0)
+    folder.mkdir()
+    for i in range(40):
+        text = "\n\n".join(" ".join(draw.choice(WORDS) for _ in range(words)) + "." for _ in range(paragraphs))
+        (folder / name.format(i=i)).write_text(text + "\n")
+    return folder
+
+
 def local_corpus(name: str, groups: dict[str, tuple[float, str]], validation_fraction: float = 0.25) -> dict:
     """A corpus config of local files: group -> (its weight, the glob of its files under the data directory)."""
     return {

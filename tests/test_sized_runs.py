@@ -4,7 +4,6 @@ console line stays short, and ``debug=fast`` cuts the evaluation of any task and
 from __future__ import annotations
 
 import logging
-import random
 import re
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 
 from poslab.running.checks import COMMON_STAGES
 from poslab.running.training import MESSAGE_WIDTH, figures_table, format_figures, run
-from tests.conftest import CONF, compose_config
+from tests.conftest import CONF, compose_config, write_word_documents
 
 #: Hydra's console prefix, ``[2026-12-04 15:20:24,758][poslab][INFO] - ``: what a message's first line follows
 PREFIX = len("[2026-12-04 15:20:24,758][poslab][WARNING] - ")
@@ -25,13 +24,7 @@ REFUSED: dict[str, str] = {}  # recipes refused with debug=fast, and why (none: 
 
 def write_corpus(root: Path) -> Path:
     """40 documents of seeded words: about 40 KB, a quarter held out."""
-    draw = random.Random(0)
-    words = ["the", "a", "position", "encoding", "rotary", "model", "context", "length", "token", "attention"]
-    folder = root / "corpus"
-    folder.mkdir()
-    for i in range(40):
-        (folder / f"doc{i:02d}.txt").write_text(" ".join(draw.choice(words) for _ in range(160)) + ".\n")
-    return folder
+    return write_word_documents(root / "corpus", paragraphs=1, words=160)
 
 
 def tiny_lm(root: Path, *overrides: str) -> list[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 import shutil
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import torch
 
 from poslab.config.settings import shortest_eval_length
 from poslab.running.extension import extended_config
-from tests.conftest import compose_config, run_train
+from tests.conftest import compose_config, run_train, write_word_documents
 
 #: a parent small enough for a few CPU seconds: the where_am_i model on 16-byte windows
 SMALL = [
@@ -37,14 +36,7 @@ PARENTS["learned"] = ["encoding=learned", "trainer.max_steps=2", "task.eval_leng
 
 def write_corpus(root: Path) -> Path:
     """40 small text files of seeded random words: 23k training and 10k held-out bytes."""
-    draw = random.Random(0)
-    words = ["the", "a", "position", "encoding", "rotary", "model", "context", "length", "token", "attention"]
-    folder = root / "notes"
-    folder.mkdir()
-    for i in range(40):
-        paragraphs = [" ".join(draw.choice(words) for _ in range(40)) + "." for _ in range(3)]
-        (folder / f"doc{i}.txt").write_text("\n\n".join(paragraphs) + "\n")
-    return folder
+    return write_word_documents(root / "notes", paragraphs=3, words=40, name="doc{i}.txt")
 
 
 def local(root: Path) -> list[str]:
