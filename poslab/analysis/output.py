@@ -164,10 +164,10 @@ def short_run_warning(steps: dict[str, tuple[int | None, int | None]]) -> str | 
 def training_steps(run_dir: str | Path, result: dict[str, Any] | None = None) -> tuple[int | None, int | None]:
     """(steps the run trained, its recipe's ``trainer.max_steps``), either None when unknown.
 
-    The recipe is the run's config composed again from its own overrides (``.hydra/overrides.yaml``) without
-    the ones that set ``trainer.max_steps``: a run of ``experiment=hrope_axial_cpu trainer.max_steps=50`` has
-    the experiment's 480 as its recipe. A run made without Hydra's files (a config composed in Python) has its
-    own ``trainer.max_steps``."""
+    Where one of the run's own overrides (``.hydra/overrides.yaml``) set ``trainer.max_steps``, the recipe is the
+    config composed again from them without it: a run of ``experiment=hrope_axial_cpu trainer.max_steps=50`` has
+    the experiment's 480 as its recipe. Otherwise (a sweep's runs, a run made without Hydra's files) it is the
+    run's own ``trainer.max_steps``, with nothing composed."""
     run_dir = Path(run_dir)
     if result is None:
         path = run_dir / RESULTS_FILE
@@ -175,7 +175,10 @@ def training_steps(run_dir: str | Path, result: dict[str, Any] | None = None) ->
     done = result.get("steps")
     own = ((result.get("config") or {}).get("trainer") or {}).get("max_steps")
     overrides = run_overrides(run_dir)
-    recipe = own if overrides is None else recipe_steps(tuple(o for o in overrides if not _ignored(o)))
+    if overrides is None or not any(_sets_steps(o) for o in overrides):
+        recipe = own  # nothing changed the recipe's steps: composing again (0.5 s a recipe) would give the same
+    else:
+        recipe = recipe_steps(tuple(o for o in overrides if not _ignored(o)))
     return (None if done is None else int(done)), (None if recipe is None else int(recipe))
 
 
@@ -193,6 +196,10 @@ def recipe_steps(overrides: tuple[str, ...]) -> int | None:
     except (HydraException, OmegaConfBaseException):  # the configs changed since: the recipe is unknown
         return None
     return None if steps is None else int(steps)
+
+
+def _sets_steps(override: str) -> bool:
+    return override.lstrip("+~").split("=")[0] == "trainer.max_steps"
 
 
 def _ignored(override: str) -> bool:
