@@ -157,6 +157,15 @@ def _add_reports(reports: argparse._SubParsersAction) -> None:
         reports, "length", "language models by evaluation length: bits per byte, loss by position, passkey, ranked"
     )
     length.add_argument("directories", nargs="*", metavar="DIR", help="run or multirun directories of task=lm runs")
+    length.add_argument(
+        "--claim",
+        action="append",
+        default=[],
+        metavar="A<B",
+        help="check that A's bits/byte is lower than B's (A>B: higher) at every multiple both have: the paired "
+        "difference with its interval over seeds and test documents, and its verdict (docs/verdicts.md); A and B "
+        "as the rows are named (rope), or encoding/way (rope/test_yarn); repeatable",
+    )
     _add_from(length, "length.json")
     _add_output_dir(length, "the first directory's analysis/length, or beside SUMMARY")
 
@@ -263,8 +272,10 @@ def analysis_of(args: argparse.Namespace):
     if args.command == "report" and args.report == "length":
         from poslab.analysis.length_report import report_length, rerender_length
 
-        return _report_or_rerender(args, args.directories, lambda: report_length(args.directories), rerender_length,
-                                   runs)  # fmt: skip
+        if args.claim and args.from_summary is not None:
+            raise UsageError("poslab report length: --claim needs the runs (DIR...); a SUMMARY keeps its own claims.")
+        report = lambda: report_length(args.directories, args.claim)  # noqa: E731
+        return _report_or_rerender(args, args.directories, report, rerender_length, runs)
     if args.command == "report" and args.report == "losses":
         from poslab.analysis.losses_report import report_losses, rerender_losses
 

@@ -167,6 +167,28 @@ def extension_table(corpus: str, summary: dict[str, Any]) -> str:
     return "\n".join([title, "", markdown_table(["rule", "run", *multiples], table)])
 
 
+def claims_table(corpus: str, summary: dict[str, Any]) -> str:
+    """Each ``--claim``: A - B bits/byte at every multiple both have, its paired interval and its verdict."""
+    claims = summary.get("claims") or []
+    if not claims:
+        return ""
+    table = []
+    for claim in claims:
+        if claim["missing"]:
+            table.append([claim["claim"], "", "no runs of " + ", ".join(claim["missing"]), "", "", "not testable"])
+        for multiple, cell in claim["by_multiple"].items():
+            documents = "" if cell["documents"] is None else f"{cell['documents']:,}"
+            difference = Interval.from_dict(cell).cell()
+            table.append([claim["claim"], multiple, difference, str(cell["n"]), documents, cell["verdict"]])
+    title = f"### {corpus}: claims (A - B bits/byte, paired; verdicts as docs/verdicts.md)"
+    header = ["claim", "multiple", "A - B [95%]", "seeds", "documents", "verdict"]
+    note = (
+        "Paired on the seeds both have and, where the runs recorded their test documents, on those documents "
+        "(a crossed interval); one seed has no interval, so its verdict is not testable."
+    )
+    return "\n".join([title, "", markdown_table(header, table), "", note])
+
+
 def cost_table(corpus: str, summary: dict[str, Any]) -> str:
     """Seconds of training and of the evaluation after it per encoding, and the evaluation's share of the run."""
     costs = summary.get("cost") or {}
@@ -188,7 +210,8 @@ def length_markdown(summary: dict[str, Any]) -> str:
         parts += [bpb_table(corpus, part, ranked)]
         parts += [table for table in (documents_table(corpus, part),) if table]
         parts += [ratio_table(corpus, part)]
-        tables = [extension_table(corpus, part), passkey_table(corpus, part), cost_table(corpus, part)]
+        tables = [extension_table(corpus, part), claims_table(corpus, part), passkey_table(corpus, part)]
+        tables.append(cost_table(corpus, part))
         parts += [table for table in tables if table]
     notes = summary.get("notes") or []
     return "\n\n".join(parts + (["\n".join(notes)] if notes else []))

@@ -5,10 +5,12 @@ renders the same files again from the summary alone (no runs, no model), beside 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from poslab.analysis.length import length_summary, load_length_runs
+from poslab.analysis.length_claims import claim_summary, parse_claim
 from poslab.analysis.length_render import length_csv, length_markdown, plot_bpb, plot_positions, safe_name
 from poslab.analysis.output import AnalysisResult, read_summary
 from poslab.analysis.passkey_render import plot_passkey
@@ -29,10 +31,17 @@ def render_length(summary: dict[str, Any], directory: Path) -> AnalysisResult:
     return result
 
 
-def report_length(directories: list[str | Path]) -> AnalysisResult:
+def report_length(directories: list[str | Path], claims: Sequence[str] = ()) -> AnalysisResult:
+    """The report of the runs under ``directories``, with each of ``claims`` (``A<B``, ``length_claims``) checked
+    on every corpus."""
+    for claim in claims:  # a malformed claim stops before any run is read
+        parse_claim(claim)
     runs, notes = load_length_runs(directories)
     default = default_analysis_dir("length", list(directories), [r.path for r in runs])
-    return render_length(length_summary(runs, notes), default)
+    summary = length_summary(runs, notes)
+    for corpus, part in summary["corpora"].items():
+        part["claims"] = [claim_summary([r for r in runs if r.corpus == corpus], claim) for claim in claims]
+    return render_length(summary, default)
 
 
 def rerender_length(path: str | Path) -> AnalysisResult:

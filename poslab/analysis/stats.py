@@ -166,6 +166,21 @@ def paired_difference(a: Mapping[int, float], b: Mapping[int, float]) -> Interva
     return Interval.of(a[s] - b[s] for s in seeds)
 
 
+#: the verdicts of docs/verdicts.md, one set for every write-up
+VERDICTS = ("reproduced", "contradicted", "not resolved", "not testable")
+
+
+def direction_verdict(difference: Interval, claimed: int) -> str:
+    """The verdict (``VERDICTS``) on a claimed sign of a difference (``claimed``: -1, below 0; +1, above):
+    reproduced where the interval lies wholly on the claimed side of 0, contradicted where wholly on the other, not
+    resolved where it holds 0, not testable where there is no interval (one seed) or it has no width (degenerate)."""
+    if not difference.has_interval or difference.low == difference.high:
+        return "not testable"
+    if not difference.excludes(0.0):
+        return "not resolved"
+    return "reproduced" if (difference.mean > 0) == (claimed > 0) else "contradicted"
+
+
 def welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
     """Welch's t of mean(a) - mean(b), its Welch-Satterthwaite degrees of freedom and the 95% half-width.
 
