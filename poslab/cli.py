@@ -43,6 +43,18 @@ def _add_output_dir(parser: argparse.ArgumentParser, default: str) -> None:
     )
 
 
+def _add_claim(parser: argparse.ArgumentParser, figure: str, pairing: str, sides: str) -> None:
+    parser.add_argument(
+        "--claim",
+        action="append",
+        default=[],
+        metavar="A<B",
+        help=f"check that A's {figure} is lower than B's (A>B: higher) wherever both were scored: the paired "
+        f"difference with its interval {pairing}, and its verdict (docs/verdicts.md); A and B as the rows are "
+        f"named (rope), {sides}; repeatable",
+    )
+
+
 def _add_from(parser: argparse.ArgumentParser, summary: str, without: str = "the runs") -> None:
     parser.add_argument(
         "--from",
@@ -151,21 +163,14 @@ def _add_reports(reports: argparse._SubParsersAction) -> None:
         reports, "zoo", "the position zoo: every encoding on every synthetic task, ranked per task and overall"
     )
     zoo.add_argument("directory", metavar="DIR", help="the multirun directory of experiment=position_zoo")
+    _add_claim(zoo, "accuracy", "over seeds, per task", "A<B@figure for another figure (read_error_pct_ffl0.98)")
     _add_output_dir(zoo, "DIR/analysis/zoo")
 
     length = _parser(
         reports, "length", "language models by evaluation length: bits per byte, loss by position, passkey, ranked"
     )
     length.add_argument("directories", nargs="*", metavar="DIR", help="run or multirun directories of task=lm runs")
-    length.add_argument(
-        "--claim",
-        action="append",
-        default=[],
-        metavar="A<B",
-        help="check that A's bits/byte is lower than B's (A>B: higher) at every multiple both have: the paired "
-        "difference with its interval over seeds and test documents, and its verdict (docs/verdicts.md); A and B "
-        "as the rows are named (rope), or encoding/way (rope/test_yarn); repeatable",
-    )
+    _add_claim(length, "bits/byte", "over seeds and test documents", "or encoding/way (rope/test_yarn)")
     _add_from(length, "length.json")
     _add_output_dir(length, "the first directory's analysis/length, or beside SUMMARY")
 
@@ -268,7 +273,7 @@ def analysis_of(args: argparse.Namespace):
     if args.command == "report" and args.report == "zoo":
         from poslab.analysis.zoo_report import report_zoo
 
-        return report_zoo(args.directory)
+        return report_zoo(args.directory, args.claim)
     if args.command == "report" and args.report == "length":
         from poslab.analysis.length_report import report_length, rerender_length
 

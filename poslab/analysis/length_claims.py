@@ -14,11 +14,11 @@ model, or one test-time way of it: ``rope/test_yarn``, ``rope/chosen on selectio
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
 
+from poslab.analysis.claims import parse_claim
 from poslab.analysis.length import PLAIN, LengthRun, document_sums
 from poslab.analysis.stats import (
     Interval,
@@ -27,21 +27,6 @@ from poslab.analysis.stats import (
     linearised_ratio,
     paired_difference,
 )
-from poslab.errors import UsageError
-
-CLAIM = re.compile(r"^\s*([^<>]+?)\s*([<>])\s*([^<>]+?)\s*$")
-
-
-def parse_claim(text: str) -> tuple[str, str, int]:
-    """``"A<B"`` -> (A, B, -1): A's bits/byte lower, so A - B below 0; ``"A>B"`` -> (A, B, +1)."""
-    match = CLAIM.match(text)
-    if match is None:
-        raise UsageError(
-            f"--claim {text!r} is not a claim; write A<B (A's bits/byte lower than B's) or A>B, each side an "
-            "encoding as the report names its rows (rope, randomized_rope:2048), or encoding/way (rope/test_yarn)."
-        )
-    first, sign, second = match.groups()
-    return first, second, -1 if sign == "<" else 1
 
 
 def side(name: str) -> tuple[str, str]:
@@ -71,7 +56,8 @@ def difference_at(a: dict[int, LengthRun], b: dict[int, LengthRun], ways: tuple[
 
 def claim_summary(runs: list[LengthRun], text: str) -> dict[str, Any]:
     """One claim on one corpus's runs: its difference and verdict at every multiple both sides were scored at."""
-    first, second, claimed = parse_claim(text)
+    claim = parse_claim(text)  # report_length refuses an @figure before reading runs
+    first, second, claimed = claim.a, claim.b, claim.sign
     a, b = seed_runs(runs, first), seed_runs(runs, second)
     missing = [name for name, found in ((first, a), (second, b)) if not found]
     summary: dict[str, Any] = {"claim": text, "a": first, "b": second, "claimed_sign": claimed, "missing": missing}

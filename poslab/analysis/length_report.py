@@ -9,11 +9,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from poslab.analysis.claims import parse_claim
 from poslab.analysis.length import length_summary, load_length_runs
-from poslab.analysis.length_claims import claim_summary, parse_claim
+from poslab.analysis.length_claims import claim_summary
 from poslab.analysis.length_render import length_csv, length_markdown, plot_bpb, plot_positions, safe_name
 from poslab.analysis.output import AnalysisResult, read_summary
 from poslab.analysis.passkey_render import plot_passkey
+from poslab.errors import UsageError
 from poslab.runs.files import default_analysis_dir
 
 SUMMARY_FILE = "length.json"
@@ -35,7 +37,8 @@ def report_length(directories: list[str | Path], claims: Sequence[str] = ()) -> 
     """The report of the runs under ``directories``, with each of ``claims`` (``A<B``, ``length_claims``) checked
     on every corpus."""
     for claim in claims:  # a malformed claim stops before any run is read
-        parse_claim(claim)
+        if parse_claim(claim).figure is not None:
+            raise UsageError(f"--claim {claim!r}: report length checks bits/byte only; leave out the @figure.")
     runs, notes = load_length_runs(directories)
     default = default_analysis_dir("length", list(directories), [r.path for r in runs])
     summary = length_summary(runs, notes)

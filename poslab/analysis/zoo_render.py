@@ -8,6 +8,7 @@ from statistics import mean
 from typing import Any
 
 from poslab.analysis.plotting import constant_note, length_axis, plt
+from poslab.analysis.stats import Interval
 from poslab.analysis.tables import csv_text, markdown_table
 from poslab.analysis.zoo import Ranking, Row, ZooRun
 
@@ -136,6 +137,28 @@ def zoo_markdown(
     parts = [overall_table(ranking, sum(task not in ranking.excluded for task in tables))]
     parts += [task_table(task, rows, train_lengths[task], floors[task]) for task, rows in tables.items()]
     return "\n\n".join(parts + [table for table in [time_table(seconds, order)] if table])
+
+
+def claims_table(claims: list[dict[str, Any]]) -> str:
+    """Each ``--claim``: A - B per task and length, its paired interval over seeds and its verdict."""
+    if not claims:
+        return ""
+    table = []
+    for claim in claims:
+        if claim["missing"] or not claim["tasks"]:
+            why = "no runs of " + ", ".join(claim["missing"]) if claim["missing"] else "no task has both with it"
+            table.append([claim["claim"], claim["figure"], "", "", why, "", "not testable"])
+        for task, by_multiple in claim["tasks"].items():
+            for multiple, cell in by_multiple.items():
+                difference = Interval.from_dict(cell).cell()
+                table.append(
+                    [claim["claim"], claim["figure"], task, multiple, difference, str(cell["n"]), cell["verdict"]]
+                )
+    header = ["claim", "figure", "task", "multiple", "A - B [95%]", "seeds", "verdict"]
+    note = "Paired on the seeds both have (a task's runs of one seed see the same data); one seed: not testable."
+    return "\n".join(
+        ["### Claims (A - B, paired; verdicts as docs/verdicts.md)", "", markdown_table(header, table), "", note]
+    )
 
 
 def runs_csv(runs: list[ZooRun]) -> str:

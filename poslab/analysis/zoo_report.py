@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
+from poslab.analysis.claims import parse_claim
 from poslab.analysis.output import AnalysisResult, short_run_warning
 from poslab.analysis.zoo import (
     ZooRun,
@@ -16,12 +18,16 @@ from poslab.analysis.zoo import (
     training_seconds,
     zoo_summary,
 )
-from poslab.analysis.zoo_render import plot_accuracy, plot_heatmap, runs_csv, zoo_markdown
+from poslab.analysis.zoo_claims import claim_summary
+from poslab.analysis.zoo_render import claims_table, plot_accuracy, plot_heatmap, runs_csv, zoo_markdown
 from poslab.runs.files import ANALYSIS_DIR
 
 
-def report_zoo(directory: str | Path) -> AnalysisResult:
-    """The zoo's tables (the overall ranking, then one per task) and its files, for ``DIR/analysis/zoo/``."""
+def report_zoo(directory: str | Path, claims: Sequence[str] = ()) -> AnalysisResult:
+    """The zoo's tables (the overall ranking, then one per task, then each of ``claims``: ``zoo_claims``) and its
+    files, for ``DIR/analysis/zoo/``."""
+    for claim in claims:  # a malformed claim stops before any run is read
+        parse_claim(claim)
     runs, notes = load_zoo(directory)
     by_task: dict[str, list[ZooRun]] = defaultdict(list)
     for run in runs:
@@ -35,10 +41,14 @@ def report_zoo(directory: str | Path) -> AnalysisResult:
     seconds = training_seconds(runs)
     warning = short_run_warning({f"{r.task} {r.encoding} seed {r.seed}": r.steps for r in runs})
     notes = ([warning] if warning else []) + notes
-    text = zoo_markdown(tables, train_lengths, floors, ranking, seconds, order) + (
-        "\n\n" + "\n".join(notes) if notes else ""
-    )
+    checked = [claim_summary(runs, claim) for claim in claims]
+    text = "\n\n".join(
+        part
+        for part in (zoo_markdown(tables, train_lengths, floors, ranking, seconds, order), claims_table(checked))
+        if part
+    ) + ("\n\n" + "\n".join(notes) if notes else "")
     summary, default = zoo_summary(tables, floors, ranking, seconds), Path(directory) / ANALYSIS_DIR / "zoo"
+    summary["claims"] = checked
     result = AnalysisResult.with_tables("zoo", text, default, runs_csv(runs), summary, "zoo.json")
     result.add_figure("zoo_accuracy.png", plot_accuracy(tables, train_lengths, floors, order))
     result.add_figure("zoo_heatmap.png", plot_heatmap(tables, order))

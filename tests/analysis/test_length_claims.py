@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from poslab.analysis.claims import parse_claim
 from poslab.analysis.length import load_length_runs
-from poslab.analysis.length_claims import claim_summary, parse_claim
+from poslab.analysis.length_claims import claim_summary
 from poslab.analysis.length_report import report_length
 from poslab.analysis.stats import Interval, direction_verdict
 from poslab.cli import main
@@ -92,7 +93,10 @@ def test_a_missing_side_is_named_and_a_bad_claim_stops_before_any_run_is_read(tm
     assert missing["missing"] == ["nothing"] and missing["by_multiple"] == {}
     with pytest.raises(UsageError, match="is not a claim; write A<B"):
         report_length([tmp_path / "does-not-exist"], ["a<<b"])
-    assert parse_claim(" rope/test_yarn > alibi ") == ("rope/test_yarn", "alibi", 1)
+    claim = parse_claim(" rope/test_yarn > alibi ")
+    assert (claim.a, claim.b, claim.sign, claim.figure) == ("rope/test_yarn", "alibi", 1, None)
+    with pytest.raises(UsageError, match="bits/byte only"):
+        report_length([tmp_path], ["a<b@accuracy"])
 
 
 def test_the_report_shows_the_claims_and_refuses_them_with_a_summary(tmp_path, capsys):

@@ -1,0 +1,57 @@
+"""Claims about two encodings on the zoo's synthetic tasks: ``poslab report zoo DIR --claim "path>rope"`` says that
+path's accuracy is higher than rope's; ``--claim "path<rope@read_error_pct_ffl0.98"`` names another of the runs'
+figures (here flip-flop's read error on the sparse mix). At every task where both encodings ran and have that
+figure, and every length evaluated, the report gives the difference A - B paired on the seeds both have (the zoo's
+runs of one task and seed see the same data: ``stats.paired_difference``), its 95% interval and its verdict
+(``stats.direction_verdict``, docs/verdicts.md). The default figure is the accuracy the zoo ranks: over every
+position at the training length, past it beyond (``ZooRun.past``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from poslab.analysis.claims import parse_claim
+from poslab.analysis.stats import direction_verdict, paired_difference
+from poslab.analysis.zoo import ZooRun
+
+
+def figure_of(run: ZooRun, multiple: int, figure: str | None) -> float:
+    return run.past(multiple) if figure is None else run.figure(multiple, figure)
+
+
+def task_claim(runs: list[ZooRun], a: str, b: str, sign: int, figure: str | None) -> dict[str, Any]:
+    """One task: A - B at each multiple both have the figure at, over their shared seeds."""
+    sides = [{r.seed: r for r in runs if r.encoding == name} for name in (a, b)]
+    multiples = sorted(set.intersection(*(set(r.figures) for side in sides for r in side.values())))
+    by_multiple = {}
+    for multiple in multiples:
+        values = [{s: figure_of(r, multiple, figure) for s, r in side.items()} for side in sides]
+        if any(v != v for side in values for v in side.values()):
+            continue  # the figure is not recorded at this length
+        interval = paired_difference(*values)
+        by_multiple[f"{multiple}x"] = {**interval.as_dict(), "verdict": direction_verdict(interval, sign)}
+    return by_multiple
+
+
+def claim_summary(runs: list[ZooRun], text: str) -> dict[str, Any]:
+    """A claim on every task both sides ran (``missing``: the sides with no run at all)."""
+    claim = parse_claim(text)
+    by_task: dict[str, list[ZooRun]] = defaultdict(list)
+    for run in runs:
+        by_task[run.task].append(run)
+    encodings = {r.encoding for r in runs}
+    tasks = {}
+    for task, members in sorted(by_task.items()):
+        names = {r.encoding for r in members}
+        if claim.a in names and claim.b in names:
+            found = task_claim(members, claim.a, claim.b, claim.sign, claim.figure)
+            if found:
+                tasks[task] = found
+    return {
+        "claim": text,
+        "figure": claim.figure or "accuracy (past the training length beyond 1x)",
+        "missing": [name for name in (claim.a, claim.b) if name not in encodings],
+        "tasks": tasks,
+    }

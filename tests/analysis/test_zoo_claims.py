@@ -1,0 +1,63 @@
+"""``poslab report zoo --claim "A>B"``: the paired difference of two encodings' accuracy (or another figure,
+``@figure``) per task and length, its interval over seeds and the verdict of docs/verdicts.md, on planted runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from poslab.analysis.zoo_report import report_zoo
+from poslab.cli import main
+from poslab.errors import UsageError
+from tests.analysis.test_position_zoo import LENGTHS, plant_two_tasks, planted_run
+
+
+def claims_of(directory, *texts: str) -> dict[str, dict]:
+    summary = json.loads(report_zoo(directory, texts).files["zoo.json"])
+    return {claim["claim"]: claim for claim in summary["claims"]}
+
+
+def test_a_planted_order_is_reproduced_where_it_holds_and_contradicted_where_it_reverses(tmp_path):
+    plant_two_tasks(tmp_path)  # task a: good above flat past training; task b: flat above good
+    found = claims_of(tmp_path, "good>flat")["good>flat"]
+    assert set(found["tasks"]) == {"a", "b"} and found["missing"] == []
+    a, b = found["tasks"]["a"], found["tasks"]["b"]
+    assert a["1x"]["verdict"] == "not testable"  # both 1.0 in every seed: a degenerate interval
+    assert a["4x"]["mean"] == pytest.approx(0.2) and a["4x"]["n"] == 3
+    assert a["2x"]["verdict"] == "reproduced" and a["4x"]["verdict"] == a["8x"]["verdict"] == "not testable"
+    assert b["2x"]["mean"] == pytest.approx(-0.25) and b["2x"]["verdict"] == "not testable"  # equal in every seed
+
+
+def test_a_difference_with_seed_scatter_gets_its_verdict(tmp_path):
+    for seed, (high, low) in enumerate(((0.9, 0.5), (0.8, 0.55), (0.95, 0.4), (0.85, 0.6))):
+        planted_run(tmp_path, "copy", "path", seed, dict(zip(LENGTHS, (1.0, high, high, high))))
+        planted_run(tmp_path, "copy", "rope", seed, dict(zip(LENGTHS, (1.0, low, low + 0.5 * (seed % 2) - 0.2, 0.5))))
+    found = claims_of(tmp_path, "path>rope", "path<rope")
+    assert found["path>rope"]["tasks"]["copy"]["2x"]["verdict"] == "reproduced"
+    assert found["path<rope"]["tasks"]["copy"]["2x"]["verdict"] == "contradicted"
+    assert found["path>rope"]["tasks"]["copy"]["4x"]["verdict"] == "not resolved"  # rope's 4x swings across 0
+
+
+def test_a_claim_on_another_figure_reads_it_and_a_missing_side_is_named(tmp_path):
+    for seed in range(3):
+        for label, error in (("path", 0.5 + seed), ("rope", 20.0 + 3 * seed)):
+            planted_run(tmp_path, "flip_flop", label, seed, dict(zip(LENGTHS, (1.0, 0.9, 0.8, 0.7))))
+            path = tmp_path / f"flip_flop_{label}_{seed}" / "results.json"
+            result = json.loads(path.read_text())
+            for row in result["figures"].values():
+                row["read_error_pct_ffl0.98"] = error
+            path.write_text(json.dumps(result))
+    found = claims_of(tmp_path, "path<rope@read_error_pct_ffl0.98", "fope<rope")
+    cell = found["path<rope@read_error_pct_ffl0.98"]["tasks"]["flip_flop"]["2x"]
+    assert cell["mean"] == pytest.approx(-21.5) and cell["verdict"] == "reproduced"
+    assert found["fope<rope"]["missing"] == ["fope"] and found["fope<rope"]["tasks"] == {}
+    text = report_zoo(tmp_path, ["fope<rope"]).report
+    assert "| fope<rope | accuracy" in text and "no runs of fope" in text
+
+
+def test_a_bad_claim_stops_before_any_run_is_read(tmp_path, capsys):
+    with pytest.raises(UsageError, match="is not a claim"):
+        report_zoo(tmp_path / "nothing-here", ["path>>rope"])
+    assert main(["report", "zoo", str(tmp_path / "nothing-here"), "--claim", "path=rope"]) == 2
+    assert "is not a claim" in capsys.readouterr().err
