@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from poslab.analysis.claims import parse_claim
+from poslab.analysis.claims import parse_claim, resolve
 from poslab.analysis.length import PLAIN, LengthRun, document_sums
 from poslab.analysis.stats import (
     Interval,
@@ -37,7 +37,8 @@ def side(name: str) -> tuple[str, str]:
 
 def seed_runs(runs: list[LengthRun], name: str) -> dict[int, LengthRun]:
     encoding, way = side(name)
-    return {r.seed: r for r in runs if r.encoding == encoding and way in r.bpb}
+    row = resolve(encoding, {r.encoding for r in runs})
+    return {r.seed: r for r in runs if r.encoding == row and way in r.bpb}
 
 
 def difference_at(a: dict[int, LengthRun], b: dict[int, LengthRun], ways: tuple[str, str], multiple: int) -> dict:
@@ -60,7 +61,9 @@ def claim_summary(runs: list[LengthRun], text: str) -> dict[str, Any]:
     first, second, claimed = claim.a, claim.b, claim.sign
     a, b = seed_runs(runs, first), seed_runs(runs, second)
     missing = [name for name, found in ((first, a), (second, b)) if not found]
+    rows = [next(iter(found.values())).encoding if found else None for found in (a, b)]
     summary: dict[str, Any] = {"claim": text, "a": first, "b": second, "claimed_sign": claimed, "missing": missing}
+    summary["rows"] = rows  # the rows the sides name (a label with its settings where the claim gave the encoding)
     if missing:
         summary["by_multiple"] = {}
         return summary

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from poslab.analysis.claims import parse_claim
+from poslab.analysis.claims import parse_claim, resolve
 from poslab.analysis.stats import direction_verdict, paired_difference
 from poslab.analysis.zoo import ZooRun
 
@@ -42,16 +42,18 @@ def claim_summary(runs: list[ZooRun], text: str) -> dict[str, Any]:
     for run in runs:
         by_task[run.task].append(run)
     encodings = {r.encoding for r in runs}
+    a, b = resolve(claim.a, encodings), resolve(claim.b, encodings)
     tasks = {}
     for task, members in sorted(by_task.items()):
         names = {r.encoding for r in members}
-        if claim.a in names and claim.b in names:
-            found = task_claim(members, claim.a, claim.b, claim.sign, claim.figure)
+        if a in names and b in names:
+            found = task_claim(members, a, b, claim.sign, claim.figure)
             if found:
                 tasks[task] = found
     return {
         "claim": text,
+        "rows": [a, b],  # the rows the sides name (a label with its settings where the claim gave the encoding)
         "figure": claim.figure or "accuracy (past the training length beyond 1x)",
-        "missing": [name for name in (claim.a, claim.b) if name not in encodings],
+        "missing": [name for name, row in ((claim.a, a), (claim.b, b)) if row is None],
         "tasks": tasks,
     }

@@ -61,3 +61,12 @@ def test_a_bad_claim_stops_before_any_run_is_read(tmp_path, capsys):
         report_zoo(tmp_path / "nothing-here", ["path>>rope"])
     assert main(["report", "zoo", str(tmp_path / "nothing-here"), "--claim", "path=rope"]) == 2
     assert "is not a claim" in capsys.readouterr().err
+
+
+def test_a_side_may_name_the_encoding_of_a_label_with_settings_when_one_row_has_it():
+    from poslab.analysis.claims import resolve
+
+    rows = {"dape:kerple_log", "cope:33", "cope:65", "rope"}
+    assert resolve("dape", rows) == "dape:kerple_log" and resolve("rope", rows) == "rope"
+    assert resolve("cope", rows) is None  # two rows: which one is not guessed
+    assert resolve("cope:33", rows) == "cope:33" and resolve("fope", rows) is None
