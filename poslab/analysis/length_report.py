@@ -42,8 +42,9 @@ def report_length(directories: list[str | Path], claims: Sequence[str] = ()) -> 
     runs, notes = load_length_runs(directories)
     default = default_analysis_dir("length", list(directories), [r.path for r in runs])
     summary = length_summary(runs, notes)
-    for corpus, part in summary["corpora"].items():
-        part["claims"] = [claim_summary([r for r in runs if r.corpus == corpus], claim) for claim in claims]
+    for corpus, part in summary["corpora"].items():  # a report without claims writes the summary it always did
+        if claims:
+            part["claims"] = [claim_summary([r for r in runs if r.corpus == corpus], claim) for claim in claims]
     return render_length(summary, default)
 
 
