@@ -166,6 +166,12 @@ def _add_reports(reports: argparse._SubParsersAction) -> None:
     _add_claim(zoo, "accuracy", "over seeds, per task", "A<B@figure for another figure (read_error_pct_ffl0.98)")
     _add_output_dir(zoo, "DIR/analysis/zoo")
 
+    smallest = _parser(
+        reports, "smallest", "the smallest model (width or depth) that solves each diagnostic task, per encoding"
+    )
+    smallest.add_argument("directory", metavar="DIR", help="the multirun directory of experiment=diagnostic_tasks")
+    _add_output_dir(smallest, "DIR/analysis/smallest")
+
     length = _parser(
         reports, "length", "language models by evaluation length: bits per byte, loss by position, passkey, ranked"
     )
@@ -274,6 +280,10 @@ def analysis_of(args: argparse.Namespace):
         from poslab.analysis.zoo_report import report_zoo
 
         return report_zoo(args.directory, args.claim)
+    if args.command == "report" and args.report == "smallest":
+        from poslab.analysis.smallest import report_smallest
+
+        return report_smallest(args.directory)
     if args.command == "report" and args.report == "length":
         from poslab.analysis.length_report import report_length, rerender_length
 

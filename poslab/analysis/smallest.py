@@ -1,0 +1,105 @@
+"""The smallest model that solves a diagnostic task (issue 38, item 4; ``experiment=diagnostic_tasks``):
+``poslab report smallest DIR`` reads a multirun that swept one size setting (``model.d_model`` for MQAR, as
+Zoology's plots; ``model.n_layers`` for A5 state tracking, as the PaTH paper) and gives, per task, encoding, figure
+and evaluation length, the smallest size whose mean over seeds reaches the threshold, and each seed's own smallest
+(their spread is the reading's uncertainty: a threshold on a mean has no interval of its own).
+
+Figures and thresholds (docs/diagnostic_tasks.md): MQAR ``accuracy_pairs<P>`` >= 0.99 for every number of pairs P;
+state tracking ``sequence_accuracy`` >= 0.9; any other task its ``accuracy`` >= 0.99. Compute here, one summary
+JSON (``smallest.json``); ``smallest_markdown`` renders it alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+from poslab.analysis.extrapolation import is_grid_result
+from poslab.analysis.output import AnalysisResult
+from poslab.analysis.tables import csv_text, markdown_table
+from poslab.errors import MissingRunError
+from poslab.runs.files import ANALYSIS_DIR
+from poslab.runs.results import FinishedRun, collect_runs
+
+SIZES = ("d_model", "n_layers")  # the model settings a diagnostic sweep varies
+THRESHOLDS = {"sequence_accuracy": 0.9}  # every other figure: 0.99
+FIGURE = re.compile(r"^(accuracy_pairs\d+|sequence_accuracy)$")
+
+
+def figures_of(task: str, row: dict[str, Any]) -> list[str]:
+    """The figures a task's smallest model is read on: MQAR's per pair count, state tracking's whole sequences."""
+    chosen = sorted((key for key in row if FIGURE.match(key)), key=lambda k: (len(k), k))
+    return chosen or ["accuracy"]
+
+
+def cells(runs: list[FinishedRun]) -> dict[tuple, dict[int, dict[int, float]]]:
+    """(task, encoding, swept setting, figure, length) -> size -> seed -> value."""
+    found: dict[tuple, dict[int, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    swept = [s for s in SIZES if len({r.result["config"]["model"][s] for r in runs}) > 1]
+    if len(swept) != 1:
+        raise MissingRunError(
+            f"poslab report smallest needs runs that differ in exactly one of model.{', model.'.join(SIZES)}; these "
+            f"differ in {len(swept)} ({', '.join(swept) or 'none'}): fix the other on the command line of the sweep."
+        )
+    for run in runs:
+        result, size = run.result, int(run.result["config"]["model"][swept[0]])
+        for length, row in result["figures"].items():
+            if not length.isdigit():
+                continue
+            for figure in figures_of(result["task"], row):
+                key = (result["task"], result["label"], swept[0], figure, int(length))
+                found[key][size][int(result["seed"])] = float(row[figure])
+    return found
+
+
+def smallest(by_size: dict[int, dict[int, float]], threshold: float) -> tuple[int | None, dict[int, int | None]]:
+    """(the smallest size whose seed mean reaches ``threshold``, each seed's own smallest), None where none does."""
+    sizes = sorted(by_size)
+    solved = next((s for s in sizes if mean(by_size[s].values()) >= threshold), None)
+    seeds = sorted({seed for values in by_size.values() for seed in values})
+    own = {seed: next((s for s in sizes if by_size[s].get(seed, -1.0) >= threshold), None) for seed in seeds}
+    return solved, own
+
+
+def smallest_summary(directory: str | Path) -> dict[str, Any]:
+    found = collect_runs([Path(directory)], keep=is_grid_result)
+    if not found.counted:
+        raise MissingRunError(f"no results.json of a successful synthetic-task run below {directory}")
+    rows = []
+    for (task, encoding, setting, figure, length), by_size in sorted(cells(found.counted).items()):
+        threshold = THRESHOLDS.get(figure, 0.99)
+        solved, own = smallest(by_size, threshold)
+        rows.append({"task": task, "encoding": encoding, "setting": f"model.{setting}", "figure": figure,
+                     "threshold": threshold, "length": length, "sizes": sorted(by_size), "smallest": solved,
+                     "per_seed": {str(seed): size for seed, size in own.items()}})  # fmt: skip
+    return {"report": "smallest", "rows": rows, "notes": found.notes()}
+
+
+def smallest_markdown(summary: dict[str, Any]) -> str:
+    shown = lambda size, sizes: str(size) if size is not None else f"none of {', '.join(map(str, sizes))}"  # noqa: E731
+    table = [
+        [r["task"], r["encoding"], f"{r['figure']} >= {r['threshold']}", str(r["length"]), r["setting"],
+         shown(r["smallest"], r["sizes"]), ", ".join(shown(s, []) if s else "none" for s in r["per_seed"].values())]
+        for r in summary["rows"]
+    ]  # fmt: skip
+    header = ["task", "encoding", "figure", "length", "size", "smallest (seed mean)", "each seed's smallest"]
+    text = "\n".join(["### The smallest model that solves each task", "", markdown_table(header, table)])
+    return text + ("\n\n" + "\n".join(summary["notes"]) if summary["notes"] else "")
+
+
+def smallest_csv(summary: dict[str, Any]) -> str:
+    header = ["task", "encoding", "figure", "threshold", "length", "setting", "smallest", "per_seed"]
+    rows = [[r["task"], r["encoding"], r["figure"], r["threshold"], r["length"], r["setting"], r["smallest"],
+             " ".join(f"{seed}:{size}" for seed, size in r["per_seed"].items())] for r in summary["rows"]]  # fmt: skip
+    return csv_text(header, rows)
+
+
+def report_smallest(directory: str | Path) -> AnalysisResult:
+    """``poslab report smallest DIR``: the table, ``smallest.csv`` and ``smallest.json`` (``DIR/analysis/smallest``)."""
+    summary = smallest_summary(directory)
+    default = Path(directory) / ANALYSIS_DIR / "smallest"
+    text, csv = smallest_markdown(summary), smallest_csv(summary)
+    return AnalysisResult.with_tables("smallest", text, default, csv, summary, "smallest.json")

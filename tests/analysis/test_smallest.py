@@ -1,0 +1,86 @@
+"""``poslab report smallest DIR``: the narrowest width (or fewest layers) whose seed mean reaches a task's threshold,
+and each seed's own, on planted diagnostic runs whose answer is known."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from poslab.analysis.smallest import report_smallest, smallest, smallest_summary
+from poslab.cli import main
+from poslab.errors import MissingRunError
+
+
+def plant(directory, task: str, label: str, seed: int, d_model: int, n_layers: int, figures: dict) -> None:
+    """A finished synthetic-task run with ``figures`` (length -> {figure: value}) at this model size."""
+    result = {
+        "status": "success", "task": task, "encoding": label, "label": label, "seed": seed, "train_length": 32,
+        "eval_lengths": sorted(int(n) for n in figures), "steps": 1000, "train_seconds": 1.0,
+        "figures": {str(n): {"accuracy": 0.5, "accuracy_log_scaled": 0.5, "baseline_chance": 0.1, **row}
+                    for n, row in figures.items()},
+        "config": {"task": {"name": task}, "encoding": {"name": label}, "seed": seed,
+                   "model": {"d_model": d_model, "n_layers": n_layers}},
+    }  # fmt: skip
+    run = directory / f"{task}_{label}_{seed}_{d_model}_{n_layers}"
+    run.mkdir(parents=True)
+    (run / "results.json").write_text(json.dumps(result))
+
+
+def test_the_narrowest_width_that_solves_each_pair_count(tmp_path):
+    # rope solves 4 pairs from width 64 (seed 2 from 128), 8 pairs never; path solves both from 32
+    for seed in range(3):
+        for width in (32, 64, 128):
+            four = 1.0 if width >= (128 if seed == 2 else 64) else 0.5
+            plant(
+                tmp_path,
+                "associative_recall",
+                "rope",
+                seed,
+                width,
+                2,
+                {32: {"accuracy_pairs4": four, "accuracy_pairs8": 0.3}},
+            )
+            plant(
+                tmp_path,
+                "associative_recall",
+                "path",
+                seed,
+                width,
+                2,
+                {32: {"accuracy_pairs4": 1.0, "accuracy_pairs8": 0.995}},
+            )
+    rows = {(r["encoding"], r["figure"]): r for r in smallest_summary(tmp_path)["rows"]}
+    assert rows[("rope", "accuracy_pairs4")]["smallest"] == 128  # the seed mean at 64 is 2/3 + 0.5/3 < 0.99
+    assert rows[("rope", "accuracy_pairs4")]["per_seed"] == {"0": 64, "1": 64, "2": 128}
+    assert rows[("rope", "accuracy_pairs8")]["smallest"] is None
+    assert (
+        rows[("path", "accuracy_pairs8")]["smallest"] == 32 and rows[("path", "accuracy_pairs8")]["threshold"] == 0.99
+    )
+    assert {r["setting"] for r in rows.values()} == {"model.d_model"}
+    text = report_smallest(tmp_path).report
+    assert "| associative_recall | rope | accuracy_pairs8 >= 0.99 | 32 | model.d_model | none of 32, 64, 128 |" in text
+
+
+def test_the_fewest_layers_that_track_state_at_each_length(tmp_path):
+    for seed in range(2):
+        for layers in (1, 2, 4):
+            figures = {32: {"sequence_accuracy": 0.95 if layers >= 2 else 0.2},
+                       64: {"sequence_accuracy": 0.92 if layers >= 4 else 0.1}}  # fmt: skip
+            plant(tmp_path, "state_tracking", "rope", seed, 64, layers, figures)
+    rows = {r["length"]: r for r in smallest_summary(tmp_path)["rows"]}
+    assert rows[32]["smallest"] == 2 and rows[64]["smallest"] == 4 and rows[32]["threshold"] == 0.9
+    assert rows[64]["setting"] == "model.n_layers"
+
+
+def test_runs_that_vary_two_sizes_are_refused_with_what_to_fix(tmp_path, capsys):
+    plant(tmp_path, "copy", "rope", 0, 32, 1, {32: {}})
+    plant(tmp_path, "copy", "rope", 0, 64, 2, {32: {}})
+    with pytest.raises(MissingRunError, match="differ in 2 .d_model, n_layers.: fix the other"):
+        smallest_summary(tmp_path)
+    assert main(["report", "smallest", str(tmp_path)]) != 0
+    assert "fix the other on the command line" in capsys.readouterr().err
+
+
+def test_smallest_reads_the_seed_mean_and_each_seed():
+    assert smallest({32: {0: 0.97, 1: 1.0}, 64: {0: 1.0, 1: 1.0}}, 0.99) == (64, {0: 64, 1: 32})
