@@ -131,13 +131,15 @@ def flex_attention(
             "model.attention=flex cannot train on CPU: PyTorch's FlexAttention has no backward pass there; "
             "use model.attention=sdpa on CPU (flex works on CPU for evaluation only)."
         )
-    from torch.nn.attention.flex_attention import flex_attention as flex
-
     if torch.compiler.is_compiling():
+        from torch.nn.attention.flex_attention import flex_attention as flex
+
         # inside model.compile: dynamo traces flex into the model's own graph. A separately compiled flex called
         # from a compiled model crashed on an H200 (torch 2.11: a segfault, or an output view with garbage sizes)
         return flex(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
-    if _compiled_flex_attention is None:
+    if _compiled_flex_attention is None:  # imported once, not on every attention call
+        from torch.nn.attention.flex_attention import flex_attention as flex
+
         _compiled_flex_attention = torch.compile(flex)
     return _compiled_flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
 
