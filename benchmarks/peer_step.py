@@ -1,7 +1,8 @@
 """poslab's training step against x-transformers' (the peer) at equal shape, per position encoding.
 
     python benchmarks/peer_step.py [--quick] [--steps 4] [--warmup 1] [--rounds 5] [--threads 2]
-    python benchmarks/peer_step.py --profile rope   # torch.profiler's top operators of both steps instead
+    python benchmarks/peer_step.py --profile rope        # torch.profiler's operators of both steps, side by side
+    python benchmarks/peer_step.py --profile plain,rope  # poslab's step under two encodings, side by side
 
 The model is the byte model (``conf/model/byte.yaml``: 6 layers, width 256, 8 heads of 32, RMSNorm, SwiGLU with
 hidden 1024, no biases, untied embeddings, 257 symbols) at batch 8 x context 512; x-transformers'
@@ -144,22 +145,46 @@ def stepper(model: nn.Module, steps: int, warmup: int, label: str) -> Callable[[
     return measure
 
 
-def profile(encoding: str, rows: int) -> None:
-    """torch.profiler's operators by self CPU time, a step of each model after two untimed ones."""
+def operator_times(build: Callable[[], nn.Module], steps: int) -> dict[str, tuple[float, int]]:
+    """torch.profiler's self CPU ms and calls per step, by operator, over ``steps`` steps after two untimed."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
     tokens = torch.randint(0, VOCAB, (BATCH, CONTEXT + 1), generator=torch.Generator().manual_seed(0))
-    for name, build in (("poslab", poslab_model), ("x-transformers", peer_model)):
-        torch.manual_seed(0)
-        model = build(encoding)
-        opt = optimizer(model)
-        for _ in range(2):
+    torch.manual_seed(0)
+    model = build()
+    opt = optimizer(model)
+    for _ in range(2):
+        train_step(model, opt, tokens)
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
             train_step(model, opt, tokens)
-        with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
-            train_step(model, opt, tokens)
-        print(f"\n{name} / {encoding}")
-        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=50))
+    return {e.key: (e.self_cpu_time_total / 1e3 / steps, e.count // steps) for e in prof.key_averages()}
+
+
+def profile(columns: dict[str, Callable[[], nn.Module]], rows: int, steps: int = 3) -> None:
+    """Operators side by side, self CPU ms a step (calls), the largest first, and each column's total: where two
+    steps differ (``--profile rope``: poslab against x-transformers; ``--profile plain,rope``: two of poslab's)."""
+    times = {label: operator_times(build, steps) for label, build in columns.items()}
+    largest = {op: max(t.get(op, (0.0, 0))[0] for t in times.values()) for t in times.values() for op in t}
+    names = sorted(largest, key=lambda op: -largest[op])
+    print("| operator | " + " | ".join(f"{label} ms (calls)" for label in times) + " |")
+    print("|---|" + "---|" * len(times))
+    for op in names[:rows]:
+        cells = (f"{t.get(op, (0.0, 0))[0]:.1f} ({t.get(op, (0.0, 0))[1]})" for t in times.values())
+        print(f"| {op[:50]} | " + " | ".join(cells) + " |")
+    print("| **total** | " + " | ".join(f"**{sum(v[0] for v in t.values()):.0f}**" for t in times.values()) + " |")
+
+
+def profile_columns(spec: str) -> dict[str, Callable[[], nn.Module]]:
+    """``rope``: poslab's and x-transformers' model of one encoding; ``plain,rope``: poslab's under each."""
+    encodings = spec.split(",")
+    unknown = [e for e in encodings if e not in ENCODINGS]
+    if unknown:
+        raise SystemExit(f"--profile {spec!r}: unknown encoding {unknown[0]!r}; allowed: {', '.join(ENCODINGS)}")
+    if len(encodings) == 1:
+        return {f"poslab/{spec}": lambda: poslab_model(spec), f"x-transformers/{spec}": lambda: peer_model(spec)}
+    return {f"poslab/{e}": (lambda e=e: poslab_model(e)) for e in encodings}
 
 
 def main() -> None:
@@ -170,7 +195,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--encodings", default=",".join(ENCODINGS))
     parser.add_argument("--quick", action="store_true", help="1 step after 1, 3 rounds (1-3 minutes)")
-    parser.add_argument("--profile", metavar="ENCODING", help="profile one step of each model instead")
+    parser.add_argument(
+        "--profile", metavar="ENCODINGS", help="operators side by side instead: ENC (both models) or ENC,ENC (poslab)"
+    )
     parser.add_argument("--rows", type=int, default=25, help="--profile: operators shown")
     parser.add_argument("--batch", type=int, default=8, help="sequences a step (the byte model's runs: 8)")
     args = parser.parse_args()
@@ -181,7 +208,7 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
     if args.profile:
-        profile(args.profile, args.rows)
+        profile(profile_columns(args.profile), args.rows)
         return
     from importlib.metadata import version
 
