@@ -52,3 +52,25 @@ def test_peer_model_has_the_byte_models_shape_and_the_encodings_method(encoding)
     if encoding == "t5":  # poslab's defaults at this length: min(32, L) buckets, max distance L - 1
         assert decoder.rel_pos.num_buckets == ours.encoding.num_buckets == 32
         assert decoder.rel_pos.max_distance == ours.encoding.max_distance == 63
+
+
+def test_profile_prints_operators_side_by_side_with_totals(capsys, monkeypatch):
+    bench = load_benchmark()
+    monkeypatch.setattr(bench, "BATCH", 1)
+    monkeypatch.setattr(bench, "CONTEXT", 16)
+    columns = bench.profile_columns("plain,rope")
+    assert list(columns) == ["poslab/plain", "poslab/rope"]
+    bench.profile(columns, rows=4, steps=1)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "| operator | poslab/plain ms (calls) | poslab/rope ms (calls) |"
+    assert len(lines) == 2 + 4 + 1 and lines[-1].startswith("| **total** |")
+    # the rotation's complex product is RoPE's own operator: absent from the plain step, present in RoPE's
+    times = {label: bench.operator_times(build, steps=1) for label, build in columns.items()}
+    assert "aten::view_as_complex" not in times["poslab/plain"] and times["poslab/rope"]["aten::view_as_complex"][1] > 0
+
+
+def test_profile_refuses_an_unknown_encoding_naming_the_allowed():
+    bench = load_benchmark()
+    assert list(bench.profile_columns("rope")) == ["poslab/rope", "x-transformers/rope"]
+    with pytest.raises(SystemExit, match="unknown encoding 'rop'; allowed: plain, rope, alibi, t5"):
+        bench.profile_columns("plain,rop")
