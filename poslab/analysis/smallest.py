@@ -1,8 +1,9 @@
 """The smallest model that solves a diagnostic task (issue 38, item 4; ``experiment=diagnostic_tasks``):
-``poslab report smallest DIR`` reads a multirun that swept one size setting (``model.d_model`` for MQAR, as
-Zoology's plots; ``model.n_layers`` for A5 state tracking, as the PaTH paper) and gives, per task, encoding, figure
-and evaluation length, the smallest size whose mean over seeds reaches the threshold, and each seed's own smallest
-(their spread is the reading's uncertainty: a threshold on a mean has no interval of its own).
+``poslab report smallest DIR`` reads multiruns that swept one size setting per task (``model.d_model`` for MQAR,
+as Zoology's plots; ``model.n_layers`` for A5 state tracking, as the PaTH paper; both may share one directory) and
+gives, per task, encoding, figure and evaluation length, the smallest size whose mean over seeds reaches the
+threshold, and each seed's own smallest (their spread is the reading's uncertainty: a threshold on a mean has no
+interval of its own).
 
 Figures and thresholds (docs/diagnostic_tasks.md): MQAR ``accuracy_pairs<P>`` >= 0.99 for every number of pairs P;
 state tracking ``sequence_accuracy`` >= 0.9; any other task its ``accuracy`` >= 0.99. Compute here, one summary
@@ -35,23 +36,34 @@ def figures_of(task: str, row: dict[str, Any]) -> list[str]:
     return chosen or ["accuracy"]
 
 
-def cells(runs: list[FinishedRun]) -> dict[tuple, dict[int, dict[int, float]]]:
-    """(task, encoding, swept setting, figure, length) -> size -> seed -> value."""
-    found: dict[tuple, dict[int, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+def swept_setting(task: str, runs: list[FinishedRun]) -> str:
+    """The one model size a task's runs vary (both diagnostic sweeps write to one directory, each its own task)."""
     swept = [s for s in SIZES if len({r.result["config"]["model"][s] for r in runs}) > 1]
     if len(swept) != 1:
         raise MissingRunError(
-            f"poslab report smallest needs runs that differ in exactly one of model.{', model.'.join(SIZES)}; these "
-            f"differ in {len(swept)} ({', '.join(swept) or 'none'}): fix the other on the command line of the sweep."
+            f"poslab report smallest needs each task's runs to differ in exactly one of "
+            f"model.{', model.'.join(SIZES)}; the {task} runs differ in {len(swept)} "
+            f"({', '.join(swept) or 'none'}): fix the other on the command line of the sweep."
         )
+    return swept[0]
+
+
+def cells(runs: list[FinishedRun]) -> dict[tuple, dict[int, dict[int, float]]]:
+    """(task, encoding, swept setting, figure, length) -> size -> seed -> value."""
+    found: dict[tuple, dict[int, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    by_task: dict[str, list[FinishedRun]] = defaultdict(list)
     for run in runs:
-        result, size = run.result, int(run.result["config"]["model"][swept[0]])
-        for length, row in result["figures"].items():
-            if not length.isdigit():
-                continue
-            for figure in figures_of(result["task"], row):
-                key = (result["task"], result["label"], swept[0], figure, int(length))
-                found[key][size][int(result["seed"])] = float(row[figure])
+        by_task[run.result["task"]].append(run)
+    for task, task_runs in by_task.items():
+        setting = swept_setting(task, task_runs)
+        for run in task_runs:
+            result, size = run.result, int(run.result["config"]["model"][setting])
+            for length, row in result["figures"].items():
+                if not length.isdigit():
+                    continue
+                for figure in figures_of(task, row):
+                    key = (task, result["label"], setting, figure, int(length))
+                    found[key][size][int(result["seed"])] = float(row[figure])
     return found
 
 

@@ -76,7 +76,7 @@ def test_the_fewest_layers_that_track_state_at_each_length(tmp_path):
 def test_runs_that_vary_two_sizes_are_refused_with_what_to_fix(tmp_path, capsys):
     plant(tmp_path, "copy", "rope", 0, 32, 1, {32: {}})
     plant(tmp_path, "copy", "rope", 0, 64, 2, {32: {}})
-    with pytest.raises(MissingRunError, match="differ in 2 .d_model, n_layers.: fix the other"):
+    with pytest.raises(MissingRunError, match="the copy runs differ in 2 .d_model, n_layers.: fix the other"):
         smallest_summary(tmp_path)
     assert main(["report", "smallest", str(tmp_path)]) != 0
     assert "fix the other on the command line" in capsys.readouterr().err
@@ -84,3 +84,18 @@ def test_runs_that_vary_two_sizes_are_refused_with_what_to_fix(tmp_path, capsys)
 
 def test_smallest_reads_the_seed_mean_and_each_seed():
     assert smallest({32: {0: 0.97, 1: 1.0}, 64: {0: 1.0, 1: 1.0}}, 0.99) == (64, {0: 64, 1: 32})
+
+
+def test_the_width_and_the_depth_sweep_read_from_one_directory(tmp_path):
+    # the recipe's two commands write to one sweep directory: MQAR varies the width, state tracking the depth
+    for width in (32, 64):
+        plant(
+            tmp_path, "associative_recall", "rope", 0, width, 2, {32: {"accuracy_pairs4": 1.0 if width == 64 else 0.5}}
+        )
+    for layers in (1, 2):
+        plant(
+            tmp_path, "state_tracking", "rope", 0, 64, layers, {32: {"sequence_accuracy": 0.95 if layers == 2 else 0.3}}
+        )
+    rows = {r["task"]: r for r in smallest_summary(tmp_path)["rows"]}
+    assert rows["associative_recall"]["setting"] == "model.d_model" and rows["associative_recall"]["smallest"] == 64
+    assert rows["state_tracking"]["setting"] == "model.n_layers" and rows["state_tracking"]["smallest"] == 2
