@@ -172,6 +172,16 @@ def _add_reports(reports: argparse._SubParsersAction) -> None:
     smallest.add_argument("directory", metavar="DIR", help="the multirun directory of experiment=diagnostic_tasks")
     _add_output_dir(smallest, "DIR/analysis/smallest")
 
+    preregistered = _parser(
+        reports, "preregistered", "the pre-registered claims' verdicts, each read at its one place, from two summaries"
+    )
+    preregistered.add_argument("length_json", metavar="LENGTH_JSON", help="length.json of report length --claim ...")
+    preregistered.add_argument("zoo_json", metavar="ZOO_JSON", help="zoo.json of report zoo --claim ...")
+    preregistered.add_argument(
+        "--claims", default=None, metavar="FILE", help="the registry (default: docs/preregistered_claims.md)"
+    )
+    _add_output_dir(preregistered, "preregistered/ beside the registry")
+
     length = _parser(
         reports, "length", "language models by evaluation length: bits per byte, loss by position, passkey, ranked"
     )
@@ -284,6 +294,10 @@ def analysis_of(args: argparse.Namespace):
         from poslab.analysis.smallest import report_smallest
 
         return report_smallest(args.directory)
+    if args.command == "report" and args.report == "preregistered":
+        from poslab.analysis.preregistered import report_preregistered
+
+        return report_preregistered(args.length_json, args.zoo_json, args.claims)
     if args.command == "report" and args.report == "length":
         from poslab.analysis.length_report import report_length, rerender_length
 

@@ -1,0 +1,145 @@
+"""The pre-registered claims' verdicts, each read at its one place (issue 37, item 8; docs/preregistered_claims.md).
+
+``poslab report preregistered LENGTH_JSON ZOO_JSON`` reads the registry (the claims file's tables: a claim, the place
+it is read at, the source of its direction) and the summaries ``report length --claim`` and ``report zoo --claim``
+wrote, and gives one row per claim and corpus (language models: every corpus the summary holds, each its own
+verdict) or per claim at its task (synthetic tasks): the paired difference A - B at the registered multiple, its 95%
+interval, the seeds and the verdict the report gave (``stats.direction_verdict``). Nothing is recomputed: the
+verdicts are the reports', read at the registered place only, so the table cannot pick a kinder multiple. A claim
+the summary lacks (its report was run without that ``--claim``) or a multiple it did not score is a row that says so.
+Rendering (``preregistered_markdown``, ``preregistered_figure``) reads the summary alone.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from poslab.analysis.output import AnalysisResult
+from poslab.analysis.stats import Interval
+from poslab.analysis.tables import csv_text, markdown_table
+from poslab.errors import UsageError
+
+DEFAULT_REGISTRY = Path("docs") / "preregistered_claims.md"
+#: a registry table row: | `claim` | read at | source of the direction |
+ROW = re.compile(r"^\| `([^`]+)` \| ([^|]+?) \| ([^|]+?) \|\s*$", re.M)
+PLACE = re.compile(r"^(?:(\w+), )?(\d+x)$")
+
+
+@dataclass(frozen=True)
+class Registered:
+    claim: str
+    task: str | None  # None: a language-model claim (report length), read on every corpus
+    multiple: str  # "4x"
+    source: str
+
+
+def read_registry(text: str, name: str = "the registry") -> list[Registered]:
+    """The claims of a registry's tables; a place is ``4x`` (report length) or ``task, 2x`` (report zoo)."""
+    claims = []
+    for claim, place, source in ROW.findall(text):
+        match = PLACE.match(place.strip())
+        if match is None:
+            raise UsageError(
+                f"{name}: the claim `{claim}` is read at {place.strip()!r}; write a multiple (4x) for a language-model "
+                f"claim or a task and a multiple (flip_flop, 2x) for a synthetic-task claim."
+            )
+        claims.append(Registered(claim, match.group(1), match.group(2), source.strip()))
+    if not claims:
+        raise UsageError(f"{name} holds no claim table rows (| `A<B` | 4x | source |).")
+    return claims
+
+
+def reading(found: dict[str, Any] | None, figure: dict[str, Any] | None) -> dict[str, Any]:
+    """A report's claim at one place, as this table keeps it, or why there is none there."""
+    empty = {"mean": None, "low": None, "high": None, "n": 0}
+    if found is None:
+        return {**empty, "verdict": "not computed", "why": "the report was run without this --claim"}
+    if found.get("missing"):
+        return {**empty, "verdict": "not testable", "why": "no runs of " + ", ".join(found["missing"])}
+    if figure is None:
+        return {**empty, "verdict": "not testable", "why": "not scored at this place"}
+    return {**{key: figure.get(key) for key in ("mean", "low", "high", "n", "verdict")}, "why": ""}
+
+
+def length_rows(claim: Registered, summary: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for corpus, section in sorted(summary["corpora"].items()):
+        found = next((c for c in section.get("claims", []) if c["claim"] == claim.claim), None)
+        figure = None if found is None else found.get("by_multiple", {}).get(claim.multiple)
+        rows.append({"claim": claim.claim, "report": "length", "place": corpus, "multiple": claim.multiple,
+                     "source": claim.source, **reading(found, figure)})  # fmt: skip
+    return rows
+
+
+def zoo_row(claim: Registered, summary: dict[str, Any]) -> dict[str, Any]:
+    found = next((c for c in summary.get("claims", []) if c["claim"] == claim.claim), None)
+    figure = None if found is None else found.get("tasks", {}).get(claim.task, {}).get(claim.multiple)
+    return {"claim": claim.claim, "report": "zoo", "place": claim.task, "multiple": claim.multiple,
+            "source": claim.source, **reading(found, figure)}  # fmt: skip
+
+
+def load_summary(path: str | Path, report: str) -> dict[str, Any]:
+    try:
+        summary = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise UsageError(f"poslab report preregistered: cannot read {path} ({error}).") from error
+    if report == "length" and "corpora" not in summary or report == "zoo" and "tasks" not in summary:
+        raise UsageError(
+            f"poslab report preregistered: {path} is not a summary of `poslab report {report}` "
+            f"({'length.json' if report == 'length' else 'zoo.json'}, written with --claim)."
+        )
+    return summary
+
+
+def preregistered_summary(length_json: str | Path, zoo_json: str | Path, registry: str | Path) -> dict[str, Any]:
+    claims = read_registry(Path(registry).read_text(encoding="utf-8"), str(registry))
+    length, zoo = load_summary(length_json, "length"), load_summary(zoo_json, "zoo")
+    rows = []
+    for claim in claims:
+        rows.extend(length_rows(claim, length) if claim.task is None else [zoo_row(claim, zoo)])
+    return {"report": "preregistered", "registry": str(registry), "length": str(length_json), "zoo": str(zoo_json),
+            "rows": rows}  # fmt: skip
+
+
+def difference_text(row: dict[str, Any]) -> str:
+    return row["why"] if row["mean"] is None else Interval.from_dict(row).cell()
+
+
+def preregistered_markdown(summary: dict[str, Any]) -> str:
+    header = ["claim", "read at", "A - B [95%]", "seeds", "verdict", "source of the direction"]
+    table = [[f"`{r['claim']}`", f"{r['place']}, {r['multiple']}", difference_text(r), str(r["n"]), r["verdict"],
+              r["source"]] for r in summary["rows"]]  # fmt: skip
+    counts: dict[str, int] = {}
+    for row in summary["rows"]:
+        counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
+    tally = ", ".join(f"{verdict} {n}" for verdict, n in sorted(counts.items()))
+    return "\n".join([
+        "### Pre-registered claims, each read at its one place", "",
+        f"Registry: {summary['registry']}; language models: {summary['length']} (bits/byte, A - B; every corpus its "
+        f"own verdict); synthetic tasks: {summary['zoo']} (the claim's figure). Verdicts as docs/verdicts.md: "
+        f"{tally}.", "", markdown_table(header, table),
+    ])  # fmt: skip
+
+
+def preregistered_csv(summary: dict[str, Any]) -> str:
+    keys = ["claim", "report", "place", "multiple", "mean", "low", "high", "n", "verdict", "why", "source"]
+    return csv_text(keys, [[row[key] for key in keys] for row in summary["rows"]])
+
+
+def report_preregistered(length_json: str, zoo_json: str, registry: str | None = None) -> AnalysisResult:
+    """The table, its CSV, ``preregistered.json`` and the figure (default: beside the registry, ``preregistered/``)."""
+    registry_path = Path(registry) if registry is not None else DEFAULT_REGISTRY
+    if not registry_path.is_file():
+        raise UsageError(f"poslab report preregistered: no registry at {registry_path} (--claims FILE).")
+    summary = preregistered_summary(length_json, zoo_json, registry_path)
+    text, csv = preregistered_markdown(summary), preregistered_csv(summary)
+    directory = registry_path.parent / "preregistered"
+    result = AnalysisResult.with_tables("preregistered", text, directory, csv, summary, "preregistered.json")
+    from poslab.analysis.preregistered_figure import preregistered_figure
+
+    result.add_figure("preregistered.png", preregistered_figure(summary))
+    return result
