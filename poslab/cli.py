@@ -188,6 +188,12 @@ def _add_reports(reports: argparse._SubParsersAction) -> None:
     length.add_argument("directories", nargs="*", metavar="DIR", help="run or multirun directories of task=lm runs")
     _add_claim(length, "bits/byte", "over seeds and test documents", "or encoding/way (rope/test_yarn)")
     _add_from(length, "length.json")
+    length.add_argument(
+        "--rows",
+        default=None,
+        metavar="ENC,ENC",
+        help="show only these encodings' rows (every way of each) in the tables and figures; needs --output-dir",
+    )
     _add_output_dir(length, "the first directory's analysis/length, or beside SUMMARY")
 
     losses = _parser(reports, "losses", "validation loss and bits per byte of language-model runs side by side")
@@ -303,8 +309,14 @@ def analysis_of(args: argparse.Namespace):
 
         if args.claim and args.from_summary is not None:
             raise UsageError("poslab report length: --claim needs the runs (DIR...); a SUMMARY keeps its own claims.")
-        report = lambda: report_length(args.directories, args.claim)  # noqa: E731
-        return _report_or_rerender(args, args.directories, report, rerender_length, runs)
+        rows = [name.strip() for name in args.rows.split(",") if name.strip()] if args.rows else []
+        if rows and args.output_dir is None:
+            raise UsageError(
+                f"poslab report length --rows {args.rows}: give --output-dir; the rows alone would overwrite the whole "
+                f"report's files."
+            )
+        report = lambda: report_length(args.directories, args.claim, rows)  # noqa: E731
+        return _report_or_rerender(args, args.directories, report, lambda path: rerender_length(path, rows), runs)
     if args.command == "report" and args.report == "losses":
         from poslab.analysis.losses_report import report_losses, rerender_losses
 

@@ -5,6 +5,7 @@ renders the same files again from the summary alone (no runs, no model), beside 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,9 +34,11 @@ def render_length(summary: dict[str, Any], directory: Path) -> AnalysisResult:
     return result
 
 
-def report_length(directories: list[str | Path], claims: Sequence[str] = ()) -> AnalysisResult:
+def report_length(
+    directories: list[str | Path], claims: Sequence[str] = (), rows: Sequence[str] = ()
+) -> AnalysisResult:
     """The report of the runs under ``directories``, with each of ``claims`` (``A<B``, ``length_claims``) checked
-    on every corpus."""
+    on every corpus; ``rows``: only those encodings' rows shown (``select_rows``)."""
     for claim in claims:  # a malformed claim stops before any run is read
         if parse_claim(claim).figure is not None:
             raise UsageError(f"--claim {claim!r}: report length checks bits/byte only; leave out the @figure.")
@@ -45,9 +48,37 @@ def report_length(directories: list[str | Path], claims: Sequence[str] = ()) -> 
     for corpus, part in summary["corpora"].items():  # a report without claims writes the summary it always did
         if claims:
             part["claims"] = [claim_summary([r for r in runs if r.corpus == corpus], claim) for claim in claims]
-    return render_length(summary, default)
+    return render_length(select_rows(summary, rows) if rows else summary, default)
 
 
-def rerender_length(path: str | Path) -> AnalysisResult:
-    """``--from``: the files again from a ``length.json`` this report wrote, beside it by default."""
-    return render_length(read_summary(path, "length", "corpora"), Path(path).parent)
+def rerender_length(path: str | Path, rows: Sequence[str] = ()) -> AnalysisResult:
+    """``--from``: the files again from a ``length.json`` this report wrote, beside it by default; ``rows``: only
+    those encodings' rows (``select_rows``)."""
+    summary = read_summary(path, "length", "corpora")
+    return render_length(select_rows(summary, rows) if rows else summary, Path(path).parent)
+
+
+def select_rows(summary: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """The summary with only the rows of ``names`` (every way of each), for a figure a reader can follow: an
+    encoding as the rows name it (``cope:129``) or its name before the settings (``cope``). Places and rank
+    intervals stay those among all the rows, as a note says; the claims stay whole."""
+    keep = lambda label: label in names or label.split(":")[0] in names  # noqa: E731
+    selected = copy.deepcopy(summary)
+    shown: set[str] = set()
+    for part in selected["corpora"].values():
+        every = sorted({row["encoding"] for row in part["rows"]})
+        shown |= {name for name in names for label in every if keep(label) and name in (label, label.split(":")[0])}
+        part["rows"] = [row for row in part["rows"] if keep(row["encoding"])]
+        for key in ("loss_by_position", "passkey", "cost"):
+            part[key] = {label: value for label, value in part[key].items() if keep(label)}
+        groups = ([label for label in group if keep(label)] for group in part["not_separated"])
+        part["not_separated"] = [group for group in groups if len(group) > 1]
+    unknown = [name for name in names if name not in shown]
+    if unknown:
+        every = sorted({row["encoding"] for part in summary["corpora"].values() for row in part["rows"]})
+        raise UsageError(
+            f"--rows {','.join(names)}: no row of {', '.join(unknown)} in this report; its rows: {', '.join(every)}."
+        )
+    note = f"Rows shown: {', '.join(names)} (--rows); places and rank intervals are those among all the rows."
+    selected["notes"] = [*summary.get("notes", []), note]
+    return selected

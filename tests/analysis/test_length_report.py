@@ -177,3 +177,25 @@ def test_the_cost_of_evaluation_is_reported_beside_training(report):
             share = cost["test_seconds"] / (cost["train_seconds"] + cost["test_seconds"])
             assert cost["evaluation_share"] == pytest.approx(share) and cost["seeds"] == len(SEEDS)
     assert "evaluation share" in report.report
+
+
+@pytest.mark.slow
+def test_rows_show_only_the_named_encodings_and_keep_the_places_among_all(report, tmp_path, capsys):
+    summary = tmp_path / "whole" / "length.json"
+    summary.parent.mkdir()
+    summary.write_bytes(report.files["length.json"])
+    whole = json.loads(report.files["length.json"])
+    alone = rerender_length(summary, ["alibi"])
+    part = json.loads(alone.files["length.json"])["corpora"]["my_notes"]
+    base = lambda label: label.split(":")[0]  # noqa: E731 (a row's label carries its settings: alibi:<slope>)
+    assert {base(row["encoding"]) for row in part["rows"]} == {"alibi"}
+    assert {base(label) for label in part["loss_by_position"]} == {"alibi"}
+    ranks = {r["name"]: r["rank"] for r in whole["corpora"]["my_notes"]["rows"] if base(r["encoding"]) == "alibi"}
+    assert {r["name"]: r["rank"] for r in part["rows"]} == ranks  # places among all the rows, not renumbered
+    assert "Rows shown: alibi (--rows)" in alone.files["length.md"].decode()
+    assert main(["report", "length", "--from", str(summary), "--rows", "alibi,sinusoid", "--output-dir",
+                 str(tmp_path / "b")]) == 2  # fmt: skip
+    assert "no row of sinusoid in this report; its rows: alibi" in capsys.readouterr().err
+    assert main(["report", "length", "--from", str(summary), "--rows", "alibi"]) == 2  # would overwrite the whole
+    assert "give --output-dir" in capsys.readouterr().err
+    assert json.loads(summary.read_text()) == whole
