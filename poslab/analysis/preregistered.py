@@ -62,7 +62,7 @@ def reading(found: dict[str, Any] | None, figure: dict[str, Any] | None) -> dict
         return {**empty, "verdict": "not testable", "why": "no runs of " + ", ".join(found["missing"])}
     if figure is None:
         return {**empty, "verdict": "not testable", "why": "not scored at this place"}
-    return {**{key: figure.get(key) for key in ("mean", "low", "high", "n", "verdict")}, "why": ""}
+    return {**{key: figure.get(key) for key in ("mean", "low", "high", "n", "verdict")}, "why": figure.get("why", "")}
 
 
 def length_rows(claim: Registered, summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -106,7 +106,9 @@ def preregistered_summary(length_json: str | Path, zoo_json: str | Path, registr
 
 
 def difference_text(row: dict[str, Any]) -> str:
-    return row["why"] if row["mean"] is None else Interval.from_dict(row).cell()
+    if row["mean"] is None:
+        return row["why"]
+    return Interval.from_dict(row).cell() + (f" ({row['why']})" if row["why"] else "")
 
 
 def preregistered_markdown(summary: dict[str, Any]) -> str:

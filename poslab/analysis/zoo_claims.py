@@ -5,16 +5,25 @@ figure, and every length evaluated, the report gives the difference A - B paired
 runs of one task and seed see the same data: ``stats.paired_difference``), its 95% interval and its verdict
 (``stats.direction_verdict``, docs/verdicts.md). The default figure is the accuracy the zoo ranks: over every
 position at the training length, past it beyond (``ZooRun.past``).
+
+On accuracy, a place where neither side beats the task's best trivial baseline there (chance, the best constant,
+the task's rules: ``zoo.baselines``) by more than ``FLOOR_MARGIN`` is **not testable**, whatever the interval says:
+neither model learned the task there, so their difference says nothing about the claim (A5 state tracking at this
+machine's budgets: every encoding right at position 0 only, as the rule "the current element" is).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from statistics import mean
 from typing import Any
 
 from poslab.analysis.claims import parse_claim, resolve
 from poslab.analysis.stats import direction_verdict, paired_difference
-from poslab.analysis.zoo import ZooRun
+from poslab.analysis.zoo import ZooRun, baselines
+
+#: accuracy within this of the best trivial baseline (or below it) is at the floor
+FLOOR_MARGIN = 0.01
 
 
 def figure_of(run: ZooRun, multiple: int, figure: str | None) -> float:
@@ -25,13 +34,18 @@ def task_claim(runs: list[ZooRun], a: str, b: str, sign: int, figure: str | None
     """One task: A - B at each multiple both have the figure at, over their shared seeds."""
     sides = [{r.seed: r for r in runs if r.encoding == name} for name in (a, b)]
     multiples = sorted(set.intersection(*(set(r.figures) for side in sides for r in side.values())))
+    floors = baselines(runs) if figure is None else {}
     by_multiple = {}
     for multiple in multiples:
         values = [{s: figure_of(r, multiple, figure) for s, r in side.items()} for side in sides]
         if any(v != v for side in values for v in side.values()):
             continue  # the figure is not recorded at this length
         interval = paired_difference(*values)
-        by_multiple[f"{multiple}x"] = {**interval.as_dict(), "verdict": direction_verdict(interval, sign)}
+        cell = {**interval.as_dict(), "verdict": direction_verdict(interval, sign)}
+        floor = max(floors.get(multiple, {}).values(), default=None)
+        if floor is not None and all(mean(side.values()) <= floor + FLOOR_MARGIN for side in values):
+            cell |= {"verdict": "not testable", "why": f"both at the floor: the best trivial baseline is {floor:.3f}"}
+        by_multiple[f"{multiple}x"] = cell
     return by_multiple
 
 

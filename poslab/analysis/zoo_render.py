@@ -151,9 +151,8 @@ def claims_table(claims: list[dict[str, Any]]) -> str:
         for task, by_multiple in claim["tasks"].items():
             for multiple, cell in by_multiple.items():
                 difference = Interval.from_dict(cell).cell()
-                table.append(
-                    [claim["claim"], claim["figure"], task, multiple, difference, str(cell["n"]), cell["verdict"]]
-                )
+                verdict = cell["verdict"] + (f" ({cell['why']})" if cell.get("why") else "")
+                table.append([claim["claim"], claim["figure"], task, multiple, difference, str(cell["n"]), verdict])
     header = ["claim", "figure", "task", "multiple", "A - B [95%]", "seeds", "verdict"]
     note = "Paired on the seeds both have (a task's runs of one seed see the same data); one seed: not testable."
     return "\n".join(

@@ -70,3 +70,17 @@ def test_a_side_may_name_the_encoding_of_a_label_with_settings_when_one_row_has_
     assert resolve("dape", rows) == "dape:kerple_log" and resolve("rope", rows) == "rope"
     assert resolve("cope", rows) is None  # two rows: which one is not guessed
     assert resolve("cope:33", rows) == "cope:33" and resolve("fope", rows) is None
+
+
+def test_a_place_where_neither_side_beats_the_trivial_baseline_is_not_testable(tmp_path):
+    # past the training length the best baseline is 0.65 (planted_run): at 2x both sides sit under it, path always
+    # a little higher (an interval that excludes 0); at 4x path learned (0.9) and the verdict stands
+    for seed, noise in enumerate((0.0, 0.01, 0.02, 0.005)):
+        planted_run(tmp_path, "copy", "path", seed, dict(zip(LENGTHS, (1.0, 0.62 + noise, 0.9 - noise, 0.9))))
+        planted_run(tmp_path, "copy", "rope", seed, dict(zip(LENGTHS, (1.0, 0.55 + noise, 0.5, 0.5))))
+    copy = claims_of(tmp_path, "path>rope")["path>rope"]["tasks"]["copy"]
+    assert copy["2x"]["low"] > 0 and copy["2x"]["verdict"] == "not testable"
+    assert copy["2x"]["why"] == "both at the floor: the best trivial baseline is 0.650"
+    assert copy["4x"]["verdict"] == "reproduced" and "why" not in copy["4x"]
+    text = report_zoo(tmp_path, ["path>rope"]).report
+    assert "not testable (both at the floor: the best trivial baseline is 0.650)" in text
