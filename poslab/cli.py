@@ -192,7 +192,8 @@ def _add_reports(reports: argparse._SubParsersAction) -> None:
         "--rows",
         default=None,
         metavar="ENC,ENC",
-        help="show only these encodings' rows (every way of each) in the tables and figures; needs --output-dir",
+        help="show only these encodings' rows (every way of each) in the tables and figures; needs --output-dir "
+        "(default: every row)",
     )
     _add_output_dir(length, "the first directory's analysis/length, or beside SUMMARY")
 

@@ -34,6 +34,7 @@ from poslab.analysis.length import LengthRun, length_summary
 from poslab.analysis.length_render import plot_bpb, plot_positions
 from poslab.analysis.passkey_render import plot_passkey
 from poslab.analysis.plotting import plt
+from poslab.analysis.preregistered_figure import preregistered_figure
 from poslab.analysis.zoo import ZooRun, baselines, task_rows
 from poslab.analysis.zoo_render import plot_accuracy, plot_heatmap
 from tests.conftest import tiny_model
@@ -232,6 +233,24 @@ def length_runs(corpora: list[str], encodings: list[str], seeds: int = 3) -> dic
     return length_summary(runs, [])
 
 
+def preregistered_summary(registry_rows: int | None = None) -> dict[str, Any]:
+    """The committed registry's claims (or its first ``registry_rows``) on two corpora, every verdict present."""
+    from poslab.analysis.preregistered import read_registry
+
+    claims = read_registry((Path(__file__).parents[2] / "docs" / "preregistered_claims.md").read_text("utf-8"))
+    verdicts = ["reproduced", "contradicted", "not resolved", "not testable"]
+    rows = []
+    for i, claim in enumerate(claims[:registry_rows]):
+        for place in ["openwebtext", "python_code"] if claim.task is None else [claim.task]:
+            mean = 0.3 * math.sin(i + len(rows)) * (20 if claim.task else 1)
+            one_seed = verdicts[len(rows) % 4] == "not testable"
+            low, high = (None, None) if one_seed else (mean - 0.1 * abs(mean) - 0.01, mean + 0.1 * abs(mean) + 0.01)
+            rows.append({"claim": claim.claim, "report": "zoo" if claim.task else "length", "place": place,
+                         "multiple": claim.multiple, "mean": mean, "low": low, "high": high, "n": 1 if one_seed else 5,
+                         "verdict": verdicts[len(rows) % 4], "why": "", "source": claim.source})  # fmt: skip
+    return {"rows": rows}
+
+
 LENGTH_SMALL = (["wikitext2", "python_code"], ["rope", "alibi", "nope"])
 LENGTH_WHOLE = (["wikitext2", "python_code"], WHOLE_ZOO[1])
 
@@ -270,6 +289,8 @@ FIGURES: dict[str, Callable[[], Any]] = {
     "passkey_heatmap.png (small zoo)": lambda: passkey_picture(SMALL_ZOO[1]),
     "passkey_heatmap.png (whole zoo)": lambda: passkey_picture(WHOLE_ZOO[1]),
     "passkey_heatmap.png (whole zoo, test_yarn)": lambda: passkey_picture(WHOLE_ZOO[1], "test_yarn"),
+    "preregistered.png (the committed registry)": lambda: preregistered_figure(preregistered_summary()),
+    "preregistered.png (two claims)": lambda: preregistered_figure(preregistered_summary(2)),
 }
 #: the PNG files the reports and analyses write (``AnalysisResult.add_figure``), each drawn above
 REPORT_FIGURES = {
@@ -283,6 +304,7 @@ REPORT_FIGURES = {
     "length_bpb.png",
     "length_position.png",
     "length_passkey_0.png",
+    "preregistered.png",
 }
 
 
