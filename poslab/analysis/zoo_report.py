@@ -19,6 +19,7 @@ from poslab.analysis.zoo import (
     zoo_summary,
 )
 from poslab.analysis.zoo_claims import claim_summary
+from poslab.analysis.zoo_diagnostics import diagnostics_markdown, diagnostics_summary
 from poslab.analysis.zoo_render import claims_table, plot_accuracy, plot_heatmap, runs_csv, zoo_markdown
 from poslab.runs.files import ANALYSIS_DIR
 
@@ -42,12 +43,14 @@ def report_zoo(directory: str | Path, claims: Sequence[str] = ()) -> AnalysisRes
     warning = short_run_warning({f"{r.task} {r.encoding} seed {r.seed}": r.steps for r in runs})
     notes = ([warning] if warning else []) + notes
     checked = [claim_summary(runs, claim) for claim in claims]
+    diagnostics = diagnostics_summary(runs, order)
+    tables_text = zoo_markdown(tables, train_lengths, floors, ranking, seconds, order)
     text = "\n\n".join(
-        part
-        for part in (zoo_markdown(tables, train_lengths, floors, ranking, seconds, order), claims_table(checked))
-        if part
+        part for part in (tables_text, diagnostics_markdown(diagnostics), claims_table(checked)) if part
     ) + ("\n\n" + "\n".join(notes) if notes else "")
     summary, default = zoo_summary(tables, floors, ranking, seconds), Path(directory) / ANALYSIS_DIR / "zoo"
+    if diagnostics:  # a zoo without the diagnostic tasks' figures writes the summary it always did
+        summary["diagnostics"] = diagnostics
     if checked:  # a report without claims writes the summary it always did
         summary["claims"] = checked
     result = AnalysisResult.with_tables("zoo", text, default, runs_csv(runs), summary, "zoo.json")

@@ -1,0 +1,78 @@
+"""The diagnostic tasks' own figures in ``poslab report zoo`` (issue 38, item 4; docs/diagnostic_tasks.md):
+flip-flop's read error by mix (``read_error_pct``: the training mix FFL(0.8); ``read_error_pct_ffl<p>``: the
+sparse and dense out-of-distribution mixes, as Liu et al. report them) and MQAR's accuracy by number of pairs
+(``accuracy_pairs<P>``), per encoding and evaluation length: seed means with their 95% t-intervals over seeds.
+
+Compute (``diagnostics_summary``) gives the part of ``zoo.json`` under ``diagnostics``; render
+(``diagnostics_markdown``) reads only that. A task without such figures has no entry, so a zoo without the
+diagnostic tasks writes the report it always did.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from typing import Any
+
+from poslab.analysis.stats import Interval
+from poslab.analysis.tables import markdown_table
+from poslab.analysis.zoo import ZooRun
+
+FIGURE = re.compile(r"^(read_error_pct(?:_ffl[0-9.]+)?|accuracy_pairs(\d+))$")
+#: how each figure reads: its unit and its direction
+MEANING = {"read_error_pct": "read error %, lower is better", "accuracy_pairs": "accuracy, higher is better"}
+
+
+def figure_order(name: str) -> tuple[int, float, str]:
+    """The training mix first, then the mixes by p; pair counts by P."""
+    match = re.search(r"(\d+(?:\.\d+)?)$", name)
+    return (0 if match is None else 1, float(match.group(1)) if match else 0.0, name)
+
+
+def bounds_of(figure: str) -> tuple[float, float]:
+    return (0.0, 100.0) if figure.startswith("read_error") else (0.0, 1.0)
+
+
+def diagnostics_summary(runs: list[ZooRun], order: list[str]) -> dict[str, Any]:
+    """task -> {train_length, figures, multiples, rows: encoding -> figure -> multiple -> interval}, the encodings
+    in ``order`` (the overall ranking's), intervals over the seeds that recorded the figure there."""
+    by_task: dict[str, list[ZooRun]] = defaultdict(list)
+    for run in runs:
+        by_task[run.task].append(run)
+    summary = {}
+    for task, members in sorted(by_task.items()):
+        figures = sorted({k for r in members for row in r.figures.values() for k in row if FIGURE.match(k)},
+                         key=figure_order)  # fmt: skip
+        if not figures:
+            continue
+        multiples = sorted({m for r in members for m in r.figures})
+        rows: dict[str, dict[str, dict[str, Any]]] = {}
+        for encoding in [e for e in order if any(r.encoding == e for r in members)]:
+            mine = [r for r in members if r.encoding == encoding]
+            rows[encoding] = {
+                figure: {f"{m}x": Interval.of((r.figure(m, figure) for r in mine), bounds_of(figure)).as_dict()
+                         for m in multiples}
+                for figure in figures
+            }  # fmt: skip
+        summary[task] = {"train_length": members[0].train_length, "figures": figures,
+                         "multiples": [f"{m}x" for m in multiples], "rows": rows}  # fmt: skip
+    return summary
+
+
+def diagnostics_markdown(summary: dict[str, Any]) -> str:
+    """A table per task and figure: encodings down, lengths across."""
+    parts = []
+    for task, part in summary.items():
+        lengths = [f"{m} ({int(m.removesuffix('x')) * part['train_length']})" for m in part["multiples"]]
+        for figure in part["figures"]:
+            meaning = MEANING["read_error_pct" if figure.startswith("read_error") else "accuracy_pairs"]
+            digits = 1 if figure.startswith("read_error") else 3
+            table = []
+            for encoding, figures in part["rows"].items():
+                cells = [Interval.from_dict(figures[figure][m]) for m in part["multiples"]]
+                seeds = max(cell.n for cell in cells)
+                table.append([encoding, str(seeds), *(cell.cell(digits) if cell.n else "" for cell in cells)])
+            name = figure + (", the training mix" if figure == "read_error_pct" else "")
+            title = f"### {task}: {name} ({meaning}; seed means [95% over seeds]; blank: not evaluated there)"
+            parts.append("\n".join([title, "", markdown_table(["encoding", "seeds", *lengths], table)]))
+    return "\n\n".join(parts)

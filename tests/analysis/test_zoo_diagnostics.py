@@ -1,0 +1,55 @@
+"""``poslab report zoo``: the diagnostic tasks' own figures (flip-flop's read error by mix, MQAR's accuracy by number
+of pairs) per encoding and length, seed means with intervals, on planted runs; a zoo without them is unchanged."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from poslab.analysis.zoo_report import report_zoo
+from tests.analysis.test_position_zoo import LENGTHS, planted_run
+
+
+def add_figures(directory, task: str, label: str, seed: int, by_length: dict[int, dict[str, float]]) -> None:
+    path = directory / f"{task}_{label}_{seed}" / "results.json"
+    result = json.loads(path.read_text())
+    for length, figures in by_length.items():
+        result["figures"][str(length)].update(figures)
+    path.write_text(json.dumps(result))
+
+
+def test_read_error_by_mix_and_accuracy_by_pairs_are_tabled_with_seed_intervals(tmp_path):
+    for seed in range(3):
+        for label, sparse in (("path", 0.0 + seed), ("rope", 30.0 + 2 * seed)):  # read error % at 1x: sparse + 1
+            planted_run(tmp_path, "flip_flop", label, seed, dict(zip(LENGTHS, (1.0, 0.9, 0.8, 0.7))))
+            add_figures(tmp_path, "flip_flop", label, seed,
+                        {n: {"read_error_pct": 1.0, "read_error_pct_ffl0.98": sparse + n / 32,
+                             "read_error_pct_ffl0.1": 5.0} for n in LENGTHS})  # fmt: skip
+        planted_run(tmp_path, "associative_recall", "rope", seed, dict(zip(LENGTHS, (1.0, 0.9, 0.8, 0.7))))
+        add_figures(tmp_path, "associative_recall", "rope", seed,
+                    {n: {"accuracy_pairs4": 1.0 - 0.1 * seed, **({"accuracy_pairs16": 0.5} if n >= 64 else {})}
+                     for n in LENGTHS})  # fmt: skip
+    result = report_zoo(tmp_path)
+    summary = json.loads(result.files["zoo.json"])["diagnostics"]
+    flip = summary["flip_flop"]
+    assert flip["figures"] == ["read_error_pct", "read_error_pct_ffl0.1", "read_error_pct_ffl0.98"]
+    rope = flip["rows"]["rope"]["read_error_pct_ffl0.98"]
+    assert rope["2x"]["mean"] == pytest.approx(34.0) and rope["2x"]["n"] == 3  # 32, 34, 36
+    path = flip["rows"]["path"]["read_error_pct_ffl0.98"]["1x"]  # 1, 2, 3: t-interval [-0.48, 4.48]
+    assert path["mean"] == pytest.approx(2.0) and path["low"] == 0.0  # clipped to a percentage's bound
+    recall = summary["associative_recall"]["rows"]["rope"]
+    assert recall["accuracy_pairs4"]["1x"]["mean"] == pytest.approx(0.9)
+    assert recall["accuracy_pairs16"]["1x"]["n"] == 0  # 16 pairs do not fit 32 tokens: not evaluated there
+    text = result.report
+    assert "### flip_flop: read_error_pct_ffl0.98 (read error %, lower is better;" in text
+    assert "| path | 3 | 2.0 [0, 4] | 3.0 [1, 5] | 5.0 [3, 7] | 9.0 [7, 11] |" in text
+    assert "| rope | 3 | 33.0 [28, 38] | 34.0 [29, 39] | 36.0 [31, 41] | 40.0 [35, 45] |" in text
+    assert "### associative_recall: accuracy_pairs16" in text and "| rope | 3 |  | 0.500" in text
+
+
+def test_a_zoo_without_diagnostic_figures_writes_the_summary_it_always_did(tmp_path):
+    for seed in range(2):
+        planted_run(tmp_path, "copy", "rope", seed, dict(zip(LENGTHS, (1.0, 0.9, 0.8, 0.7))))
+    result = report_zoo(tmp_path)
+    assert "diagnostics" not in json.loads(result.files["zoo.json"]) and "read_error" not in result.report
