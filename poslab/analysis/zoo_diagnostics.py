@@ -76,3 +76,35 @@ def diagnostics_markdown(summary: dict[str, Any]) -> str:
             title = f"### {task}: {name} ({meaning}; seed means [95% over seeds]; blank: not evaluated there)"
             parts.append("\n".join([title, "", markdown_table(["encoding", "seeds", *lengths], table)]))
     return "\n\n".join(parts)
+
+
+def plot_diagnostics(summary: dict[str, Any]) -> Any:
+    """A heatmap per task and figure (flip-flop's mixes, MQAR's pair counts): encodings down, lengths across, the
+    seed mean written in each cell; read errors on 0-100 (dark: few errors), accuracies on 0-1 (bright: right)."""
+    import numpy as np
+
+    from poslab.analysis.plotting import plt
+
+    panels = [(task, figure) for task, part in summary.items() for figure in part["figures"]]
+    encodings = max((len(part["rows"]) for part in summary.values()), default=1)
+    fig, axes = plt.subplots(1, len(panels), figsize=(2.6 * len(panels) + 1.6, 0.3 * encodings + 2.0),
+                             squeeze=False, layout="constrained")  # fmt: skip
+    for ax, (task, figure) in zip(axes[0], panels):
+        part = summary[task]
+        names, multiples = list(part["rows"]), part["multiples"]
+        values = np.array([[np.nan if (c := part["rows"][e][figure][m])["mean"] is None else c["mean"]
+                            for m in multiples] for e in names])  # fmt: skip
+        error = figure.startswith("read_error")
+        image = ax.imshow(values, cmap="viridis_r" if error else "viridis", vmin=0.0, vmax=100.0 if error else 1.0,
+                          aspect="auto")  # fmt: skip
+        for i, j in zip(*np.nonzero(values == values)):
+            shown = f"{values[i, j]:.0f}" if error else f"{values[i, j]:.2f}"
+            bright = (values[i, j] < 40) if error else (values[i, j] > 0.6)
+            ax.text(j, i, shown, ha="center", va="center", fontsize=6, color="black" if bright else "white")
+        ax.set_xticks(range(len(multiples)), [int(m[:-1]) * part["train_length"] for m in multiples], fontsize=7)
+        ax.set_yticks(range(len(names)), names, fontsize=7)
+        ax.set_xlabel("evaluation length (tokens)", fontsize=7)
+        ax.set_title(f"{task}\n{figure}", fontsize=8)
+        fig.colorbar(image, ax=ax, shrink=0.6).ax.tick_params(labelsize=6)
+    fig.suptitle("diagnostic tasks: seed means (read error %: lower is better; accuracy: higher)", fontsize=9)
+    return fig

@@ -19,7 +19,7 @@ from poslab.analysis.zoo import (
     zoo_summary,
 )
 from poslab.analysis.zoo_claims import claim_summary
-from poslab.analysis.zoo_diagnostics import diagnostics_markdown, diagnostics_summary
+from poslab.analysis.zoo_diagnostics import diagnostics_markdown, diagnostics_summary, plot_diagnostics
 from poslab.analysis.zoo_render import claims_table, plot_accuracy, plot_heatmap, runs_csv, zoo_markdown
 from poslab.runs.files import ANALYSIS_DIR
 
@@ -56,4 +56,6 @@ def report_zoo(directory: str | Path, claims: Sequence[str] = ()) -> AnalysisRes
     result = AnalysisResult.with_tables("zoo", text, default, runs_csv(runs), summary, "zoo.json")
     result.add_figure("zoo_accuracy.png", plot_accuracy(tables, train_lengths, floors, order))
     result.add_figure("zoo_heatmap.png", plot_heatmap(tables, order))
+    if diagnostics:
+        result.add_figure("zoo_diagnostics.png", plot_diagnostics(diagnostics))
     return result

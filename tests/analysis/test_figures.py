@@ -36,6 +36,7 @@ from poslab.analysis.passkey_render import plot_passkey
 from poslab.analysis.plotting import plt
 from poslab.analysis.preregistered_figure import preregistered_figure
 from poslab.analysis.zoo import ZooRun, baselines, task_rows
+from poslab.analysis.zoo_diagnostics import plot_diagnostics
 from poslab.analysis.zoo_render import plot_accuracy, plot_heatmap
 from tests.conftest import tiny_model
 
@@ -251,6 +252,25 @@ def preregistered_summary(registry_rows: int | None = None) -> dict[str, Any]:
     return {"rows": rows}
 
 
+def diagnostics_summary(encodings: list[str]) -> dict[str, Any]:
+    """flip-flop's three mixes and MQAR's three pair counts for ``encodings``, 16 pairs not evaluated at 1x."""
+    multiples = ["1x", "2x", "4x", "8x"]
+    tasks = {"flip_flop": ["read_error_pct", "read_error_pct_ffl0.1", "read_error_pct_ffl0.98"],
+             "associative_recall": ["accuracy_pairs4", "accuracy_pairs8", "accuracy_pairs16"]}  # fmt: skip
+    summary = {}
+    for task, figures in tasks.items():
+        rows = {}
+        for i, encoding in enumerate(encodings):
+            rows[encoding] = {
+                figure: {m: {"mean": None if figure.endswith("16") and m == "1x" else
+                             (5.0 * i * j if task == "flip_flop" else 1.0 - 0.02 * i * j), "low": None, "high": None,
+                             "n": 1} for j, m in enumerate(multiples)}
+                for figure in figures
+            }  # fmt: skip
+        summary[task] = {"train_length": 32, "figures": figures, "multiples": multiples, "rows": rows}
+    return summary
+
+
 LENGTH_SMALL = (["wikitext2", "python_code"], ["rope", "alibi", "nope"])
 LENGTH_WHOLE = (["wikitext2", "python_code"], WHOLE_ZOO[1])
 
@@ -275,6 +295,8 @@ FIGURES: dict[str, Callable[[], Any]] = {
     "zoo_heatmap.png (one task, one encoding)": lambda: zoo_heatmap(["copy"], ["rope"]),
     "zoo_accuracy.png (small zoo)": lambda: zoo_accuracy(*SMALL_ZOO),
     "zoo_accuracy.png (whole zoo)": lambda: zoo_accuracy(*WHOLE_ZOO),
+    "zoo_diagnostics.png (whole zoo)": lambda: plot_diagnostics(diagnostics_summary(WHOLE_ZOO[1])),
+    "zoo_diagnostics.png (one encoding)": lambda: plot_diagnostics(diagnostics_summary(["rope"])),
     "passkey_heatmap.png (one encoding)": lambda: plot_passkey(passkey_result(1.0)),
     "length_bpb.png (two corpora, 3 encodings)": lambda: plot_bpb(length_runs(*LENGTH_SMALL)),
     "length_bpb.png (two corpora, whole zoo)": lambda: plot_bpb(length_runs(*LENGTH_WHOLE)),
@@ -301,6 +323,7 @@ REPORT_FIGURES = {
     "corpus_statistics.png",
     "zoo_accuracy.png",
     "zoo_heatmap.png",
+    "zoo_diagnostics.png",
     "length_bpb.png",
     "length_position.png",
     "length_passkey_0.png",

@@ -46,6 +46,7 @@ def test_read_error_by_mix_and_accuracy_by_pairs_are_tabled_with_seed_intervals(
     assert "| path | 3 | 2.0 [0, 4] | 3.0 [1, 5] | 5.0 [3, 7] | 9.0 [7, 11] |" in text
     assert "| rope | 3 | 33.0 [28, 38] | 34.0 [29, 39] | 36.0 [31, 41] | 40.0 [35, 45] |" in text
     assert "### associative_recall: accuracy_pairs16" in text and "| rope | 3 |  | 0.500" in text
+    assert result.files["zoo_diagnostics.png"].startswith(b"\x89PNG")
 
 
 def test_a_zoo_without_diagnostic_figures_writes_the_summary_it_always_did(tmp_path):
@@ -53,3 +54,4 @@ def test_a_zoo_without_diagnostic_figures_writes_the_summary_it_always_did(tmp_p
         planted_run(tmp_path, "copy", "rope", seed, dict(zip(LENGTHS, (1.0, 0.9, 0.8, 0.7))))
     result = report_zoo(tmp_path)
     assert "diagnostics" not in json.loads(result.files["zoo.json"]) and "read_error" not in result.report
+    assert "zoo_diagnostics.png" not in result.files
