@@ -87,9 +87,9 @@ def plot_diagnostics(summary: dict[str, Any]) -> Any:
 
     panels = [(task, figure) for task, part in summary.items() for figure in part["figures"]]
     encodings = max((len(part["rows"]) for part in summary.values()), default=1)
-    fig, axes = plt.subplots(1, len(panels), figsize=(2.6 * len(panels) + 1.6, 0.3 * encodings + 2.0),
+    fig, axes = plt.subplots(1, len(panels), figsize=(1.9 * len(panels) + 2.4, 0.3 * encodings + 2.0),
                              squeeze=False, layout="constrained")  # fmt: skip
-    for ax, (task, figure) in zip(axes[0], panels):
+    for k, (ax, (task, figure)) in enumerate(zip(axes[0], panels)):
         part = summary[task]
         names, multiples = list(part["rows"]), part["multiples"]
         values = np.array([[np.nan if (c := part["rows"][e][figure][m])["mean"] is None else c["mean"]
@@ -102,7 +102,8 @@ def plot_diagnostics(summary: dict[str, Any]) -> Any:
             bright = (values[i, j] < 40) if error else (values[i, j] > 0.6)
             ax.text(j, i, shown, ha="center", va="center", fontsize=6, color="black" if bright else "white")
         ax.set_xticks(range(len(multiples)), [int(m[:-1]) * part["train_length"] for m in multiples], fontsize=7)
-        ax.set_yticks(range(len(names)), names, fontsize=7)
+        first = k == 0 or panels[k - 1][0] != task  # a task's encodings named once, on its first panel
+        ax.set_yticks(range(len(names)), names if first else [], fontsize=7)
         ax.set_xlabel("evaluation length (tokens)", fontsize=7)
         ax.set_title(f"{task}\n{figure}", fontsize=8)
         fig.colorbar(image, ax=ax, shrink=0.6).ax.tick_params(labelsize=6)
