@@ -180,7 +180,7 @@ def test_the_cost_of_evaluation_is_reported_beside_training(report):
 
 
 @pytest.mark.slow
-def test_rows_show_only_the_named_encodings_and_keep_the_places_among_all(report, tmp_path, capsys):
+def test_rows_show_only_the_named_encodings_and_keep_the_places_among_all(multirun, report, tmp_path, capsys):
     summary = tmp_path / "whole" / "length.json"
     summary.parent.mkdir()
     summary.write_bytes(report.files["length.json"])
@@ -199,3 +199,7 @@ def test_rows_show_only_the_named_encodings_and_keep_the_places_among_all(report
     assert main(["report", "length", "--from", str(summary), "--rows", "alibi"]) == 2  # would overwrite the whole
     assert "give --output-dir" in capsys.readouterr().err
     assert json.loads(summary.read_text()) == whole
+    computed = tmp_path / "computed"  # from the runs, as from the summary
+    assert main(["report", "length", str(multirun), "--rows", "rope", "--output-dir", str(computed)]) == 0
+    rows = json.loads((computed / "length.json").read_text())["corpora"]["my_notes"]["rows"]
+    assert {base(row["encoding"]) for row in rows} == {"rope"}
