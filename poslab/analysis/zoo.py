@@ -263,8 +263,33 @@ class Ranking:
     excluded: dict[str, str]  # task -> why it is not ranked
 
 
-def overall_ranking(tables: dict[str, list[Row]], ranked: dict[str, bool]) -> Ranking:
-    tasks = [task for task in tables if ranked[task]]
+#: accuracy within this of the best trivial baseline (or below it) is at the floor: nothing learned there
+FLOOR_MARGIN = 0.01
+COUNTING_UNRANKED = (
+    "its answers change with the length (at 4x and beyond the commonest is the clamp 10): rank it with "
+    "task.program_length (counting_filler)"
+)
+
+
+def unranked_reason(members: list[ZooRun], rows: list[Row], floor: dict[int, dict[str, float]]) -> str | None:
+    """Why a task stays out of the overall ranking, or None: plain counting (its answers change with the length),
+    or a task no encoding learned at the training length (every 1x accuracy within ``FLOOR_MARGIN`` of the best
+    trivial baseline or below it: its places would be noise)."""
+    if not all(r.ranked for r in members):
+        return COUNTING_UNRANKED
+    best = max((row.one_x.interval.mean for row in rows if row.one_x.interval.n), default=math.nan)
+    baseline = max(floor.get(1, {}).values(), default=math.nan)
+    if best == best and baseline == baseline and best <= baseline + FLOOR_MARGIN:
+        return (
+            f"no encoding learned it at the training length (the best 1x accuracy {best:.3f}, the best trivial "
+            f"baseline {baseline:.3f}): its places would be noise"
+        )
+    return None
+
+
+def overall_ranking(tables: dict[str, list[Row]], excluded: dict[str, str]) -> Ranking:
+    """The mean rank over the tasks not in ``excluded`` (task -> why it is left out)."""
+    tasks = [task for task in tables if task not in excluded]
     per_task = {task: {row.encoding: row.score.by_seed for row in tables[task]} for task in tasks}
     mean_rank = bootstrap_mean_rank(per_task)
     scores: dict[str, list[float]] = defaultdict(list)
@@ -279,12 +304,7 @@ def overall_ranking(tables: dict[str, list[Row]], ranked: dict[str, bool]) -> Ra
         tasks={e: len(scores[e]) for e in order},
         leave_one_out=leave_one_task_out(per_task, order),
         groups=not_separated({e: mean_rank[e][1:] for e in order}, order),
-        excluded={
-            task: "its answers change with the length (at 4x and beyond the commonest is the clamp 10): rank it "
-            "with task.program_length (counting_filler)"
-            for task in tables
-            if not ranked[task]
-        },
+        excluded=dict(excluded),
     )
 
 

@@ -7,7 +7,7 @@ runs of one task and seed see the same data: ``stats.paired_difference``), its 9
 position at the training length, past it beyond (``ZooRun.past``).
 
 On accuracy, a place where neither side beats the task's best trivial baseline there (chance, the best constant,
-the task's rules: ``zoo.baselines``) by more than ``FLOOR_MARGIN`` is **not testable**, whatever the interval says:
+the task's rules: ``zoo.baselines``) by more than ``zoo.FLOOR_MARGIN`` is **not testable**, whatever the interval says:
 neither model learned the task there, so their difference says nothing about the claim (A5 state tracking at this
 machine's budgets: every encoding right at position 0 only, as the rule "the current element" is).
 """
@@ -20,10 +20,7 @@ from typing import Any
 
 from poslab.analysis.claims import parse_claim, resolve
 from poslab.analysis.stats import direction_verdict, paired_difference
-from poslab.analysis.zoo import ZooRun, baselines
-
-#: accuracy within this of the best trivial baseline (or below it) is at the floor
-FLOOR_MARGIN = 0.01
+from poslab.analysis.zoo import FLOOR_MARGIN, ZooRun, baselines
 
 
 def figure_of(run: ZooRun, multiple: int, figure: str | None) -> float:

@@ -16,6 +16,7 @@ from poslab.analysis.zoo import (
     overall_ranking,
     task_rows,
     training_seconds,
+    unranked_reason,
     zoo_summary,
 )
 from poslab.analysis.zoo_claims import claim_summary
@@ -35,9 +36,9 @@ def report_zoo(directory: str | Path, claims: Sequence[str] = ()) -> AnalysisRes
         by_task[run.task].append(run)
     tables = {task: task_rows(members) for task, members in by_task.items()}
     train_lengths = {task: members[0].train_length for task, members in by_task.items()}
-    ranked = {task: all(r.ranked for r in members) for task, members in by_task.items()}
     floors = {task: baselines(members) for task, members in by_task.items()}
-    ranking = overall_ranking(tables, ranked)
+    reasons = {task: unranked_reason(members, tables[task], floors[task]) for task, members in by_task.items()}
+    ranking = overall_ranking(tables, {task: why for task, why in reasons.items() if why})
     order = ranking.order + sorted({r.encoding for r in runs} - set(ranking.order))
     seconds = training_seconds(runs)
     warning = short_run_warning({f"{r.task} {r.encoding} seed {r.seed}": r.steps for r in runs})

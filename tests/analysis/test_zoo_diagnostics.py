@@ -55,3 +55,15 @@ def test_a_zoo_without_diagnostic_figures_writes_the_summary_it_always_did(tmp_p
     result = report_zoo(tmp_path)
     assert "diagnostics" not in json.loads(result.files["zoo.json"]) and "read_error" not in result.report
     assert "zoo_diagnostics.png" not in result.files
+
+
+def test_a_task_no_encoding_learned_is_left_out_of_the_overall_ranking_with_why(tmp_path):
+    # copy is learned; lag sits at its best trivial baseline (0.6 at 1x, planted_run) for every encoding
+    for seed in range(2):
+        for label, past in (("path", 0.9), ("rope", 0.5)):
+            planted_run(tmp_path, "copy", label, seed, dict(zip(LENGTHS, (1.0, past + 0.01 * seed, past, past))))
+            planted_run(tmp_path, "lag", label, seed, dict(zip(LENGTHS, (0.605, 0.5, 0.5, 0.5))))
+    summary = json.loads(report_zoo(tmp_path).files["zoo.json"])
+    assert list(summary["excluded_from_ranking"]) == ["lag"]
+    assert "no encoding learned it at the training length" in summary["excluded_from_ranking"]["lag"]
+    assert all(row["tasks"] == 1 for row in summary["overall"])  # ranked on copy alone
