@@ -39,11 +39,11 @@ grid: install ## 28 runs in parallel (POSLAB_JOBS at a time), then `poslab repor
 	$(VENV)/bin/poslab report grid "$$sweep" --reference where_am_i
 
 # times measured on a clean clone on the 2 cores (README "Tests", docs/tests_profile.md; the target is 6 min)
-test: install ## the whole suite (CPU, offline, random order; 2,237 tests, ~5.5 min on 2 AMD cores): what CI runs
+test: install ## the whole suite (CPU, offline, random order; 2,242 tests, ~5.5 min on 2 AMD cores): what CI runs
 	$(PY) -m pytest
 
 # pytest's own options (workers, random order, time limit, durations) are in pyproject.toml's [tool.pytest.ini_options]
-test-fast: install ## the tests not marked slow (CPU, offline; 1,725 tests, ~75 s on 2 cores): the check while working
+test-fast: install ## the tests not marked slow (CPU, offline; 1,728 tests, ~70 s on 2 cores): the check while working
 	$(PY) -m pytest -m "not slow"
 
 # The suite runs train.py in forked copies of its test process (tests/script_runs.py: no 5 s of imports a run);
