@@ -35,11 +35,17 @@ def parse_claim(text: str, option: str = "--claim") -> Claim:
     return Claim(text, first, second, -1 if sign == "<" else 1, figure)
 
 
+def names_row(name: str, label: str) -> bool:
+    """A side or a ``--rows`` entry names a row: its whole label, or the encoding before its settings
+    (``dape`` names ``dape:kerple_log``)."""
+    return name in (label, label.split(":")[0])
+
+
 def resolve(name: str, rows: set[str]) -> str | None:
     """The row a claim's side names: the row of that name, else the one row whose label starts with ``name:`` (a
     claim written as ``dape`` reads the row ``dape:kerple_log``, the label with its settings); None if there is no
     such row, or several."""
     if name in rows:
         return name
-    matches = [row for row in rows if row.split(":")[0] == name]
+    matches = [row for row in rows if names_row(name, row)]
     return matches[0] if len(matches) == 1 else None

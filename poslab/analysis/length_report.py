@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from poslab.analysis.claims import parse_claim
+from poslab.analysis.claims import names_row, parse_claim
 from poslab.analysis.length import length_summary, load_length_runs
 from poslab.analysis.length_claims import claim_summary
 from poslab.analysis.length_render import length_csv, length_markdown, plot_bpb, plot_positions, safe_name
@@ -62,12 +62,11 @@ def select_rows(summary: dict[str, Any], names: Sequence[str]) -> dict[str, Any]
     """The summary with only the rows of ``names`` (every way of each), for a figure a reader can follow: an
     encoding as the rows name it (``cope:129``) or its name before the settings (``cope``). Places and rank
     intervals stay those among all the rows, as a note says; the claims stay whole."""
-    keep = lambda label: label in names or label.split(":")[0] in names  # noqa: E731
+    keep = lambda label: any(names_row(name, label) for name in names)  # noqa: E731
     selected = copy.deepcopy(summary)
     shown: set[str] = set()
     for part in selected["corpora"].values():
-        every = sorted({row["encoding"] for row in part["rows"]})
-        shown |= {name for name in names for label in every if keep(label) and name in (label, label.split(":")[0])}
+        shown |= {name for name in names for row in part["rows"] if names_row(name, row["encoding"])}
         part["rows"] = [row for row in part["rows"] if keep(row["encoding"])]
         for key in ("loss_by_position", "passkey", "cost"):
             part[key] = {label: value for label, value in part[key].items() if keep(label)}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,9 +116,7 @@ def preregistered_markdown(summary: dict[str, Any]) -> str:
     header = ["claim", "read at", "A - B [95%]", "seeds", "verdict", "source of the direction"]
     table = [[f"`{r['claim']}`", f"{r['place']}, {r['multiple']}", difference_text(r), str(r["n"]), r["verdict"],
               r["source"]] for r in summary["rows"]]  # fmt: skip
-    counts: dict[str, int] = {}
-    for row in summary["rows"]:
-        counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
+    counts = Counter(row["verdict"] for row in summary["rows"])
     tally = ", ".join(f"{verdict} {n}" for verdict, n in sorted(counts.items()))
     return "\n".join([
         "### Pre-registered claims, each read at its one place", "",

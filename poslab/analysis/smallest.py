@@ -30,7 +30,7 @@ THRESHOLDS = {"sequence_accuracy": 0.9}  # every other figure: 0.99
 FIGURE = re.compile(r"^(accuracy_pairs\d+|sequence_accuracy)$")
 
 
-def figures_of(task: str, row: dict[str, Any]) -> list[str]:
+def figures_of(row: dict[str, Any]) -> list[str]:
     """The figures a task's smallest model is read on: MQAR's per pair count, state tracking's whole sequences."""
     chosen = sorted((key for key in row if FIGURE.match(key)), key=lambda k: (len(k), k))
     return chosen or ["accuracy"]
@@ -61,7 +61,7 @@ def cells(runs: list[FinishedRun]) -> dict[tuple, dict[int, dict[int, float]]]:
             for length, row in result["figures"].items():
                 if not length.isdigit():
                     continue
-                for figure in figures_of(task, row):
+                for figure in figures_of(row):
                     key = (task, result["label"], setting, figure, int(length))
                     found[key][size][int(result["seed"])] = float(row[figure])
     return found

@@ -265,6 +265,27 @@ class Ranking:
 
 #: accuracy within this of the best trivial baseline (or below it) is at the floor: nothing learned there
 FLOOR_MARGIN = 0.01
+
+
+def runs_by_task(runs: list[ZooRun]) -> dict[str, list[ZooRun]]:
+    """The runs of each task, tasks in the order the runs first name them."""
+    by_task: dict[str, list[ZooRun]] = defaultdict(list)
+    for run in runs:
+        by_task[run.task].append(run)
+    return dict(by_task)
+
+
+def best_baseline(floor: dict[str, float]) -> tuple[str, float]:
+    """The best of a task's trivial baselines at one multiple (chance, the best constant, its rules): name, value."""
+    name = max(floor, key=lambda k: floor[k])
+    return name, floor[name]
+
+
+def at_floor(accuracy: float, floor: dict[str, float]) -> bool:
+    """An accuracy no better than the best trivial baseline by more than ``FLOOR_MARGIN``: nothing learned."""
+    return accuracy <= best_baseline(floor)[1] + FLOOR_MARGIN
+
+
 COUNTING_UNRANKED = (
     "its answers change with the length (at 4x and beyond the commonest is the clamp 10): rank it with "
     "task.program_length (counting_filler)"
@@ -278,11 +299,10 @@ def unranked_reason(members: list[ZooRun], rows: list[Row], floor: dict[int, dic
     if not all(r.ranked for r in members):
         return COUNTING_UNRANKED
     best = max((row.one_x.interval.mean for row in rows if row.one_x.interval.n), default=math.nan)
-    baseline = max(floor.get(1, {}).values(), default=math.nan)
-    if best == best and baseline == baseline and best <= baseline + FLOOR_MARGIN:
+    if best == best and floor.get(1) and at_floor(best, floor[1]):
         return (
             f"no encoding learned it at the training length (the best 1x accuracy {best:.3f}, the best trivial "
-            f"baseline {baseline:.3f}): its places would be noise"
+            f"baseline {best_baseline(floor[1])[1]:.3f}): its places would be noise"
         )
     return None
 

@@ -14,13 +14,12 @@ machine's budgets: every encoding right at position 0 only, as the rule "the cur
 
 from __future__ import annotations
 
-from collections import defaultdict
 from statistics import mean
 from typing import Any
 
 from poslab.analysis.claims import parse_claim, resolve
 from poslab.analysis.stats import direction_verdict, paired_difference
-from poslab.analysis.zoo import FLOOR_MARGIN, ZooRun, baselines
+from poslab.analysis.zoo import ZooRun, at_floor, baselines, best_baseline, runs_by_task
 
 
 def figure_of(run: ZooRun, multiple: int, figure: str | None) -> float:
@@ -39,9 +38,10 @@ def task_claim(runs: list[ZooRun], a: str, b: str, sign: int, figure: str | None
             continue  # the figure is not recorded at this length
         interval = paired_difference(*values)
         cell = {**interval.as_dict(), "verdict": direction_verdict(interval, sign)}
-        floor = max(floors.get(multiple, {}).values(), default=None)
-        if floor is not None and all(mean(side.values()) <= floor + FLOOR_MARGIN for side in values):
-            cell |= {"verdict": "not testable", "why": f"both at the floor: the best trivial baseline is {floor:.3f}"}
+        floor = floors.get(multiple)
+        if floor and all(at_floor(mean(side.values()), floor) for side in values):
+            why = f"both at the floor: the best trivial baseline is {best_baseline(floor)[1]:.3f}"
+            cell |= {"verdict": "not testable", "why": why}
         by_multiple[f"{multiple}x"] = cell
     return by_multiple
 
@@ -49,9 +49,7 @@ def task_claim(runs: list[ZooRun], a: str, b: str, sign: int, figure: str | None
 def claim_summary(runs: list[ZooRun], text: str) -> dict[str, Any]:
     """A claim on every task both sides ran (``missing``: the sides with no run at all)."""
     claim = parse_claim(text)
-    by_task: dict[str, list[ZooRun]] = defaultdict(list)
-    for run in runs:
-        by_task[run.task].append(run)
+    by_task = runs_by_task(runs)
     encodings = {r.encoding for r in runs}
     a, b = resolve(claim.a, encodings), resolve(claim.b, encodings)
     tasks = {}

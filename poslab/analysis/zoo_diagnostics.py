@@ -11,7 +11,6 @@ diagnostic tasks writes the report it always did.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from typing import Any
 
 from poslab.analysis.stats import Interval
@@ -29,16 +28,20 @@ def figure_order(name: str) -> tuple[int, float, str]:
     return (0 if match is None else 1, float(match.group(1)) if match else 0.0, name)
 
 
-def bounds_of(figure: str) -> tuple[float, float]:
-    return (0.0, 100.0) if figure.startswith("read_error") else (0.0, 1.0)
+def reads_error(figure: str) -> bool:
+    """A read error in percent (lower is better), not an accuracy (higher is better)."""
+    return figure.startswith("read_error")
 
 
-def diagnostics_summary(runs: list[ZooRun], order: list[str]) -> dict[str, Any]:
+def seed_interval(runs: list[ZooRun], multiple: int, figure: str) -> dict[str, Any]:
+    """One encoding's figure at one multiple over the seeds that recorded it, within the figure's range."""
+    bounds = (0.0, 100.0 if reads_error(figure) else 1.0)
+    return Interval.of((run.figure(multiple, figure) for run in runs), bounds).as_dict()
+
+
+def diagnostics_summary(by_task: dict[str, list[ZooRun]], order: list[str]) -> dict[str, Any]:
     """task -> {train_length, figures, multiples, rows: encoding -> figure -> multiple -> interval}, the encodings
     in ``order`` (the overall ranking's), intervals over the seeds that recorded the figure there."""
-    by_task: dict[str, list[ZooRun]] = defaultdict(list)
-    for run in runs:
-        by_task[run.task].append(run)
     summary = {}
     for task, members in sorted(by_task.items()):
         figures = sorted({k for r in members for row in r.figures.values() for k in row if FIGURE.match(k)},
@@ -50,10 +53,8 @@ def diagnostics_summary(runs: list[ZooRun], order: list[str]) -> dict[str, Any]:
         for encoding in [e for e in order if any(r.encoding == e for r in members)]:
             mine = [r for r in members if r.encoding == encoding]
             rows[encoding] = {
-                figure: {f"{m}x": Interval.of((r.figure(m, figure) for r in mine), bounds_of(figure)).as_dict()
-                         for m in multiples}
-                for figure in figures
-            }  # fmt: skip
+                figure: {f"{m}x": seed_interval(mine, m, figure) for m in multiples} for figure in figures
+            }
         summary[task] = {"train_length": members[0].train_length, "figures": figures,
                          "multiples": [f"{m}x" for m in multiples], "rows": rows}  # fmt: skip
     return summary
@@ -65,8 +66,8 @@ def diagnostics_markdown(summary: dict[str, Any]) -> str:
     for task, part in summary.items():
         lengths = [f"{m} ({int(m.removesuffix('x')) * part['train_length']})" for m in part["multiples"]]
         for figure in part["figures"]:
-            meaning = MEANING["read_error_pct" if figure.startswith("read_error") else "accuracy_pairs"]
-            digits = 1 if figure.startswith("read_error") else 3
+            meaning = MEANING["read_error_pct" if reads_error(figure) else "accuracy_pairs"]
+            digits = 1 if reads_error(figure) else 3
             table = []
             for encoding, figures in part["rows"].items():
                 cells = [Interval.from_dict(figures[figure][m]) for m in part["multiples"]]
@@ -94,7 +95,7 @@ def plot_diagnostics(summary: dict[str, Any]) -> Any:
         names, multiples = list(part["rows"]), part["multiples"]
         values = np.array([[np.nan if (c := part["rows"][e][figure][m])["mean"] is None else c["mean"]
                             for m in multiples] for e in names])  # fmt: skip
-        error = figure.startswith("read_error")
+        error = reads_error(figure)
         image = ax.imshow(values, cmap="viridis_r" if error else "viridis", vmin=0.0, vmax=100.0 if error else 1.0,
                           aspect="auto")  # fmt: skip
         for i, j in zip(*np.nonzero(values == values)):

@@ -10,7 +10,7 @@ from typing import Any
 from poslab.analysis.plotting import constant_note, length_axis, plt
 from poslab.analysis.stats import Interval
 from poslab.analysis.tables import csv_text, markdown_table
-from poslab.analysis.zoo import Ranking, Row, ZooRun
+from poslab.analysis.zoo import Ranking, Row, ZooRun, best_baseline
 
 #: the families of the accuracy figure's columns, by encoding name (the label's first part); others: "other"
 FAMILIES: dict[str, tuple[str, ...]] = {
@@ -34,11 +34,6 @@ FAMILIES: dict[str, tuple[str, ...]] = {
 def family_of(encoding: str) -> str:
     name = encoding.split(":")[0].split(" ")[0]
     return next((family for family, names in FAMILIES.items() if name in names), "other")
-
-
-def best_baseline(floor: dict[str, float]) -> tuple[str, float]:
-    name = max(floor, key=lambda k: floor[k])
-    return name, floor[name]
 
 
 def overall_table(ranking: Ranking, n_tasks: int) -> str:

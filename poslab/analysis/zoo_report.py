@@ -3,17 +3,16 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
 from poslab.analysis.claims import parse_claim
 from poslab.analysis.output import AnalysisResult, short_run_warning
 from poslab.analysis.zoo import (
-    ZooRun,
     baselines,
     load_zoo,
     overall_ranking,
+    runs_by_task,
     task_rows,
     training_seconds,
     unranked_reason,
@@ -31,9 +30,7 @@ def report_zoo(directory: str | Path, claims: Sequence[str] = ()) -> AnalysisRes
     for claim in claims:  # a malformed claim stops before any run is read
         parse_claim(claim)
     runs, notes = load_zoo(directory)
-    by_task: dict[str, list[ZooRun]] = defaultdict(list)
-    for run in runs:
-        by_task[run.task].append(run)
+    by_task = runs_by_task(runs)
     tables = {task: task_rows(members) for task, members in by_task.items()}
     train_lengths = {task: members[0].train_length for task, members in by_task.items()}
     floors = {task: baselines(members) for task, members in by_task.items()}
@@ -44,7 +41,7 @@ def report_zoo(directory: str | Path, claims: Sequence[str] = ()) -> AnalysisRes
     warning = short_run_warning({f"{r.task} {r.encoding} seed {r.seed}": r.steps for r in runs})
     notes = ([warning] if warning else []) + notes
     checked = [claim_summary(runs, claim) for claim in claims]
-    diagnostics = diagnostics_summary(runs, order)
+    diagnostics = diagnostics_summary(by_task, order)
     tables_text = zoo_markdown(tables, train_lengths, floors, ranking, seconds, order)
     text = "\n\n".join(
         part for part in (tables_text, diagnostics_markdown(diagnostics), claims_table(checked)) if part
