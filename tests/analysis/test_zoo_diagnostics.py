@@ -4,9 +4,12 @@ of pairs) per encoding and length, seed means with intervals, on planted runs; a
 from __future__ import annotations
 
 import json
+import math
+import re
 
 import pytest
 
+from poslab.analysis.stats import t_quantile
 from poslab.analysis.zoo_report import report_zoo
 from tests.analysis.test_position_zoo import LENGTHS, planted_run
 
@@ -43,8 +46,13 @@ def test_read_error_by_mix_and_accuracy_by_pairs_are_tabled_with_seed_intervals(
     assert recall["accuracy_pairs16"]["1x"]["n"] == 0  # 16 pairs do not fit 32 tokens: not evaluated there
     text = result.report
     assert "### flip_flop: read_error_pct_ffl0.98 (read error %, lower is better;" in text
-    assert "| path | 3 | 2.0 [0, 4] | 3.0 [1, 5] | 5.0 [3, 7] | 9.0 [7, 11] |" in text
-    assert "| rope | 3 | 33.0 [28, 38] | 34.0 [29, 39] | 36.0 [31, 41] | 40.0 [35, 45] |" in text
+    sparse = text.split("### flip_flop: read_error_pct_ffl0.98")[1].split("###")[0]
+    half = t_quantile(2) / math.sqrt(3)  # three seeds one apart (path) or two apart (rope)
+    for label, means, spread in (("path", (2, 3, 5, 9), 1.0), ("rope", (33, 34, 36, 40), 2.0)):
+        line = next(row for row in sparse.splitlines() if row.startswith(f"| {label} | 3 |"))
+        printed = [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?", line.split("| 3 |", 1)[1])]
+        expected = [v for m in means for v in (m, max(0.0, m - spread * half), m + spread * half)]
+        assert printed == pytest.approx(expected, abs=0.51)  # as printed: the means to 0.1, the bounds to 1
     assert "### associative_recall: accuracy_pairs16" in text and "| rope | 3 |  | 0.500" in text
     assert result.files["zoo_diagnostics.png"].startswith(b"\x89PNG")
 
