@@ -36,6 +36,9 @@ evaluation windows inside one run are not independent replicates of it. Hence:
 * :func:`rank_intervals` / :class:`RankInterval` / :func:`seed_tables` -- ranks with known coverage: the places a
   method's Bonferroni-corrected paired differences with every other allow; always holds its point rank (the
   percentile bootstrap of :func:`bootstrap_ranks` under-covers at 3 seeds and can exclude it).
+  :func:`mean_rank_intervals` -- a mean rank over tasks with known coverage: every task's rank interval at once
+  (Bonferroni over the tasks), their lows and highs averaged (the bootstrap's :func:`bootstrap_mean_rank` stays
+  only for an archived script).
 * :func:`t_quantile_at` / :func:`t_cdf` -- Student's t at any level and fractional df (no scipy).
 * :func:`roc_auc` -- how well a score separates two classes (the increments' word boundaries): Mann-Whitney U.
 * :func:`best_auc_given` -- the in-sample ceiling of ``roc_auc`` over every score that is a function of a
@@ -54,6 +57,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -835,6 +839,47 @@ def rank_intervals(
         rank = 1 + sum(means[o] > means[m] for o in methods)
         result[m] = RankInterval(rank, 1 + better[m], len(methods) - worse[m])
     return result
+
+
+def mean_rank_intervals(
+    per_task: Mapping[str, Mapping[str, Mapping[int, float]]], higher_is_better: bool = True, level: float = LEVEL
+) -> dict[str, tuple[float, float, float]]:
+    """Per method: (its mean rank over the tasks it was run on, and a ``level`` interval for it with known coverage).
+
+    ``per_task[task][method][seed_id]``. In each of the T tasks :func:`rank_intervals` over the seeds all its
+    methods share (:func:`seed_tables`), at the level ``1 - (1 - level) / T``: by Bonferroni every task's interval
+    holds its true rank at once with probability at least ``level``, and then the mean of the lows and the mean of
+    the highs hold the mean true rank. Conservative (two Bonferroni steps), never under-covering, and it always
+    holds its point, the mean of the per-task point ranks. A task where the methods share fewer than two seeds
+    allows every place (1 .. its methods). Replaces the percentile bootstrap (:func:`bootstrap_mean_rank`), which
+    under-covers at few seeds.
+    """
+    tasks = [scores for scores in per_task.values() if scores]
+    task_level = 1 - (1 - level) / max(1, len(tasks))
+    places: dict[str, list[RankInterval]] = defaultdict(list)
+    for scores in tasks:
+        for method, place in _task_rank_intervals(scores, higher_is_better, task_level).items():
+            places[method].append(place)
+    return {
+        method: (
+            float(mean(p.rank for p in found)),
+            float(mean(p.low for p in found)),
+            float(mean(p.high for p in found)),
+        )
+        for method, found in sorted(places.items())
+    }
+
+
+def _task_rank_intervals(
+    scores: Mapping[str, Mapping[int, float]], higher_is_better: bool, level: float
+) -> dict[str, RankInterval]:
+    """:func:`rank_intervals` over the shared seeds; where the methods share none (a sweep still running), the
+    ranks of each method's own seed mean, every place allowed."""
+    if _shared_seed_ids(scores):
+        return rank_intervals(seed_tables(scores), higher_is_better, level)
+    _, matrix = _score_matrix(scores)
+    ranks = _ranks(_seed_means(matrix), higher_is_better)
+    return {m: RankInterval(int(r), 1, len(scores)) for m, r in zip(scores, ranks)}
 
 
 def seed_tables(scores: Mapping[str, Mapping[int, float]]) -> dict[str, np.ndarray]:

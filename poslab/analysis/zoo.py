@@ -27,7 +27,8 @@ What is measured (``poslab.lightning_modules.synthetic``; the statistics are ``p
   values instead. **Ranks**: within a task by the seed-mean score, with a joint 95% interval from the paired
   differences over seeds (every encoding sees the same data under a seed; ``stats.rank_intervals``: Bonferroni
   over each encoding's comparisons, so it always holds the rank); overall, the mean rank over the ranked tasks
-  with its percentile bootstrap interval (secondary: at 3 seeds it under-covers),
+  with an interval of known coverage (``stats.mean_rank_intervals``: every task's rank interval at once, by
+  Bonferroni over the tasks, lows and highs averaged; it replaced a percentile bootstrap that under-covers),
   the groups of places the data do not separate, and the places each encoding takes when one
   task is left out. Plain ``counting`` (answers that grow with the length) is left out of the overall ranking;
   ``counting`` with ``program_length`` (filler) is ranked.
@@ -51,8 +52,7 @@ from poslab.analysis.extrapolation import is_grid_result
 from poslab.analysis.output import training_steps
 from poslab.analysis.stats import (
     SeedCell,
-    bootstrap_mean_rank,
-    mean_ranks,
+    mean_rank_intervals,
     not_separated,
     rank_intervals,
     seed_tables,
@@ -251,7 +251,7 @@ def baselines(runs: list[ZooRun]) -> dict[int, dict[str, float]]:
 
 @dataclass
 class Ranking:
-    """The overall ranking: per encoding its mean rank over the ranked tasks, the bootstrap interval of it, its
+    """The overall ranking: per encoding its mean rank over the ranked tasks, its interval (known coverage), its
     mean score, the tasks it was ranked on, and its places with one task left out."""
 
     order: list[str]
@@ -311,7 +311,7 @@ def overall_ranking(tables: dict[str, list[Row]], excluded: dict[str, str]) -> R
     """The mean rank over the tasks not in ``excluded`` (task -> why it is left out)."""
     tasks = [task for task in tables if task not in excluded]
     per_task = {task: {row.encoding: row.score.by_seed for row in tables[task]} for task in tasks}
-    mean_rank = bootstrap_mean_rank(per_task)
+    mean_rank = mean_rank_intervals(per_task)
     scores: dict[str, list[float]] = defaultdict(list)
     for task in tasks:
         for row in tables[task]:
@@ -333,7 +333,7 @@ def leave_one_task_out(per_task: dict[str, dict[str, dict[int, float]]], order: 
     places: dict[str, list[int]] = defaultdict(list)
     for left_out in per_task if len(per_task) > 1 else []:
         kept = {task: scores for task, scores in per_task.items() if task != left_out}
-        ranks = mean_ranks(kept)
+        ranks = {encoding: found[0] for encoding, found in mean_rank_intervals(kept).items()}
         for place, encoding in enumerate(sorted(ranks, key=lambda e: (ranks[e], order.index(e))), 1):
             places[encoding].append(place)
     return {e: (min(places[e]), max(places[e])) for e in order if places.get(e)}

@@ -37,7 +37,8 @@ def family_of(encoding: str) -> str:
 
 
 def overall_table(ranking: Ranking, n_tasks: int) -> str:
-    header = ["place", "encoding", "mean rank [95% bootstrap]", "places, one task left out", "mean score", "tasks"]
+    interval = "mean rank [95%, all tasks at once]"
+    header = ["place", "encoding", interval, "places, one task left out", "mean score", "tasks"]
     rows = []
     for place, encoding in enumerate(ranking.order, 1):
         rank, low, high = ranking.mean_rank[encoding]

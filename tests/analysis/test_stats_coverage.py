@@ -15,6 +15,7 @@ from poslab.analysis.stats import (
     crossed_difference,
     crossed_interval,
     linearised_ratio,
+    mean_rank_intervals,
     rank_intervals,
     seed_tables,
     t_cdf,
@@ -73,6 +74,52 @@ def test_rank_intervals_cover_the_true_rank_and_hold_their_point_rank():
     for m, count in hits.items():
         assert count / REPETITIONS >= 0.93, (m, count / REPETITIONS)
     assert separated / REPETITIONS > 0.9  # not covering by saying nothing: a clear last place is resolved
+
+
+def simulated_zoo(rng: np.random.Generator, truth: np.ndarray, seeds: int) -> dict[str, dict[str, dict[int, float]]]:
+    """``per_task[task][method][seed]`` accuracies: each task's true means (a row of ``truth``), a seed effect
+    shared by every method in the task (the same data under a seed: the paired case), and noise."""
+    per_task = {}
+    for t, means in enumerate(truth):
+        shared = rng.normal(0, 0.05, size=seeds)
+        values = means[:, None] + shared[None, :] + rng.normal(0, 0.02, size=(len(means), seeds))
+        per_task[f"t{t}"] = {f"m{m}": dict(enumerate(values[m].tolist())) for m in range(len(means))}
+    return per_task
+
+
+@pytest.mark.parametrize("seeds", [5, 3])
+def test_the_mean_rank_over_tasks_covers_the_true_mean_rank(seeds):
+    """The overall ranking of ``report zoo``: five methods on four tasks, near ties in some (the hard case). The
+    true mean rank is each method's mean over tasks of its rank by the true means. (The percentile bootstrap it
+    replaced covered 82% for the second method at 3 seeds in this simulation, 93% at 5.)"""
+    rng = np.random.default_rng(13)
+    truth = np.array(
+        [
+            [0.90, 0.89, 0.60, 0.58, 0.30],
+            [0.50, 0.52, 0.51, 0.90, 0.10],
+            [0.95, 0.95, 0.94, 0.40, 0.41],
+            [0.20, 0.30, 0.40, 0.50, 0.60],
+        ]
+    )
+    true_ranks = 1 + (truth[:, None, :] > truth[:, :, None]).sum(axis=2)  # ties share the better rank
+    true_mean = {f"m{m}": true_ranks[:, m].mean() for m in range(truth.shape[1])}
+    hits, repetitions = {m: 0 for m in true_mean}, REPETITIONS // 4  # conservative: it covers near 100%
+    for _ in range(repetitions):
+        found = mean_rank_intervals(simulated_zoo(rng, truth, seeds))
+        for m, (point, low, high) in found.items():
+            assert low <= point <= high, (m, point, low, high)
+            hits[m] += low <= true_mean[m] <= high
+    for m, count in hits.items():
+        assert count / repetitions >= 0.93, (m, count / repetitions)
+
+
+def test_the_mean_rank_interval_resolves_a_clear_order_and_allows_every_place_without_seeds():
+    rng = np.random.default_rng(2)
+    truth = np.array([[0.9, 0.6, 0.3], [0.8, 0.5, 0.2]])
+    found = mean_rank_intervals(simulated_zoo(rng, truth, 5))
+    assert found == {"m0": (1.0, 1.0, 1.0), "m1": (2.0, 2.0, 2.0), "m2": (3.0, 3.0, 3.0)}
+    one_seed = {"t": {"a": {0: 0.9}, "b": {0: 0.1}}, "u": {"a": {0: 0.2}, "b": {1: 0.8}}}  # u: no shared seed
+    assert mean_rank_intervals(one_seed) == {"a": (1.5, 1.0, 2.0), "b": (1.5, 1.0, 2.0)}
 
 
 def test_an_interval_over_seeds_on_one_document_misses_the_corpus():
