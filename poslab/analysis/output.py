@@ -97,12 +97,18 @@ class AnalysisResult:
 
 
 def read_summary(
-    path: str | Path, report: str, keys: str | tuple[str, ...], file_name: str | None = None, command: str = ""
+    path: str | Path,
+    report: str,
+    keys: str | tuple[str, ...],
+    file_name: str | None = None,
+    command: str = "",
+    given_as: str = "--from",
 ) -> dict[str, Any]:
     """``--from SUMMARY``: the summary JSON a report or analysis wrote (``file_name``, by default
     ``<report>.json``), which its render layer reads alone. Refused, in one sentence naming what to give, unless it
     is a dict holding every key of ``keys`` and, where it says which report it is, ``report``'s (summaries written
-    before they said so only need the keys). ``command``: what writes it (default: "this report")."""
+    before they said so only need the keys). ``command``: what writes it (default: "this report"); ``given_as``:
+    how the message names the path's argument (a positional one: the command and the argument's name)."""
     path, expected = Path(path), file_name or f"{report}.json"
     needed = (keys,) if isinstance(keys, str) else keys
     writer = f"`{command}`" if command else "this report"
@@ -110,7 +116,7 @@ def read_summary(
         summary = read_json(path)
     except (OSError, ValueError) as error:
         raise MissingRunError(
-            f"--from {path} cannot be read as JSON ({error}); give a {expected} {writer} wrote."
+            f"{given_as} {path} cannot be read as JSON ({error}); give a {expected} {writer} wrote."
         ) from error
     if (
         not isinstance(summary, dict)
@@ -118,7 +124,7 @@ def read_summary(
         or summary.get("report", report) != report
     ):
         raise MissingRunError(
-            f"--from {path} holds no {report} summary (no {', '.join(needed)}: written by another report, "
+            f"{given_as} {path} holds no {report} summary (no {', '.join(needed)}: written by another report, "
             f"or before it could be re-rendered); give a {expected} {writer} wrote."
         )
     return summary

@@ -12,14 +12,13 @@ Rendering (``preregistered_markdown``, ``preregistered_figure``) reads the summa
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from poslab.analysis.output import AnalysisResult
+from poslab.analysis.output import AnalysisResult, read_summary
 from poslab.analysis.stats import Interval
 from poslab.analysis.tables import csv_text, markdown_table
 from poslab.errors import UsageError
@@ -84,16 +83,11 @@ def zoo_row(claim: Registered, summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_summary(path: str | Path, report: str) -> dict[str, Any]:
-    try:
-        summary = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise UsageError(f"poslab report preregistered: cannot read {path} ({error}).") from error
-    if report == "length" and "corpora" not in summary or report == "zoo" and "tasks" not in summary:
-        raise UsageError(
-            f"poslab report preregistered: {path} is not a summary of `poslab report {report}` "
-            f"({'length.json' if report == 'length' else 'zoo.json'}, written with --claim)."
-        )
-    return summary
+    """``length.json`` or ``zoo.json``, refused in one sentence where it is not that report's summary."""
+    argument = "LENGTH_JSON" if report == "length" else "ZOO_JSON"
+    keys = "corpora" if report == "length" else "tasks"
+    command = f"poslab report {report} ... --claim ..."
+    return read_summary(path, report, keys, command=command, given_as=f"poslab report preregistered's {argument}")
 
 
 def preregistered_summary(length_json: str | Path, zoo_json: str | Path, registry: str | Path) -> dict[str, Any]:

@@ -93,7 +93,9 @@ def test_a_place_without_a_multiple_and_a_wrong_summary_are_refused(tmp_path, ca
         read_registry("| `path<rope` | late | the paper |\n")
     length, zoo, registry = summaries(tmp_path)
     assert main(["report", "preregistered", str(zoo), str(length), "--claims", str(registry)]) != 0
-    assert "is not a summary of `poslab report length`" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "preregistered's LENGTH_JSON" in said and "holds no length summary" in said
+    assert "give a length.json `poslab report length ... --claim ...` wrote" in said
 
 
 def test_the_committed_registry_reads_as_twenty_language_and_seven_task_claims():
