@@ -53,7 +53,15 @@ from poslab.analysis.stats import (
 from poslab.errors import MissingRunError
 from poslab.running.extension import checked_parent_data
 from poslab.runs.files import RESULTS_FILE
-from poslab.runs.results import FinishedRun, collect_runs, data_hash, differing_settings, host_of, setting_values
+from poslab.runs.results import (
+    FinishedRun,
+    collect_runs,
+    data_hash,
+    differing_settings,
+    host_of,
+    setting_values,
+    whole_training_seconds,
+)
 
 RANKED = (2, 4, 8, 16)  # the multiples of the context the score averages: past training, to 16x
 PLAIN = "plain"
@@ -350,16 +358,23 @@ def passkey_mean(runs: list[LengthRun]) -> dict[str, Any] | None:
 
 
 def run_cost(runs: list[LengthRun]) -> dict[str, Any] | None:
-    """An encoding's seconds (means over the seeds that recorded them): training, the evaluation after it, passkey
-    retrieval's part of that, and the evaluation's share of the whole run; None where no run recorded a test time."""
-    timed = [r.result for r in runs if isinstance(r.result.get("test_seconds"), (int, float))]
-    if not timed:
+    """An encoding's seconds (means over the seeds that recorded them, each trained whole in one process:
+    ``whole_training_seconds``; ``resumed`` counts the runs left out): training, the evaluation after it, passkey
+    retrieval's part of that, and the evaluation's share of the whole run; None where no run recorded a test time,
+    and only the count of resumed runs where every run was resumed."""
+    tested = [r.result for r in runs if isinstance(r.result.get("test_seconds"), (int, float))]
+    timed = [(r, seconds) for r in tested if (seconds := whole_training_seconds(r)) is not None]
+    if not tested:
         return None
-    train = mean(float(r.get("train_seconds", math.nan)) for r in timed)
-    test = mean(float(r["test_seconds"]) for r in timed)
-    passkey = [float(p["seconds"]) for r in timed if isinstance(p := r.get("passkey"), dict) and "seconds" in p]
+    if not timed:
+        return {"train_seconds": None, "test_seconds": None, "passkey_seconds": None, "evaluation_share": None,
+                "seeds": 0, "resumed": len(tested)}  # fmt: skip
+    train = mean(seconds for _, seconds in timed)
+    test = mean(float(r["test_seconds"]) for r, _ in timed)
+    passkey = [float(p["seconds"]) for r, _ in timed if isinstance(p := r.get("passkey"), dict) and "seconds" in p]
     return {"train_seconds": train, "test_seconds": test, "passkey_seconds": mean(passkey) if passkey else None,
-            "evaluation_share": test / (train + test), "seeds": len(timed)}  # fmt: skip
+            "evaluation_share": test / (train + test), "seeds": len(timed),
+            "resumed": len(tested) - len(timed)}  # fmt: skip
 
 
 # ---- the summary ---------------------------------------------------------------------------------------------------

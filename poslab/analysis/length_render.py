@@ -197,10 +197,17 @@ def cost_table(corpus: str, summary: dict[str, Any]) -> str:
     header = ["encoding", "training", "evaluation after training", "of it: passkey", "evaluation share", "seeds"]
     table = []
     for encoding, c in costs.items():
+        if c["train_seconds"] is None:  # every run resumed
+            table.append([encoding, "-", "-", "", "-", f"0 ({c['resumed']} resumed, left out)"])
+            continue
         passkey = "" if c.get("passkey_seconds") is None else f"{c['passkey_seconds']:.1f}"
         cells = [f"{c['train_seconds']:.1f}", f"{c['test_seconds']:.1f}", passkey, f"{c['evaluation_share']:.1%}"]
-        table.append([encoding, *cells, c["seeds"]])
-    return "\n".join([f"### {corpus}: cost (seconds, mean over seeds)", "", markdown_table(header, table)])
+        seeds = f"{c['seeds']} ({c['resumed']} resumed, left out)" if c.get("resumed") else c["seeds"]
+        table.append([encoding, *cells, seeds])
+    lines = [f"### {corpus}: cost (seconds, mean over seeds)", "", markdown_table(header, table)]
+    if any(c.get("resumed") for c in costs.values()):
+        lines += ["", "A resumed run's training was timed in parts (its last process's only): left out of the means."]
+    return "\n".join(lines)
 
 
 def length_markdown(summary: dict[str, Any]) -> str:

@@ -59,7 +59,13 @@ from poslab.analysis.stats import (
 )
 from poslab.errors import MissingRunError
 from poslab.runs.files import RESULTS_FILE
-from poslab.runs.results import FinishedRun, collect_runs, differing_settings, setting_values
+from poslab.runs.results import (
+    FinishedRun,
+    collect_runs,
+    differing_settings,
+    setting_values,
+    whole_training_seconds,
+)
 
 EXTRAPOLATION = (2, 4, 8)  # the multiples of the training length the score averages
 PAST = "_past_train"
@@ -79,6 +85,7 @@ class ZooRun:
     figures: dict[int, dict[str, float]]  # multiple -> the run's figures at that length
     steps: tuple[int | None, int | None] = (None, None)
     train_seconds: float = math.nan
+    trained_whole: bool = True  # False: resumed, its train_seconds its last process's part (whole_training_seconds)
     path: Path = Path()
 
     def figure(self, multiple: int, key: str) -> float:
@@ -127,6 +134,7 @@ def zoo_run(run: FinishedRun, keys: list[str]) -> ZooRun:
         figures=figures,
         steps=training_steps(run.path, result),
         train_seconds=float(result.get("train_seconds", math.nan)),
+        trained_whole=whole_training_seconds(result) is not None,
         path=run.path,
     )
 
@@ -355,10 +363,11 @@ def load_zoo(directory: str | Path) -> tuple[list[ZooRun], list[str]]:
 
 
 def training_seconds(runs: list[ZooRun]) -> dict[str, list[float]]:
-    """The training seconds of each encoding's runs (every task and seed), where the runs recorded them."""
+    """The training seconds of each encoding's runs (every task and seed), where the runs recorded them whole (a
+    resumed run's are its last process's part: ``whole_training_seconds``)."""
     seconds: dict[str, list[float]] = defaultdict(list)
     for run in runs:
-        if run.train_seconds == run.train_seconds:
+        if run.train_seconds == run.train_seconds and run.trained_whole:
             seconds[run.encoding].append(run.train_seconds)
     return seconds
 

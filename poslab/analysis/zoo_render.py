@@ -118,7 +118,10 @@ def time_table(seconds: dict[str, list[float]], order: list[str], baseline: str 
     total = sum(sum(values) for values in seconds.values())
     count = sum(len(values) for values in seconds.values())
     table = markdown_table(["encoding", "runs", "s / run", f"x {baseline}"], rows)
-    summed = f"{count} runs, {total / 3600:.2f} h of training summed over them (a resumed run: its last part)."
+    summed = (
+        f"{count} runs trained whole in one process, {total / 3600:.2f} h of training summed over them (resumed "
+        "runs, timed in parts, are left out)."
+    )
     return "\n".join(["### Training time", "", table, "", summed])
 
 

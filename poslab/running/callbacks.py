@@ -223,10 +223,12 @@ class SaveOnInterrupt(L.Callback):
         self.in_step = False  # between on_train_batch_start and on_train_batch_end: the state is not a step's
         self.held = False  # a SIGINT received during a step, raised when it ends
         self.steps = 0  # steps trained in this process (none: nothing new to save)
+        self.first_step = 0  # the optimizer step training started from (a resume's checkpoint step)
         self.previous: Any = None  # the SIGINT handler before training, put back when it ends
         self.interruption: RunInterrupted | None = None
 
     def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self.first_step = int(trainer.global_step)  # restored from the checkpoint by now
         if threading.current_thread() is threading.main_thread():  # only the main thread may set a handler
             self.previous = signal.signal(signal.SIGINT, self.on_sigint)
 

@@ -167,6 +167,7 @@ class Outcome:
     train_seconds: float
     test_seconds: float | None = None
     diverged: DivergedError | None = None
+    trained_steps: int | None = None  # optimizer steps this process trained (fewer than ``steps`` after a resume)
 
 
 def test(trainer: L.Trainer, module: L.LightningModule, datamodule: L.LightningDataModule) -> None:
@@ -211,6 +212,7 @@ def fit_and_test(
         finish_loggers(trainer, status)
     if outcome.status == "success" and not all_finite(module.figures):
         outcome.status = "diverged"  # a NaN evaluation: the figures are null, the status says why
+    outcome.trained_steps = int(trainer.global_step) - interrupt.first_step
     return outcome
 
 
@@ -241,8 +243,9 @@ def run_results(
         **datamodule.describe(),
         "steps": int(trainer.global_step),
         "parameters": module.model.num_parameters(),
-        # training with its validations, of this process (a resume's part)
+        # training with its validations, of this process (a resume's part: trained_steps of steps)
         "train_seconds": round(outcome.train_seconds, 3),
+        **({"trained_steps": outcome.trained_steps} if outcome.trained_steps is not None else {}),
         # the evaluation after training (every length and way, passkey retrieval): its share of the run's time
         **({"test_seconds": round(outcome.test_seconds, 3)} if outcome.test_seconds is not None else {}),
         "figures": module.figures,

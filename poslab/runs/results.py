@@ -246,6 +246,7 @@ def _fields_problem(result: dict[str, Any]) -> str | None:
             ("steps", _or_null(_is_int), INTEGER, False),
             ("parameters", _is_int, INTEGER, False),
             ("train_seconds", _is_number, NUMBER, False),
+            ("trained_steps", _is_int, INTEGER, False),
             (
                 "data_notes",
                 _or_null(lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v)),
@@ -384,6 +385,29 @@ class Runs:
                 f"{shown}"
             )
         return lines
+
+
+#: an older run (no ``trained_steps``) whose training took under this share of its steps x its median step was
+#: resumed: its ``train_seconds`` are the last process's part
+RESUMED_SHARE = 0.75  # whole runs measure 0.84-5 (a median step above the mean, validations), halves 0.5
+
+
+def whole_training_seconds(result: dict[str, Any]) -> float | None:
+    """The seconds of a run's whole training, or None where one process did not train all of it (a resumed run's
+    ``train_seconds`` are its last process's part, which a cost figure must not average as a whole run). Read from
+    ``trained_steps`` (the steps the last process trained) where recorded; before it was, from the run's median
+    step (``throughput.step_seconds``): under ``RESUMED_SHARE`` of steps x step, or no step timed, is a resume. A
+    run that recorded neither (before either existed) is taken whole."""
+    seconds, steps = result.get("train_seconds"), result.get("steps")
+    if not _is_number(seconds):
+        return None
+    if "trained_steps" in result:
+        return float(seconds) if result["trained_steps"] == steps else None
+    throughput = result.get("throughput")
+    if not isinstance(throughput, dict) or not _is_int(steps):
+        return float(seconds)
+    step = throughput.get("step_seconds")
+    return float(seconds) if _is_number(step) and seconds >= RESUMED_SHARE * steps * step else None
 
 
 def run_status(run_dir: str | Path) -> str:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from poslab.analysis.length import RANKED
+from poslab.analysis.length import RANKED, LengthRun, run_cost
+from poslab.analysis.length_render import cost_table
 from poslab.analysis.length_report import report_length, rerender_length
 from poslab.analysis.stats import t_quantile
 from poslab.cli import main
@@ -177,6 +178,21 @@ def test_the_cost_of_evaluation_is_reported_beside_training(report):
             share = cost["test_seconds"] / (cost["train_seconds"] + cost["test_seconds"])
             assert cost["evaluation_share"] == pytest.approx(share) and cost["seeds"] == len(SEEDS)
     assert "evaluation share" in report.report
+
+
+def test_the_cost_leaves_out_resumed_runs_and_says_so():
+    """A resumed run's train_seconds are its last process's part: a whole run's cost beside it, or none at all."""
+
+    def run_of(seed: int, train: float, trained: int) -> LengthRun:
+        result = {"steps": 720, "trained_steps": trained, "train_seconds": train, "test_seconds": 90.0}
+        return LengthRun("web", "rope", seed, 128, {}, result, Path(f"run{seed}"))
+
+    cost = run_cost([run_of(0, 300.0, 720), run_of(1, 0.5, 0)])
+    assert (cost["train_seconds"], cost["test_seconds"], cost["seeds"], cost["resumed"]) == (300.0, 90.0, 1, 1)
+    assert run_cost([run_of(1, 0.5, 0)])["train_seconds"] is None
+    text = cost_table("web", {"cost": {"rope": cost, "alibi": run_cost([run_of(1, 0.5, 0)])}})
+    assert "| rope | 300.0 | 90.0 |  | 23.1% | 1 (1 resumed, left out) |" in text
+    assert "| alibi | - | - |  | - | 0 (1 resumed, left out) |" in text and "left out of the means" in text
 
 
 @pytest.mark.slow

@@ -239,4 +239,17 @@ def test_the_report_gives_each_encodings_training_time_against_ropes_and_the_zoo
     assert seconds["rope"] == {"runs": 4, "mean": 50.5, "total": 202.0}
     assert seconds["cope"]["mean"] == 150.0
     assert "| cope | 4 | 150.0 | 2.97 |" in result.report and "| rope | 4 | 50.5 | 1.00 |" in result.report
-    assert "8 runs, 0.22 h of training" in result.report  # (202 + 600) s
+    assert "8 runs trained whole in one process, 0.22 h of training" in result.report  # (202 + 600) s
+
+
+def test_a_resumed_run_is_left_out_of_the_training_time(tmp_path):
+    """A resumed run's train_seconds are its last process's part: averaged as a whole run it would halve a mean."""
+    lengths = (32, 64, 128, 256)
+    for seed in (0, 1):
+        planted_run(tmp_path, "a", "rope", seed, dict(zip(lengths, (1.0, 0.5, 0.4, 0.3))), seconds=50.0)
+    resumed = tmp_path / "a_rope_1" / "results.json"
+    result = json.loads(resumed.read_text())
+    resumed.write_text(json.dumps({**result, "train_seconds": 5.0, "trained_steps": 100}))  # of its 1,000 steps
+    report = report_zoo(tmp_path)
+    assert json.loads(report.files["zoo.json"])["train_seconds"]["rope"] == {"runs": 1, "mean": 50.0, "total": 50.0}
+    assert "1 runs trained whole in one process" in report.report

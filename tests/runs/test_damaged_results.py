@@ -12,7 +12,7 @@ import pytest
 
 from poslab.cli import main as poslab_main
 from poslab.runs.launching import summary_lines
-from poslab.runs.results import collect_runs, results_problem, run_status
+from poslab.runs.results import collect_runs, results_problem, run_status, whole_training_seconds
 from tests.conftest import run_train
 
 #: a damage, the file it leaves, and a piece of the error the report must show beside the file's path
@@ -247,3 +247,21 @@ def test_ckpt_path_auto_runs_a_job_with_a_damaged_results_file_again(tmp_path):
     assert f"{job1 / 'results.json'} holds a list" in log and "runs it again as unfinished" in log, log[-2000:]
     assert json.loads((job1 / "results.json").read_text())["status"] == "success"  # trained again
     assert not (job1 / "failed.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("recorded", "whole"),
+    [
+        ({"trained_steps": 720}, 300.0),  # one process trained every step
+        ({"trained_steps": 360}, None),  # resumed half way: its seconds are the second half's
+        ({"trained_steps": 0}, None),  # resumed after training ended (it only evaluated)
+        ({"throughput": {"step_seconds": 0.4}}, 300.0),  # before trained_steps: 300 >= 0.75 x 720 x 0.4
+        ({"throughput": {"step_seconds": 0.8}}, None),  # 300 s for 720 steps of 0.8 s: a resumed part
+        ({"throughput": {}}, None),  # no step timed: at most the warm-up trained in the last process
+        ({}, 300.0),  # a run from before either was recorded: taken whole
+    ],
+)
+def test_a_resumed_runs_training_seconds_are_not_a_whole_runs(recorded, whole):
+    result = {"steps": 720, "train_seconds": 300.0, **recorded}
+    assert whole_training_seconds(result) == whole
+    assert whole_training_seconds({"steps": 720}) is None  # no seconds recorded

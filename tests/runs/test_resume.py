@@ -70,6 +70,8 @@ def test_interrupted_and_resumed_run_ends_exactly_as_an_uninterrupted_one(encodi
     results_part = json.loads((part / "results.json").read_text())
     assert results_part["figures"] == results_full["figures"]
     assert results_part["steps"] == results_full["steps"] == N
+    # the resumed process trained the last third only, and says so (a cost report times whole trainings only)
+    assert results_full["trained_steps"] == N and results_part["trained_steps"] == N - 2 * N // 3
 
     # the final checkpoints agree too: optimizer moments, schedule, step, RNG states
     last_full = torch.load(full / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
