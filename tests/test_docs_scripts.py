@@ -87,6 +87,8 @@ REPORTS = [
     ("zoo", ["docs/position_zoo/v2/runs"], "docs/position_zoo/v2"),
     ("zoo", ["docs/position_zoo/variable/runs"], "docs/position_zoo/variable"),
     ("zoo", ["docs/position_zoo/cope_counting_v2/runs"], "docs/position_zoo/cope_counting_v2"),
+    ("zoo", ["docs/diagnostic_tasks/runs"], "docs/diagnostic_tasks"),
+    ("smallest", ["docs/diagnostic_tasks/runs"], "docs/diagnostic_tasks"),
 ]
 
 
