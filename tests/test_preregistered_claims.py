@@ -38,3 +38,12 @@ def test_the_table_and_the_commands_hold_the_same_claims_each_read_at_one_place(
     assert len({c.claim for c in tabled}) == len(tabled)  # each claim read at one place
     assert {c.claim for c in tabled if c.task is None} == by_report["length"]
     assert {c.claim for c in tabled if c.task is not None} == by_report["zoo"]
+
+
+def test_the_path_directions_table_is_pre_registered_claims_unchanged():
+    """docs/path_directions.md (issue 38's table against the PaTH paper) adds, moves or rewords no claim: each of
+    its rows is a row of the registry, with the same place and source."""
+    registered = {(c.claim, c.task, c.multiple, c.source) for c in read_registry(DOC)}
+    subset = read_registry((ROOT / "docs" / "path_directions.md").read_text(encoding="utf-8"))
+    assert len(subset) == 8 and {(c.claim, c.task, c.multiple, c.source) for c in subset} <= registered
+    assert {c.claim for c in subset} >= {"path<rope", "path<forget_gate", "forget_gate<rope", "path>rope"}
