@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from poslab.analysis.plotting import length_axis, plain_number, plt, powers_of_two
-from poslab.analysis.stats import Interval
+from poslab.analysis.stats import Interval, rank_cell
 from poslab.analysis.tables import csv_text, markdown_table
 
 
@@ -66,7 +66,7 @@ def place_cell(row: dict[str, Any]) -> str:
     if row.get("rank") is None:
         return "-"
     interval = row.get("rank_interval")
-    return f"{row['rank']}" + (f" [{interval[0]}-{interval[1]}]" if interval else "")
+    return rank_cell(row["rank"], *interval) if interval else f"{row['rank']}"
 
 
 def bpb_table(corpus: str, summary: dict[str, Any], ranked: list[int]) -> str:

@@ -799,7 +799,24 @@ class RankInterval:
     high: int
 
     def cell(self) -> str:
-        return str(self.rank) if self.low == self.high else f"{self.rank} [{self.low}-{self.high}]"
+        return rank_cell(self.rank, self.low, self.high)
+
+
+#: why a rank interval can have no width: the place is certain at the interval's level
+RESOLVED_PLACE = "degenerate: every paired comparison separated"
+
+
+def rank_cell(rank: float, low: float, high: float, digits: int = 0) -> str:
+    """A place and its interval as every report prints it: ``3 [2-5]`` (whole places), ``4.50 [2.33, 6.00]`` (a mean
+    rank, ``digits`` > 0), and a zero-width interval said as such with its reason (``RESOLVED_PLACE``)."""
+    place = f"{rank:.{digits}f}"
+    if low == high:
+        return f"{place} [{RESOLVED_PLACE}]"
+    return (
+        f"{place} [{low:.{digits}f}-{high:.{digits}f}]"
+        if digits == 0
+        else f"{place} [{low:.{digits}f}, {high:.{digits}f}]"
+    )
 
 
 def rank_intervals(

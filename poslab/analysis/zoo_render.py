@@ -8,7 +8,7 @@ from statistics import mean
 from typing import Any
 
 from poslab.analysis.plotting import constant_note, length_axis, plt
-from poslab.analysis.stats import Interval
+from poslab.analysis.stats import Interval, rank_cell
 from poslab.analysis.tables import csv_text, markdown_table
 from poslab.analysis.zoo import Ranking, Row, ZooRun, best_baseline
 
@@ -43,7 +43,7 @@ def overall_table(ranking: Ranking, n_tasks: int) -> str:
     for place, encoding in enumerate(ranking.order, 1):
         rank, low, high = ranking.mean_rank[encoding]
         out = ranking.leave_one_out.get(encoding)
-        cells = [place, encoding, f"{rank:.2f} [{low:.2f}, {high:.2f}]", f"{out[0]}-{out[1]}" if out else "n/a"]
+        cells = [place, encoding, rank_cell(rank, low, high, 2), f"{out[0]}-{out[1]}" if out else "n/a"]
         rows.append([*cells, f"{ranking.mean_score[encoding]:.3f}", f"{ranking.tasks[encoding]}/{n_tasks}"])
     lines = ["### Overall", "", markdown_table(header, rows)]
     groups = [group for group in ranking.groups if len(group) > 1]
@@ -63,7 +63,7 @@ def task_table(task: str, rows: list[Row], train_length: int, floor: dict[int, d
     table = []
     for row in rows:
         low, high = row.rank_interval
-        cells = [f"{row.rank:g} [{low}, {high}]", row.encoding, row.seeds]
+        cells = [rank_cell(row.rank, low, high), row.encoding, row.seeds]
         cells.append(row.one_x.text() + (" !" if row.flagged else ""))
         cells += [row.past[m].text() if m in row.past else "n/a" for m in multiples]
         table.append([*cells, row.score.text(), row.effective.interval.cell(0)])

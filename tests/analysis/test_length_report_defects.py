@@ -137,9 +137,8 @@ def test_5_sliding_rows_have_their_stride_and_are_ranked_apart(tmp_path):
     assert (rows["alibi"]["rank"], rows["rope"]["rank"]) == (1, 2)  # among the non-overlapping rows only
     assert (rows["rope + sliding"]["rank"], rows["alibi + sliding"]["rank"]) == (1, 2)
     assert "stride" in length_csv(summary).splitlines()[0]
-    assert "| 1 [1-1] | rope + sliding | 64 |" in length_markdown(
-        summary
-    ) or "| 1 | rope + sliding | 64 |" in length_markdown(summary)
+    said = "| 1 [degenerate: every paired comparison separated] | rope + sliding | 64 |"  # a zero width, said why
+    assert said in length_markdown(summary)
 
 
 def test_6_every_rank_interval_holds_its_rank(tmp_path):
