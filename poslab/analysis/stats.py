@@ -13,9 +13,7 @@ evaluation windows inside one run are not independent replicates of it. Hence:
   over those differences. Use it for two encodings on one corpus.
 * :func:`welch` / :func:`welch_difference` -- A minus B when nothing is shared (two corpora, two arms trained
   on different data): Welch's unequal-variance t with the Welch-Satterthwaite degrees of freedom.
-* :func:`bootstrap_ranks` / :func:`bootstrap_mean_rank` -- how sure a ranking is: a *paired* bootstrap over
-  seed ids (every method gets the same resampled seeds in a round, since they share data under a seed), and
-  :func:`not_separated` to group places whose rank intervals overlap.
+* :func:`not_separated` -- groups the places whose rank intervals (below) overlap.
 * :func:`hierarchical_bootstrap` -- for figures measured on many units inside each run (documents, windows):
   seeds first, then units within each resampled seed. It is a *secondary* interval: with 3 seeds any bootstrap
   under-covers (it can only ever see 3 seed values, and its percentile interval ignores that the seed sd is
@@ -34,11 +32,11 @@ evaluation windows inside one run are not independent replicates of it. Hence:
   table with a t-interval whose variance has a seed term and a document term (bits/byte linearised as the ratio it
   is), paired on both where two methods share seeds and documents. Coverage checked by simulation.
 * :func:`rank_intervals` / :class:`RankInterval` / :func:`seed_tables` -- ranks with known coverage: the places a
-  method's Bonferroni-corrected paired differences with every other allow; always holds its point rank (the
-  percentile bootstrap of :func:`bootstrap_ranks` under-covers at 3 seeds and can exclude it).
+  method's Bonferroni-corrected paired differences with every other allow; always holds its point rank (a
+  percentile bootstrap over seeds, which poslab used before, under-covers at 3 seeds and can exclude it).
   :func:`mean_rank_intervals` -- a mean rank over tasks with known coverage: every task's rank interval at once
-  (Bonferroni over the tasks), their lows and highs averaged (the bootstrap's :func:`bootstrap_mean_rank` stays
-  only for an archived script).
+  (Bonferroni over the tasks), their lows and highs averaged. :func:`rank_cell` prints a place as every report
+  does.
 * :func:`t_quantile_at` / :func:`t_cdf` -- Student's t at any level and fractional df (no scipy).
 * :func:`roc_auc` -- how well a score separates two classes (the increments' word boundaries): Mann-Whitney U.
 * :func:`best_auc_given` -- the in-sample ceiling of ``roc_auc`` over every score that is a function of a
@@ -225,11 +223,6 @@ def _shared_seed_ids(scores: Mapping[str, Mapping[int, float]]) -> list[int]:
     return sorted(set.intersection(*per_method)) if per_method else []
 
 
-def _shared_matrix(scores: Mapping[str, Mapping[int, float]]) -> np.ndarray:
-    """Methods x shared seeds (``_shared_seed_ids``): no NaN."""
-    return _score_matrix(scores, _shared_seed_ids(scores))[1]
-
-
 def _score_matrix(
     scores: Mapping[str, Mapping[int, float]], seeds: list[int] | None = None
 ) -> tuple[list[int], np.ndarray]:
@@ -247,96 +240,12 @@ def _seed_means(matrix: np.ndarray) -> np.ndarray:
     return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
-def _resampled_means(matrix: np.ndarray, rounds: int, rng: np.random.Generator) -> np.ndarray:
-    """Methods x rounds means over seed ids resampled with replacement, the same ids for every method."""
-    n_seeds = matrix.shape[1]
-    idx = rng.integers(0, n_seeds, size=(rounds, n_seeds))
-    return _seed_means(matrix[:, idx])  # methods x rounds (x resampled seeds, averaged away)
-
-
 def _ranks(means: np.ndarray, higher_is_better: bool) -> np.ndarray:
     """Competition ranks down axis 0 (1 = best; ties share the better rank; NaN ranks last)."""
     oriented = means if higher_is_better else -means
     oriented = np.where(np.isnan(oriented), -np.inf, oriented)
     # rank = 1 + how many methods are strictly better in the same round
     return 1 + np.sum(oriented[None, :, ...] > oriented[:, None, ...], axis=1)
-
-
-def bootstrap_ranks(
-    scores: Mapping[str, Mapping[int, float]], rounds: int = 2000, seed: int = 0, higher_is_better: bool = True
-) -> dict[str, tuple[int, int, float]]:
-    """Per method: (low, high) the 2.5%-97.5% percentile interval of its rank, and its mean bootstrap rank.
-
-    ``scores[method][seed_id]``. Each round resamples the seed ids with replacement -- the same ids for every
-    method, because methods share data under a seed (paired) -- takes each method's mean over the resampled
-    seeds, and ranks the methods. Only the seed ids every method has are resampled (``_shared_seed_ids``: a
-    method's extra seeds count in its point mean, not in the interval). Deterministic for a given ``seed``. With
-    fewer than two shared seeds there is no interval (resampling one seed gives it back): every method gets
-    (1, number of methods), so nothing is separated.
-    """
-    if not scores:
-        return {}
-    if len(_shared_seed_ids(scores)) < 2:  # resampling one seed gives it back every round: a spread of 0
-        point = _ranks(_seed_means(_score_matrix(scores)[1]), higher_is_better)
-        return {m: (1, len(scores), float(point[i])) for i, m in enumerate(scores)}
-    rng = np.random.default_rng(seed)
-    ranks = _ranks(_resampled_means(_shared_matrix(scores), rounds, rng), higher_is_better)  # methods x rounds
-    low = np.percentile(ranks, 2.5, axis=1, method="inverted_cdf")
-    high = np.percentile(ranks, 97.5, axis=1, method="inverted_cdf")
-    mean_rank = ranks.mean(axis=1)
-    return {m: (int(low[i]), int(high[i]), float(mean_rank[i])) for i, m in enumerate(scores)}
-
-
-def mean_ranks(
-    per_task: Mapping[str, Mapping[str, Mapping[int, float]]], higher_is_better: bool = True
-) -> dict[str, float]:
-    """Per method: its mean over the tasks it was run on of its rank by seed-mean score in each task (1 = best,
-    ties share the better rank). ``per_task[task][method][seed_id]``: the point estimate ``bootstrap_mean_rank``
-    gives an interval to."""
-    totals: dict[str, list[float]] = {}
-    for scores in per_task.values():
-        if not scores:
-            continue
-        _, matrix = _score_matrix(scores)
-        for method, rank in zip(scores, _ranks(_seed_means(matrix), higher_is_better)):
-            totals.setdefault(method, []).append(float(rank))
-    return {method: mean(ranks) for method, ranks in sorted(totals.items())}
-
-
-def bootstrap_mean_rank(
-    per_task: Mapping[str, Mapping[str, Mapping[int, float]]],
-    rounds: int = 2000,
-    seed: int = 0,
-    higher_is_better: bool = True,
-) -> dict[str, tuple[float, float, float]]:
-    """Per method: (mean rank over tasks, ``mean_ranks``; 2.5% and 97.5% of its bootstrap mean rank).
-
-    ``per_task[task][method][seed_id]``. In each task the methods are ranked by their seed-mean score (1 = best,
-    ties share the better rank); the overall figure is a method's mean rank over the tasks it was run on. The
-    bootstrap resamples seed ids *paired across methods* (they share a task's data under a seed) and
-    *independently per task*: a seed id names different data in different tasks, so nothing ties task A's
-    seed 0 to task B's. In a task only the seed ids all its methods have are resampled (``_shared_seed_ids``).
-    Deterministic for a given ``seed``. Where a task has fewer than two such seeds there is no interval: every
-    method gets (its mean rank, 1, number of methods).
-    """
-    methods = sorted({m for scores in per_task.values() for m in scores})
-    point = mean_ranks(per_task, higher_is_better)
-    if any(len(_shared_seed_ids(scores)) < 2 for scores in per_task.values() if scores):
-        return {m: (point[m], 1.0, float(len(methods))) for m in methods}  # a task of one seed: no interval
-    rng = np.random.default_rng(seed)
-    boot_sum, count = np.zeros((len(methods), rounds)), np.zeros(len(methods))
-    for task in sorted(per_task):  # sorted: the draws do not depend on the dict's order
-        scores = per_task[task]
-        if not scores:
-            continue
-        rows = [methods.index(m) for m in scores]
-        boot_sum[rows] += _ranks(_resampled_means(_shared_matrix(scores), rounds, rng), higher_is_better)
-        count[rows] += 1
-    result = {}
-    for i, m in enumerate(methods):
-        low, high = np.percentile(boot_sum[i] / count[i], [2.5, 97.5])
-        result[m] = (point[m], float(low), float(high))
-    return result
 
 
 def not_separated(intervals: Mapping[str, Sequence[float]], order: Sequence[str]) -> list[list[str]]:
@@ -868,8 +777,8 @@ def mean_rank_intervals(
     holds its true rank at once with probability at least ``level``, and then the mean of the lows and the mean of
     the highs hold the mean true rank. Conservative (two Bonferroni steps), never under-covering, and it always
     holds its point, the mean of the per-task point ranks. A task where the methods share fewer than two seeds
-    allows every place (1 .. its methods). Replaces the percentile bootstrap (:func:`bootstrap_mean_rank`), which
-    under-covers at few seeds.
+    allows every place (1 .. its methods). It replaced a percentile bootstrap of the mean rank, which under-covers
+    at few seeds (82% at 3 seeds in ``tests/analysis/test_stats_coverage.py``'s simulation).
     """
     tasks = [scores for scores in per_task.values() if scores]
     task_level = 1 - (1 - level) / max(1, len(tasks))

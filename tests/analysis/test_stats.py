@@ -70,62 +70,64 @@ def test_welch_matches_a_hand_computation():
     assert all(math.isnan(x) for x in stats.welch([1.0], [2.0, 3.0]))
 
 
-def test_bootstrap_ranks_clear_winner_and_indistinguishable_pair():
+def places(scores):
+    """``rank_intervals`` over the shared seeds, as (low, high, rank) per method."""
+    return {m: (r.low, r.high, r.rank) for m, r in stats.rank_intervals(stats.seed_tables(scores)).items()}
+
+
+def test_rank_intervals_clear_winner_and_indistinguishable_pair():
     rng = np.random.default_rng(2)
     scores = {
-        "best": {s: 0.9 + 0.01 * rng.random() for s in range(3)},
-        "twin_a": {s: 0.5 + 0.05 * rng.random() for s in range(3)},
-        "twin_b": {s: 0.5 + 0.05 * rng.random() for s in range(3)},
-        "worst": {s: 0.1 + 0.01 * rng.random() for s in range(3)},
+        "best": {s: 0.9 + 0.01 * rng.random() for s in range(5)},
+        "twin_a": {s: 0.5 + 0.05 * rng.random() for s in range(5)},
+        "twin_b": {s: 0.5 + 0.05 * rng.random() for s in range(5)},
+        "worst": {s: 0.1 + 0.01 * rng.random() for s in range(5)},
     }
-    ranks = stats.bootstrap_ranks(scores, rounds=500, seed=3)
-    assert ranks["best"][:2] == (1, 1) and ranks["worst"][:2] == (4, 4)
+    ranks = places(scores)
+    assert ranks["best"] == (1, 1, 1) and ranks["worst"] == (4, 4, 4)
     (la, ha, _), (lb, hb, _) = ranks["twin_a"], ranks["twin_b"]
     assert max(la, lb) <= min(ha, hb)  # overlapping rank intervals
-    assert stats.bootstrap_ranks(scores, rounds=500, seed=3) == ranks  # deterministic
-    lower = stats.bootstrap_ranks(scores, rounds=500, seed=3, higher_is_better=False)
-    assert lower["worst"][:2] == (1, 1)
+    lower = stats.rank_intervals(stats.seed_tables(scores), higher_is_better=False)
+    assert (lower["worst"].low, lower["worst"].high) == (1, 1)
     groups = stats.not_separated({m: r[:2] for m, r in ranks.items()}, ["best", "twin_a", "twin_b", "worst"])
     assert groups == [["best"], ["twin_a", "twin_b"], ["worst"]]
 
 
-def test_bootstrap_ranks_are_paired_over_seeds():
+def test_rank_intervals_are_paired_over_seeds():
     # b is below a by 0.01 in every seed, while seeds move both by a lot: paired, a is always first
     scores = {"a": {0: 0.2, 1: 0.9, 2: 0.5}, "b": {0: 0.19, 1: 0.89, 2: 0.49}}
-    ranks = stats.bootstrap_ranks(scores, rounds=300, seed=0)
-    assert ranks["a"] == (1, 1, 1.0) and ranks["b"] == (2, 2, 2.0)
+    assert places(scores) == {"a": (1, 1, 1), "b": (2, 2, 2)}
 
 
-def test_a_method_missing_seeds_is_not_ranked_last_nor_held_constant_in_the_bootstrap():
-    """A sweep still running: c lacks seed 2. Resampling the union gave c no mean (ranked last) in rounds that drew
-    only seed 2, and a constant one where it had one seed; only the shared seeds are resampled."""
-    scores = {"a": {0: 0.5, 1: 0.6, 2: 0.55}, "b": {0: 0.3, 1: 0.4, 2: 0.35}, "c": {0: 0.9, 1: 0.95}}
-    ranks = stats.bootstrap_ranks(scores, rounds=500, seed=1)
-    assert ranks["c"][:2] == (1, 1) and ranks["a"][:2] == (2, 2) and ranks["b"][:2] == (3, 3)
-    one_shared = {"a": {0: 0.5, 1: 0.6, 2: 0.55}, "c": {0: 0.9}}  # one seed in common: no interval for anyone
-    assert {m: r[:2] for m, r in stats.bootstrap_ranks(one_shared, rounds=50).items()} == {"a": (1, 2), "c": (1, 2)}
-    per_task = {"t1": scores, "t2": {"a": {0: 0.1, 1: 0.2}, "b": {0: 0.5, 1: 0.6}, "c": {0: 0.9, 1: 0.8}}}
-    mean_rank = stats.bootstrap_mean_rank(per_task, rounds=300, seed=2)
-    assert mean_rank["c"] == (1.0, 1.0, 1.0)
+def test_a_method_missing_seeds_is_ranked_on_the_seeds_all_share():
+    """A sweep still running: c lacks seed 3. The places come from the seeds every method has, so c is neither
+    ranked last nor given an interval on fewer seeds than the others."""
+    scores = {
+        "a": {0: 0.5, 1: 0.6, 2: 0.55, 3: 0.52},
+        "b": {0: 0.3, 1: 0.4, 2: 0.35, 3: 0.33},
+        "c": {0: 0.9, 1: 0.99, 2: 0.96},
+    }
+    assert places(scores) == {"a": (2, 2, 2), "b": (3, 3, 3), "c": (1, 1, 1)}
+    per_task = {"t1": scores, "t2": {"a": {0: 0.1, 1: 0.2}, "b": {0: 0.5, 1: 0.6}, "c": {3: 0.9}}}  # t2: none shared
+    found = stats.mean_rank_intervals(per_task)
+    assert found["c"] == (1.0, 1.0, 2.0)  # t1 places it; t2 allows every place
 
 
 def test_ties_share_the_better_rank():
     scores = {"a": {0: 1.0, 1: 1.0}, "b": {0: 1.0, 1: 1.0}, "c": {0: 0.0, 1: 0.0}}
-    ranks = stats.bootstrap_ranks(scores, rounds=10)
-    assert ranks == {"a": (1, 1, 1.0), "b": (1, 1, 1.0), "c": (3, 3, 3.0)}
+    assert {m: r[2] for m, r in places(scores).items()} == {"a": 1, "b": 1, "c": 3}
 
 
-def test_bootstrap_mean_rank():
-    per_task = {
-        "t1": {"a": {0: 0.9, 1: 0.95, 2: 0.92}, "b": {0: 0.5, 1: 0.6, 2: 0.55}, "c": {0: 0.1, 1: 0.2, 2: 0.15}},
-        "t2": {"a": {0: 0.1, 1: 0.2, 2: 0.15}, "b": {0: 0.9, 1: 0.95, 2: 0.92}, "c": {0: 0.5, 1: 0.6, 2: 0.55}},
-    }
-    result = stats.bootstrap_mean_rank(per_task, rounds=200, seed=4)
-    assert result == {"a": (2.0, 2.0, 2.0), "b": (1.5, 1.5, 1.5), "c": (2.5, 2.5, 2.5)}
-    per_task["t2"]["c"] = {0: 0.85, 1: 0.97, 2: 0.5}  # c now overlaps b in t2: its mean rank can move
-    result = stats.bootstrap_mean_rank(per_task, rounds=500, seed=4)
-    assert result["c"][1] < result["c"][2]
-    assert stats.bootstrap_mean_rank(per_task, rounds=500, seed=4) == result
+def test_one_seed_gives_no_rank_interval_and_separates_nothing():
+    """One seed has no scatter, so no comparison is shown: each method's rank interval is the whole range and the
+    ranking says that no place is separated; the point ranks stay."""
+    scores = {"a": {0: 0.9}, "b": {0: 0.5}, "c": {0: 0.1}}
+    ranks = places(scores)
+    assert ranks == {"a": (1, 3, 1), "b": (1, 3, 2), "c": (1, 3, 3)}
+    assert stats.not_separated({m: r[:2] for m, r in ranks.items()}, ["a", "b", "c"]) == [["a", "b", "c"]]
+    per_task = {"t1": scores, "t2": {"a": {0: 0.8, 1: 0.7}, "b": {0: 0.6, 1: 0.5}, "c": {0: 0.2, 1: 0.1}}}
+    found = stats.mean_rank_intervals(per_task)
+    assert found["a"][0] == 1.0 and found["c"][0] == 3.0 and found["a"][1] == 1.0 and found["c"][2] == 3.0
 
 
 def test_not_separated_chains():
@@ -188,22 +190,6 @@ def test_order_agreement_counts_pairs_ordered_as_the_reference():
     assert same == [("wiki", "web")] and opposite == [("code", "wiki"), ("code", "web")]
     tied = stats.order_agreement({"code": 1.0, "wiki": 1.0, "web": math.nan}, reference)
     assert tied == ([], [], [("code", "wiki")])  # a tie is neither; a NaN leaves its pairs out
-
-
-def test_one_seed_gives_no_rank_interval_and_separates_nothing():
-    """Resampling a single seed returns it every round: a zero spread, which is no interval. Each method's rank
-    interval is then the whole range, so the ranking says that no place is separated."""
-    scores = {"a": {0: 0.9}, "b": {0: 0.5}, "c": {0: 0.1}}
-    ranks = stats.bootstrap_ranks(scores)
-    assert {m: r[:2] for m, r in ranks.items()} == {"a": (1, 3), "b": (1, 3), "c": (1, 3)}
-    assert [r[2] for r in ranks.values()] == [1.0, 2.0, 3.0]  # the point ranks stay
-    assert stats.not_separated({m: r[:2] for m, r in ranks.items()}, ["a", "b", "c"]) == [["a", "b", "c"]]
-    two_seeds = stats.bootstrap_ranks({"a": {0: 0.9, 1: 0.9}, "b": {0: 0.5, 1: 0.5}, "c": {0: 0.1, 1: 0.1}})
-    assert two_seeds["a"][:2] == (1, 1)  # with two seeds that agree, a clear order is separated
-
-    per_task = {"t1": scores, "t2": {"a": {0: 0.8, 1: 0.7}, "b": {0: 0.6, 1: 0.5}, "c": {0: 0.2, 1: 0.1}}}
-    mean_rank = stats.bootstrap_mean_rank(per_task)
-    assert mean_rank["a"] == (1.0, 1.0, 3.0) and mean_rank["c"] == (3.0, 1.0, 3.0)
 
 
 def test_spearman_is_one_for_the_same_order_minus_one_reversed_and_handles_ties():

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 
-from poslab.analysis.stats import Interval, bootstrap_mean_rank, welch, welch_difference
+from poslab.analysis.stats import Interval, mean_rank_intervals, rank_cell, welch, welch_difference
 from poslab.analysis.zoo import ZooRun, load_zoo
 
 
@@ -51,16 +51,16 @@ def main(fixed_dir: str, variable_dir: str) -> None:
             scores = {e: Interval.of([r.score for r in cells[(t, e)]]).mean for t, e in shared if t == task}
             print(f"- {task}: " + " > ".join(f"{e} {s:.3f}" for e, s in sorted(scores.items(), key=lambda x: -x[1])))
         print()
-    print("Overall: mean rank over the shared tasks [95% paired bootstrap over seeds]\n")
+    print("Overall: mean rank over the shared tasks [95%, every task's rank interval at once]\n")
     print("| place | fixed length | mean rank | variable lengths | mean rank |")
     print("|---|---|---|---|---|")
     orders = []
     for cells in (fixed, variable):
         per_task = {t: {e: {r.seed: r.score for r in cells[(t, e)]} for tt, e in shared if tt == t} for t in tasks}
-        ranks = bootstrap_mean_rank(per_task)
+        ranks = mean_rank_intervals(per_task)
         orders.append(sorted(ranks.items(), key=lambda item: item[1][0]))
     for place, (a, b) in enumerate(zip(*orders), start=1):
-        cell = lambda r: f"{r[1][0]:.2f} [{r[1][1]:.2f}, {r[1][2]:.2f}]"
+        cell = lambda r: rank_cell(*r[1], digits=2)
         print(f"| {place} | {a[0]} | {cell(a)} | {b[0]} | {cell(b)} |")
 
 
