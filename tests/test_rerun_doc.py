@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -23,19 +24,24 @@ def queue() -> list[tuple[list[str], int]]:
     for line in text.splitlines():
         match = re.search(r"python train\.py -m (.*?)\s+#[^#]*?(\d+) runs", line)
         if match:
-            found.append((match.group(1).split(), int(match.group(2))))
+            found.append((shlex.split(match.group(1)), int(match.group(2))))
     return found
+
+
+def choices(value: str) -> list[str]:
+    """A command-line value's sweep: ``a,b`` two jobs; a list (``[128,256]``) one value, not a sweep."""
+    return [value] if value.startswith("[") else value.split(",")
 
 
 def sweep_lists(overrides: list[str]) -> dict[str, list[str]]:
     """Every swept setting's values: the recipe's ``hydra.sweeper.params``, then the command line's over them."""
-    first = [o.split(",")[0] for o in overrides if not o.startswith("hydra.")]  # one job's config
+    first = [f"{o.split('=', 1)[0]}={choices(o.split('=', 1)[1])[0]}" for o in overrides if not o.startswith("hydra.")]
     cfg = compose_config(first, hydra_node=True)
     lists = {key: str(value).split(",") for key, value in (cfg.hydra.sweeper.params or {}).items()}
     for override in overrides:
         key, value = override.split("=", 1)
         if not key.startswith("hydra."):
-            lists[key] = value.split(",")
+            lists[key] = choices(value)
     return lists
 
 
