@@ -796,16 +796,32 @@ def mean_rank_intervals(
     }
 
 
+def mean_ranks(
+    per_task: Mapping[str, Mapping[str, Mapping[int, float]]], higher_is_better: bool = True
+) -> dict[str, float]:
+    """Per method: the point of :func:`mean_rank_intervals` alone (no comparisons computed), for a ranking
+    recomputed many times (one task left out at a time)."""
+    places: dict[str, list[int]] = defaultdict(list)
+    for scores in (scores for scores in per_task.values() if scores):
+        for method, rank in _task_point_ranks(scores, higher_is_better).items():
+            places[method].append(rank)
+    return {method: float(mean(found)) for method, found in sorted(places.items())}
+
+
+def _task_point_ranks(scores: Mapping[str, Mapping[int, float]], higher_is_better: bool) -> dict[str, int]:
+    """Each method's rank by its mean over the seeds all methods share (:func:`rank_intervals`' point); where they
+    share none (a sweep still running), by its mean over its own seeds."""
+    _, matrix = _score_matrix(scores, _shared_seed_ids(scores) or None)
+    return {m: int(r) for m, r in zip(scores, _ranks(_seed_means(matrix), higher_is_better))}
+
+
 def _task_rank_intervals(
     scores: Mapping[str, Mapping[int, float]], higher_is_better: bool, level: float
 ) -> dict[str, RankInterval]:
-    """:func:`rank_intervals` over the shared seeds; where the methods share none (a sweep still running), the
-    ranks of each method's own seed mean, every place allowed."""
+    """:func:`rank_intervals` over the shared seeds; where the methods share none, every place allowed."""
     if _shared_seed_ids(scores):
         return rank_intervals(seed_tables(scores), higher_is_better, level)
-    _, matrix = _score_matrix(scores)
-    ranks = _ranks(_seed_means(matrix), higher_is_better)
-    return {m: RankInterval(int(r), 1, len(scores)) for m, r in zip(scores, ranks)}
+    return {m: RankInterval(r, 1, len(scores)) for m, r in _task_point_ranks(scores, higher_is_better).items()}
 
 
 def seed_tables(scores: Mapping[str, Mapping[int, float]]) -> dict[str, np.ndarray]:

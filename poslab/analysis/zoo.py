@@ -53,6 +53,7 @@ from poslab.analysis.output import training_steps
 from poslab.analysis.stats import (
     SeedCell,
     mean_rank_intervals,
+    mean_ranks,
     not_separated,
     rank_intervals,
     seed_tables,
@@ -341,7 +342,7 @@ def leave_one_task_out(per_task: dict[str, dict[str, dict[int, float]]], order: 
     places: dict[str, list[int]] = defaultdict(list)
     for left_out in per_task if len(per_task) > 1 else []:
         kept = {task: scores for task, scores in per_task.items() if task != left_out}
-        ranks = {encoding: found[0] for encoding, found in mean_rank_intervals(kept).items()}
+        ranks = mean_ranks(kept)
         for place, encoding in enumerate(sorted(ranks, key=lambda e: (ranks[e], order.index(e))), 1):
             places[encoding].append(place)
     return {e: (min(places[e]), max(places[e])) for e in order if places.get(e)}
