@@ -81,7 +81,7 @@ class ModelConfig(ModelSettingsFromYaml):  # type: ignore[misc,valid-type]
 
     @property
     def shape(self) -> ModelShape:
-        return ModelShape.of(self.d_model, self.n_heads, self.n_layers)
+        return ModelShape.of(self.d_model, self.n_heads, self.n_layers, self.init_std)
 
     @property
     def hidden(self) -> int:

@@ -37,6 +37,24 @@ MOVED_MODULES = {
     for old in ("callbacks", "loggers", "hydra_callbacks", "training", "builders", "extension", "checks")
 }
 
+#: encoding settings added with a default that changes what a run does (a default that keeps the earlier behaviour
+#: needs no entry): a record written before the setting existed ran with this value, and is read so (rebuilding
+#: its model, resuming it, comparing it with newer runs) rather than with the newer default
+ADDED_ENCODING_SETTINGS: dict[str, dict[str, Any]] = {
+    "sinusoid": {"embedding_scale": 1.0},  # before: tokens added as they were (docs/absolute_scale.md)
+}
+
+
+def with_added_settings(config: Any) -> Any:
+    """A plain copy of a recorded ``config`` whose ``encoding`` section has each of ``ADDED_ENCODING_SETTINGS``
+    it lacks, at the value the run ran with."""
+    config = _plain(config)
+    encoding = config.get("encoding") if isinstance(config, dict) else None
+    if not isinstance(encoding, dict):
+        return config
+    added = ADDED_ENCODING_SETTINGS.get(str(encoding.get("name")), {})
+    return {**config, "encoding": {**added, **encoding}}
+
 
 def current_target(target: Any) -> Any:
     """``target`` with a module moved since it was written (``MOVED_MODULES``) named where it is now."""

@@ -108,6 +108,7 @@ import torch
 from torch import Tensor, nn
 
 from poslab.config.settings import BACKENDS, encoding_defaults, encoding_values, yaml_defaults
+from poslab.config.targets import ADDED_ENCODING_SETTINGS
 from poslab.errors import ConfigError
 
 
@@ -119,10 +120,13 @@ class ModelShape:
     n_heads: int
     n_layers: int
     head_dim: int
+    #: the standard deviation of the token embeddings at initialisation (``model.init_std``); None: PyTorch's
+    #: N(0, 1). An encoding that adds vectors to the embeddings sizes them against it (docs/absolute_scale.md).
+    embedding_std: float | None = None
 
     @classmethod
-    def of(cls, d_model: int, n_heads: int, n_layers: int) -> ModelShape:
-        return cls(d_model, n_heads, n_layers, d_model // n_heads)
+    def of(cls, d_model: int, n_heads: int, n_layers: int, embedding_std: float | None = None) -> ModelShape:
+        return cls(d_model, n_heads, n_layers, d_model // n_heads, embedding_std)
 
 
 @dataclass
@@ -233,6 +237,9 @@ class PositionEncoding(nn.Module):
     #: settings with a value in the YAML that may also be null, which means something of its own (increments_layer's
     #: ``max_delta: null``: no bound); any other setting takes its YAML default's type
     optional_settings: ClassVar[tuple[str, ...]] = ()
+    #: settings that, left null, are filled from the model (``settings_from_model``), and what with, for
+    #: ``poslab encodings``
+    model_setting_kinds: ClassVar[dict[str, str]] = {}
     #: the encoding draws random numbers per training sequence (rand_axial): the training module then passes
     #: ``coordinates["row_seed"]`` ``[B, 1]``, a function of (run seed, step, global row), so a run's draws do not
     #: depend on the number of DDP processes, on a resume, or on anything else drawing from torch's RNG
@@ -245,6 +252,12 @@ class PositionEncoding(nn.Module):
         self.shape = shape
         self.resolved_settings: dict[str, Any] = {}  # filled by build_encoding: the settings it ran with
         self.filled_settings: tuple[str, ...] = ()  # set by build_encoding: the settings a null filled in
+
+    def settings_from_model(self) -> dict[str, Any]:
+        """Settings a null filled from the model rather than the lengths (the learned table's ``init_std``, the
+        sinusoid's ``embedding_scale``: from the token embeddings' scale), so that ``resolved_settings`` says what
+        ran; ``model_setting_kinds`` says what such a null means."""
+        return {}
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
@@ -441,11 +454,14 @@ def accepted_settings(cls: type[PositionEncoding]) -> list[str]:
 
 def own_settings(settings: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """(the encoding's name, its constructor's settings) from an ``encoding`` config; a setting it leaves out (a
-    config built by hand, an older run's record) takes its YAML value (``PositionEncoding.yaml_settings``)."""
+    config built by hand, an older run's record) takes its YAML value (``PositionEncoding.yaml_settings``), or,
+    for a setting added after runs were recorded without it, the value they ran with
+    (``poslab.config.targets.ADDED_ENCODING_SETTINGS``), so an older checkpoint rebuilds as it was trained."""
     settings = dict(settings)
     settings.pop("_target_", None)
     name = str(settings.pop("name", None))
-    return name, {**encoding_class(name).yaml_settings(), **settings}
+    added = ADDED_ENCODING_SETTINGS.get(name, {})
+    return name, {**encoding_class(name).yaml_settings(), **added, **settings}
 
 
 def fill_length_settings(
@@ -470,6 +486,7 @@ def fill_length_settings(
 def length_setting_kinds(cls: type[PositionEncoding]) -> dict[str, str]:
     """Each length setting of ``cls`` and what a null fills it with, for ``poslab encodings``."""
     kinds = {key: "null = the longest length the run uses" for key in cls.length_settings}
+    kinds.update({key: f"null = {text}" for key, text in cls.model_setting_kinds.items()})
     for key, floor in cls.length_floors.items():
         kinds[key] = f"null = {floor}, or the longest length the run uses where that is longer"
     for key, rule in cls.train_length_settings.items():
@@ -531,6 +548,7 @@ def build_encoding(
         ) from error
     if attention == "flex":
         encoding.check_flex()
+    settings = {**settings, **encoding.settings_from_model()}
     encoding.resolved_settings = {"name": name, **settings}
     encoding.filled_settings = tuple(key for key in settings if given.get(key) is None and settings[key] is not None)
     return encoding

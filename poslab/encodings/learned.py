@@ -3,11 +3,18 @@
 Rows past the training length are never indexed during training, get no
 gradient and are excluded from weight decay, so they stay exactly at their
 initial values: the write-up's point is what a model does with such rows.
+
+The table starts as the token embeddings do (``init_std: null``), as
+GPT-2's Hugging Face and nanoGPT code initialise ``wpe`` and ``wte`` alike:
+N(0, model.init_std), or PyTorch's N(0, 1) in a model that keeps PyTorch's
+initialisation (the where_am_i model). A table of N(0, 1) rows beside token
+embeddings of N(0, 0.02) swamps them fifty-fold and cost the lm_zoo model a
+bit per byte at its own length (docs/absolute_scale.md).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from torch import Tensor, nn
 
@@ -21,12 +28,20 @@ class LearnedEncoding(PositionEncoding):
     no_weight_decay = ("table.weight",)
     attention_paths = ("sdpa", "explicit", "flex")  # added before the layers: attention is plain
     length_settings = ("max_positions",)  # null: as many rows as the longest sequence the run uses
+    model_setting_kinds: ClassVar[dict[str, str]] = {
+        "init_std": "as the token embeddings: model.init_std, or PyTorch's N(0, 1) where that is null"
+    }
 
     def __init__(self, shape: ModelShape, max_positions: int, init_std: float | None) -> None:
         super().__init__(shape)
-        self.table = nn.Embedding(max_positions, shape.d_model)
-        if init_std is not None:  # None keeps PyTorch's N(0, 1), as the write-up's model does
-            nn.init.normal_(self.table.weight, std=init_std)
+        self.table = nn.Embedding(max_positions, shape.d_model)  # PyTorch's N(0, 1)
+        std = shape.embedding_std if init_std is None else init_std  # null: as the token embeddings
+        if std is not None:
+            nn.init.normal_(self.table.weight, std=std)
+        self.filled_std = std if init_std is None else None
+
+    def settings_from_model(self) -> dict[str, Any]:
+        return {} if self.filled_std is None else {"init_std": self.filled_std}
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:

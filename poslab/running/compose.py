@@ -22,6 +22,7 @@ from poslab.config.settings import (
     expand_path_settings,
     task_defaults,
 )
+from poslab.config.targets import with_added_settings
 from poslab.errors import ConfigError
 from poslab.runs.files import CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE, directories_holding
 from poslab.runs.results import finished_results
@@ -181,6 +182,7 @@ def check_resume(cfg: DictConfig, checkpoint: Path) -> None:
     saved = checkpoint_config(checkpoint)
     if saved is None:
         return  # a checkpoint from before poslab recorded its config: nothing to compare with
+    saved = with_added_settings(saved)  # a setting added since, at the value the checkpoint's model ran with
     changes = config_changes(saved, OmegaConf.to_container(cfg, resolve=True), list(allowed), encoding_at_default(cfg))
     if changes:
         keys = ",".join(change.split(":", 1)[0] for change in changes)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from poslab.config.targets import flatten
+from poslab.config.targets import flatten, with_added_settings
 from poslab.errors import PoslabError
 from poslab.io import read_json
 from poslab.runs.files import FAILURE_FILE, RESULTS_FILE, directories_holding
@@ -68,8 +68,15 @@ def _covered(key: str, prefixes: tuple[str, ...]) -> bool:
 
 
 def run_settings(result: dict[str, Any]) -> dict[str, Any]:
-    """A run's settings as flat keys, minus ``PER_RUN`` and any value that names the run's own directory."""
-    config = result.get("config") or {}
+    """A run's settings as flat keys, minus ``PER_RUN`` and any value that names the run's own directory. What ran
+    is compared: an encoding setting the config leaves null takes the value the run recorded it was filled with
+    (``encoding_settings``: the learned table's ``init_std`` from the model), and one added since the run was
+    recorded the value it ran with (``with_added_settings``)."""
+    config = with_added_settings(result.get("config") or {})
+    encoding, filled = config.get("encoding"), result.get("encoding_settings") or {}
+    if isinstance(encoding, dict) and filled.get("name") == encoding.get("name"):
+        resolved = {k: filled[k] for k, v in encoding.items() if v is None and filled.get(k) is not None}
+        config = {**config, "encoding": {**encoding, **resolved}}
     output_dir = str((config.get("paths") or {}).get("output_dir") or "\0")
     return {
         key: value
