@@ -27,7 +27,7 @@ intra index) is poslab's option, not the authors' code.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -37,7 +37,7 @@ from poslab.encodings.alibi import paper_slopes
 from poslab.encodings.base import LayerContext, ModelShape, PositionInputs, QueryKeyTransform, register
 from poslab.encodings.hrope import window_coordinate
 from poslab.encodings.rotary import RotaryEncoding
-from poslab.encodings.sinusoid import sinusoids
+from poslab.encodings.sinusoid import paper_embedding_scale, sinusoids
 from poslab.errors import ConfigError
 
 SEGMENTS = ("sentence", "paragraph")
@@ -68,6 +68,9 @@ class BipeEncoding(RotaryEncoding):
     required_coordinates = ("paragraph", "sentence")
     no_weight_decay = ("table.weight",)
     train_length_settings = {"max_intra": (1.0, 0)}  # null: the training length, the authors' train_scale
+    model_setting_kinds: ClassVar[dict[str, str]] = {
+        "init_std": "as the token embeddings: model.init_std, or PyTorch's N(0, 1) where that is null"
+    }
 
     def __init__(
         self,
@@ -76,16 +79,23 @@ class BipeEncoding(RotaryEncoding):
         inter: str,
         intra: str,
         max_intra: int,
-        init_std: float,
+        init_std: float | None,
         alibi_scale: float,
         **rotary: Any,
     ) -> None:
         super().__init__(shape, **rotary)
         self.segment, self.inter, self.intra = segment, inter, intra
         self.max_intra, self.alibi_scale = int(max_intra), float(alibi_scale)
+        # null: as the token embeddings (the authors' one initializer_range for both; PyTorch's N(0, 1) in a model
+        # that keeps PyTorch's initialisation), so the table starts at the tokens' scale (docs/absolute_scale.md)
+        std = shape.embedding_std if init_std is None else init_std
+        self.filled_std = std if init_std is None and intra == "learned" else None
         if intra == "learned":
             self.table = nn.Embedding(self.max_intra, shape.d_model)
-            nn.init.normal_(self.table.weight, std=float(init_std))
+            if std is not None:
+                nn.init.normal_(self.table.weight, std=float(std))
+        # intra: sinusoid multiplies the tokens as the sinusoid encoding does (sqrt(d_model), capped at unit scale)
+        self.token_scale = paper_embedding_scale(shape.d_model, shape.embedding_std) if intra == "sinusoid" else 1.0
         slopes = [self.alibi_scale * s for s in paper_slopes(shape.n_heads)]
         self.register_buffer("slopes", torch.tensor(slopes, dtype=torch.float32), persistent=False)
 
@@ -116,7 +126,10 @@ class BipeEncoding(RotaryEncoding):
             added = self.table(intra.clamp(max=self.max_intra - 1))  # the authors clamp to train_scale - 1
         else:
             added = sinusoids(intra, self.shape.d_model)
-        return token_embeddings + added.to(token_embeddings.dtype), segment.float()
+        return token_embeddings * self.token_scale + added.to(token_embeddings.dtype), segment.float()
+
+    def settings_from_model(self) -> dict[str, Any]:
+        return {} if self.filled_std is None else {"init_std": self.filled_std}
 
     def query_key_transform(
         self, context: LayerContext, previous: QueryKeyTransform | None

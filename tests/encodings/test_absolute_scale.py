@@ -113,3 +113,20 @@ def test_an_older_sinusoid_checkpoint_resumes_only_as_it_ran(tmp_path) -> None:
     as_it_ran = compose_config(["encoding=sinusoid", "corpus=synthetic", "encoding.embedding_scale=1"], tmp_path)
     current = OmegaConf.to_container(as_it_ran, resolve=True)
     assert config_changes(with_added_settings(saved), current, (), encoding_at_default(as_it_ran)) == []
+
+
+@pytest.mark.parametrize(("init_std", "expected"), [(0.02, 0.02), (None, 1.0)])
+def test_bipes_intra_table_left_null_starts_as_the_token_embeddings(init_std: float | None, expected: float) -> None:
+    encoding = model({"name": "bipe", "init_std": None}, init_std).encoding
+    assert encoding.table.weight.std().item() == pytest.approx(expected, rel=0.1)  # 128 x 128 draws
+    assert encoding.resolved_settings["init_std"] == init_std
+
+
+def test_bipes_intra_sinusoids_scale_the_tokens_as_the_sinusoid_does() -> None:
+    encoding = model({"name": "bipe", "intra": "sinusoid"}, 0.02).encoding
+    tokens = torch.randn(1, 6, 128, generator=torch.Generator().manual_seed(2))
+    inputs = PositionInputs.from_tokens(torch.zeros(1, 6, dtype=torch.long))
+    inputs.coordinates["sentence"] = torch.zeros(1, 6)  # one segment: the intra index is the position
+    added, _ = encoding.begin(tokens, inputs)
+    expected = tokens * math.sqrt(128) + sinusoids(torch.arange(6.0)[None], 128)
+    torch.testing.assert_close(added, expected, rtol=1e-5, atol=1e-5)
