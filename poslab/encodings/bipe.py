@@ -126,7 +126,9 @@ class BipeEncoding(RotaryEncoding):
             added = self.table(intra.clamp(max=self.max_intra - 1))  # the authors clamp to train_scale - 1
         else:
             added = sinusoids(intra, self.shape.d_model)
-        return token_embeddings * self.token_scale + added.to(token_embeddings.dtype), segment.float()
+        if self.token_scale != 1.0:  # intra: sinusoid in a model initialised below unit scale only
+            token_embeddings = token_embeddings * self.token_scale
+        return token_embeddings + added.to(token_embeddings.dtype), segment.float()
 
     def settings_from_model(self) -> dict[str, Any]:
         return {} if self.filled_std is None else {"init_std": self.filled_std}

@@ -55,4 +55,6 @@ class SinusoidEncoding(PositionEncoding):
 
     def begin(self, token_embeddings: Tensor, inputs: PositionInputs) -> tuple[Tensor, Any]:
         table = sinusoids(inputs.positions, self.shape.d_model, self.base).to(token_embeddings.dtype)
-        return token_embeddings * self.embedding_scale + table, None
+        if self.embedding_scale != 1.0:  # no elementwise pass where the tokens are added as they are
+            token_embeddings = token_embeddings * self.embedding_scale
+        return token_embeddings + table, None
