@@ -55,13 +55,17 @@ def _add_claim(parser: argparse.ArgumentParser, figure: str, pairing: str, sides
     )
 
 
-def _add_from(parser: argparse.ArgumentParser, summary: str, without: str = "the runs") -> None:
+def _add_from(parser: argparse.ArgumentParser, summary: str, without: str = "the runs", merges: bool = False) -> None:
+    """``--from SUMMARY``; ``merges``: several summaries (of runs analysed apart) make one report."""
+    several = " (several: the report of all their runs, for --output-dir)" if merges else ""
     parser.add_argument(
         "--from",
         dest="from_summary",
         default=None,
         metavar="SUMMARY",
-        help=f"re-render the tables and PNGs from a {summary} this command wrote, without {without} (default: compute)",
+        **({"nargs": "+"} if merges else {}),
+        help=f"re-render the tables and PNGs from a {summary} this command wrote, without {without}{several} "
+        f"(default: compute)",
     )
 
 
@@ -238,7 +242,7 @@ def _add_hrope(analyses: argparse._SubParsersAction) -> None:
         help="shuffle every paragraph, the first and the truncated last too (default: only the whole paragraphs "
         "between them, the write-up's test)",
     )
-    _add_from(hrope, "hrope.json", "the runs or a model")
+    _add_from(hrope, "hrope.json", "the runs or a model", merges=True)
     _add_output_dir(hrope, "RUN_DIR/analysis/hrope, the first multirun directory's analysis/hrope, or beside SUMMARY")
 
 
@@ -382,7 +386,15 @@ def hrope_analysis(args: argparse.Namespace):
             keep_ends=not args.shuffle_all,
         )
 
-    return _report_or_rerender(args, args.runs, analyze, rerender_hrope, "RUN_DIR (run or multirun directories)")
+    def rerender(paths: list[str]):
+        if len(paths) > 1 and args.output_dir is None:
+            raise UsageError(
+                f"poslab analyze hrope --from {' '.join(paths)}: give --output-dir for the merged report; beside the "
+                f"first summary it would overwrite that summary's files."
+            )
+        return rerender_hrope(paths)
+
+    return _report_or_rerender(args, args.runs, analyze, rerender, "RUN_DIR (run or multirun directories)")
 
 
 def _report_or_rerender(

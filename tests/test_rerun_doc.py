@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 import re
 import shlex
+import subprocess
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,33 @@ def test_the_queue_is_listed():
 def test_each_command_composes_and_runs_as_many_jobs_as_it_says(overrides, runs):
     lists = sweep_lists(overrides)
     assert math.prod(len(values) for values in lists.values()) == runs, f"{' '.join(overrides)}: {lists}"
+
+
+def script_commands() -> dict[str, tuple[int, list[list[str]]]]:
+    """``sweeps/rerun.sh commands``: each sweep's stated runs and its multiruns' overrides."""
+    printed = subprocess.run(
+        ["bash", str(ROOT / "sweeps" / "rerun.sh"), "commands"], capture_output=True, text=True, check=True
+    ).stdout
+    sweeps: dict[str, tuple[int, list[list[str]]]] = defaultdict(lambda: (0, []))
+    for line in printed.splitlines():
+        sweep, runs, overrides = line.split("\t")
+        sweeps[sweep] = (int(runs), [*sweeps[sweep][1], shlex.split(overrides)])
+    return dict(sweeps)
+
+
+def without_sweep_dir(overrides: list[str]) -> list[str]:
+    return [o for o in overrides if not o.startswith("hydra.sweep.dir=")]
+
+
+def test_the_script_runs_the_doc_s_commands_and_as_many_runs_as_it_states():
+    """The script is the runbook's executable form: every multirun it gives train.py is one the doc lists (the
+    sweep directory aside, which the doc writes with $POSLAB_LOG_DIR), and each sweep's multiruns together run
+    as many jobs as the script states (what ``status`` counts against)."""
+    documented = [without_sweep_dir(overrides) for overrides, _ in queue()]
+    sweeps = script_commands()
+    assert {"lm_zoo", "position_zoo_v3", "hrope_causal"} <= set(sweeps)
+    for sweep, (runs, multiruns) in sweeps.items():
+        for overrides in multiruns:
+            assert without_sweep_dir(overrides) in documented or overrides == ["experiment=position_zoo"], sweep
+        total = sum(math.prod(len(v) for v in sweep_lists(overrides).values()) for overrides in multiruns)
+        assert total == runs, f"{sweep}: the script states {runs} runs, its multiruns run {total}"

@@ -236,3 +236,61 @@ def test_from_a_file_that_is_not_the_summary_is_one_message(tmp_path, capsys):
         assert len(error) == 1 and "hrope.json" in error[0] and str(path) in error[0]
     assert main(["analyze", "hrope"]) == 2
     assert "RUN_DIR" in capsys.readouterr().err
+
+
+def assert_close_tree(found: Any, expected: Any, path: str = "") -> None:
+    """Two JSON trees alike, their numbers within a relative 1e-4 (the merged summaries' replicates are kept at 6
+    significant digits, which moves a percentile interval's last digits)."""
+    if isinstance(expected, dict):
+        assert isinstance(found, dict) and found.keys() == expected.keys(), path
+        for key in expected:
+            assert_close_tree(found[key], expected[key], f"{path}.{key}")
+    elif isinstance(expected, list):
+        assert isinstance(found, list) and len(found) == len(expected), path
+        for index, (a, b) in enumerate(zip(found, expected)):
+            assert_close_tree(a, b, f"{path}[{index}]")
+    elif isinstance(expected, float) and isinstance(found, float):
+        assert math.isclose(found, expected, rel_tol=1e-4, abs_tol=1e-9) or (
+            math.isnan(found) and math.isnan(expected)
+        ), path
+    else:
+        assert found == expected, path
+
+
+@pytest.mark.slow
+def test_summaries_of_runs_analysed_apart_merge_into_the_report_of_all_of_them(tmp_path, monkeypatch, capsys):
+    """The runs of a multirun analysed in two halves (as two sessions would, each while its checkpoints exist), then
+    ``--from HALF1/hrope.json HALF2/hrope.json --output-dir DIR``: the arms and comparisons of analysing all of them
+    at once, the secondary seeds-then-documents interval included (each entry keeps its document replicates)."""
+    from poslab.cli import main
+
+    root, analyses = pinned_runs(tmp_path)
+    monkeypatch.setattr(report, "analyze_run", lambda run, documents, **settings: analyses[str(run)])
+    monkeypatch.setattr(report, "log_to_the_runs_loggers", lambda analyses, wells: None)  # planted: no config
+    together = report.analyze_hrope([str(root)], documents=7, trend="linear", keep_ends=True)
+    runs = sorted(analyses)
+    halves = []
+    for number, half in enumerate((runs[::2], runs[1::2])):
+        directory, _ = report.analyze_hrope(half, documents=7, trend="linear", keep_ends=True).write(
+            tmp_path / f"h{number}"
+        )
+        halves.append(str(directory / "hrope.json"))
+    merged_dir = tmp_path / "merged"
+    assert main(["analyze", "hrope", "--from", *halves, "--output-dir", str(merged_dir)]) == 0
+    merged = json.loads((merged_dir / "hrope.json").read_text())
+    expected = json.loads(together.files["hrope.json"])
+    assert merged["merged_from"] == halves and sorted(e["run_dir"] for e in merged["runs"]) == runs
+    assert any(bound is not None for arm in expected["arms"] for bound in arm["U*"]["bootstrap_seeds_documents"])
+    assert_close_tree(merged["arms"], expected["arms"])
+    assert_close_tree(merged["comparisons"], expected["comparisons"])
+    capsys.readouterr()
+    assert main(["analyze", "hrope", "--from", *halves]) == 2  # without --output-dir: it would overwrite the first
+    assert "--output-dir" in capsys.readouterr().err
+    assert main(["analyze", "hrope", "--from", halves[0], halves[0], "--output-dir", str(tmp_path / "twice")]) == 2
+    assert "in both" in capsys.readouterr().err
+    other = report.analyze_hrope(runs[1::2], documents=5, trend="linear", keep_ends=True).write(tmp_path / "other")[0]
+    assert (
+        main(["analyze", "hrope", "--from", halves[0], str(other / "hrope.json"), "--output-dir", str(tmp_path / "x")])
+        == 2
+    )
+    assert "documents: 7" in capsys.readouterr().err

@@ -323,3 +323,38 @@ def hrope_summary(
         "arms": arm_summaries(analyses),
         "comparisons": [c.as_dict() for c in claims(analyses)],
     }
+
+
+def merged_summary(summaries: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[str, Any]:
+    """One summary from several ``hrope.json`` (``names``: where each came from) of runs analysed apart, with the
+    same settings: their runs' entries, and the arms and comparisons computed again over all of them, as one
+    analysis of every run would give (each run's analysis depends on its own model, documents and seed alone).
+    A run left out of one summary and analysed in another counts as analysed."""
+    first = summaries[0]["settings"]
+    for name, summary in zip(names[1:], summaries[1:]):
+        differing = sorted(
+            k for k in first.keys() | summary["settings"].keys() if first.get(k) != summary["settings"].get(k)
+        )
+        if differing:
+            shown = "; ".join(
+                f"{k}: {first.get(k)!r} in {names[0]}, {summary['settings'].get(k)!r} in {name}" for k in differing
+            )
+            raise ConfigError(
+                f"the summaries were analysed with different settings ({shown}): merge only summaries "
+                f"of one analysis's settings (--documents, --trend, --min-pairs, --bootstrap, --seed ...)."
+            )
+    entries = [entry for summary in summaries for entry in summary["runs"]]
+    seen: dict[str, str] = {}
+    for name, summary in zip(names, summaries):
+        for entry in summary["runs"]:
+            if entry["run_dir"] in seen:
+                raise ConfigError(
+                    f"run {entry['run_dir']} is in both {seen[entry['run_dir']]} and {name}: give each "
+                    f"run's analysis once."
+                )
+            seen[entry["run_dir"]] = name
+    left_out = [(item["run_dir"], item["status"]) for s in summaries for item in s.get("left_out", [])
+                if item["run_dir"] not in seen]  # fmt: skip
+    analyses = [RunAnalysis.from_summary(entry) for entry in entries]
+    merged = hrope_summary(analyses, first, left_out)
+    return {**merged, "runs": entries, "merged_from": list(names)}

@@ -389,5 +389,6 @@ def render_hrope(summary: dict[str, Any], directory: Path) -> AnalysisResult:
 
 
 def without_run_files(entry: dict[str, Any]) -> dict[str, Any]:
-    """A run's ``hrope_runs.json`` entry: its summary entry without the facts of its run directory."""
-    return {key: value for key, value in entry.items() if key != "run_files"}
+    """A run's ``hrope_runs.json`` entry: its summary entry without the facts of its run directory and its
+    document replicates (the summary keeps both)."""
+    return {key: value for key, value in entry.items() if key not in ("run_files", "replicates")}

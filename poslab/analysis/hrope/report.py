@@ -20,7 +20,8 @@ settings, runs left out, each run's entry with the facts of its directory, the a
 per-seed values, the intervals, and every comparison with its test and verdict), ``hrope_runs.csv``,
 ``hrope_well.png``, ``hrope_shuffle.png``; each run's own figures also go to its loggers. ``--from hrope.json``
 renders the same files again from the summary alone (no model, no run directory; nothing logged), beside it by
-default.
+default; ``--from A/hrope.json B/hrope.json --output-dir DIR`` merges the summaries of runs analysed apart into
+the report of all of them (each entry keeps its U* and ΔU* document replicates for the secondary interval).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from poslab.analysis.hrope.compute import analyze_run, hrope_summary
+from poslab.analysis.hrope.compute import analyze_run, hrope_summary, merged_summary
 from poslab.analysis.hrope.render import SUMMARY_FILE, render_hrope
 from poslab.analysis.hrope.runs import RunAnalysis
 from poslab.analysis.logging import log_analysis
@@ -71,10 +72,16 @@ def analyze_hrope(paths: list[str], documents: int = 200, **settings: Any) -> An
     return result
 
 
-def rerender_hrope(path: str | Path) -> AnalysisResult:
-    """``--from``: the files again from a ``hrope.json`` this analysis wrote, beside it by default."""
-    summary = read_summary(path, "hrope", ("runs", "arms"), SUMMARY_FILE, "poslab analyze hrope")
-    return render_hrope(summary, Path(path).parent)
+def rerender_hrope(paths: str | Path | list[str]) -> AnalysisResult:
+    """``--from``: the files again from a ``hrope.json`` this analysis wrote, beside it by default; from several,
+    the report they make together (``merged_summary``: runs analysed apart, in other sessions or on other
+    machines), for ``--output-dir``."""
+    given = [str(paths)] if isinstance(paths, (str, Path)) else [str(p) for p in paths]
+    summaries = [
+        read_summary(p, "hrope", ("runs", "arms", "settings"), SUMMARY_FILE, "poslab analyze hrope") for p in given
+    ]
+    summary = summaries[0] if len(summaries) == 1 else merged_summary(summaries, given)
+    return render_hrope(summary, Path(given[0]).parent)
 
 
 def log_to_the_runs_loggers(analyses: list[RunAnalysis], wells: Path) -> str | None:

@@ -139,8 +139,12 @@ class RunAnalysis:
         }
 
     def entry(self) -> dict[str, Any]:
-        """The run's entry in the report's summary: ``summary()`` and its run directory's facts."""
-        return {**self.summary(), "run_files": self.facts.as_dict()}
+        """The run's entry in the report's summary: ``summary()``, its run directory's facts, and the document
+        replicates of U* and ΔU* behind the secondary interval over seeds then documents, so that summaries of
+        runs analysed apart merge into the report they would make together (``compute.merged_summary``)."""
+        main = self.main
+        replicates = {"U*": saved_replicates(main.depth), "shuffle_change": saved_replicates(main.shuffle_change)}
+        return {**self.summary(), "run_files": self.facts.as_dict(), "replicates": replicates}
 
     @classmethod
     def from_summary(cls, summary: dict[str, Any]) -> RunAnalysis:
@@ -148,6 +152,13 @@ class RunAnalysis:
         whose facts are then unknown), without bootstrap replicates; an entry written before the readings existed
         gives the main reading and same-pairs interventions only."""
         readings = summary.get("readings") or {"main": summary}
+        depths = {name: saved_depth(summary, name, r) for name, r in readings.items()}
+        replicates = summary.get("replicates") or {}
+        for key, attribute in (("U*", "depth"), ("shuffle_change", "shuffle_change")):
+            if replicates.get(key):  # entries written before they were kept: no secondary interval
+                estimate = getattr(depths["main"], attribute)
+                saved = np.array([math.nan if v is None else v for v in replicates[key]], dtype=float)
+                setattr(depths["main"], attribute, Estimate(estimate.value, estimate.interval, saved))
         saved = summary.get("interventions") or {
             "same_pairs": {k: summary[f"{k}_change"] for k in INTERVENTIONS}
             | {f"{k}_ci": summary[f"{k}_ci"] for k in INTERVENTIONS}
@@ -163,7 +174,7 @@ class RunAnalysis:
             seed=summary["seed"],
             documents=summary["documents"],
             shuffled_documents=summary.get("shuffled_documents", summary["documents"]),
-            depths={name: saved_depth(summary, name, r) for name, r in readings.items()},
+            depths=depths,
             interventions=interventions,
             frequencies=summary.get("frequencies"),
             variant=summary.get("variant"),
@@ -192,6 +203,11 @@ def saved_depth(summary: dict[str, Any], name: str, reading: dict[str, Any]) -> 
         saved_estimate(reading["U*"], reading.get("U*_ci")),
         saved_estimate(reading["shuffle_change"], reading.get("shuffle_ci")),
     )
+
+
+def saved_replicates(estimate: Estimate) -> list[float | None]:
+    """An estimate's document replicates for JSON, at 6 significant digits (far below their spread)."""
+    return [None if not math.isfinite(v) else float(f"{v:.6g}") for v in estimate.replicates]
 
 
 def curve_list(curve: np.ndarray) -> list[float | None]:
