@@ -56,6 +56,16 @@ def with_added_settings(config: Any) -> Any:
     return {**config, "encoding": {**added, **encoding}}
 
 
+def filled_encoding(encoding: dict[str, Any], filled: dict[str, Any], keep: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A recorded ``encoding`` section with each setting it leaves null at the value the run filled it with at build
+    (``filled``: its results' ``encoding_settings``, when they are of the same encoding), so that what ran is what is
+    compared or rebuilt; the settings in ``keep`` stay null (they are filled again, as a table that grows)."""
+    if filled.get("name", encoding.get("name")) != encoding.get("name"):
+        return dict(encoding)
+    resolved = {k: filled[k] for k, v in encoding.items() if v is None and filled.get(k) is not None and k not in keep}
+    return {**encoding, **resolved}
+
+
 def current_target(target: Any) -> Any:
     """``target`` with a module moved since it was written (``MOVED_MODULES``) named where it is now."""
     if isinstance(target, str):

@@ -128,6 +128,26 @@ class ModelShape:
     def of(cls, d_model: int, n_heads: int, n_layers: int, embedding_std: float | None = None) -> ModelShape:
         return cls(d_model, n_heads, n_layers, d_model // n_heads, embedding_std)
 
+    @classmethod
+    def from_config(cls, model: Any) -> ModelShape:
+        """The shape of a ``model`` config section (d_model, n_heads, n_layers, init_std)."""
+        return cls.of(int(model.d_model), int(model.n_heads), int(model.n_layers), model.get("init_std"))
+
+
+#: ``model_setting_kinds`` of an encoding whose position table starts as the token embeddings (``table_like_tokens``)
+TABLE_LIKE_TOKENS = {"init_std": "as the token embeddings: model.init_std, or PyTorch's N(0, 1) where that is null"}
+
+
+def table_like_tokens(rows: int, shape: ModelShape, init_std: float | None) -> tuple[nn.Embedding, float | None]:
+    """A table of position vectors added to the token embeddings, drawn N(0, init_std); a null ``init_std`` starts
+    it as the tokens (N(0, model.init_std), PyTorch's N(0, 1) where that is null too), so positions and tokens
+    start at one scale (docs/absolute_scale.md). Returns the table and the std a null was filled with (else None)."""
+    table = nn.Embedding(rows, shape.d_model)  # PyTorch's N(0, 1)
+    std = shape.embedding_std if init_std is None else init_std
+    if std is not None:
+        nn.init.normal_(table.weight, std=float(std))
+    return table, std if init_std is None else None
+
 
 @dataclass
 class PositionInputs:
@@ -252,12 +272,13 @@ class PositionEncoding(nn.Module):
         self.shape = shape
         self.resolved_settings: dict[str, Any] = {}  # filled by build_encoding: the settings it ran with
         self.filled_settings: tuple[str, ...] = ()  # set by build_encoding: the settings a null filled in
+        self.model_filled: dict[str, Any] = {}  # set by the encoding: what its nulls took from the model
 
     def settings_from_model(self) -> dict[str, Any]:
         """Settings a null filled from the model rather than the lengths (the learned table's ``init_std``, the
-        sinusoid's ``embedding_scale``: from the token embeddings' scale), so that ``resolved_settings`` says what
-        ran; ``model_setting_kinds`` says what such a null means."""
-        return {}
+        sinusoid's ``embedding_scale``: from the token embeddings' scale; ``model_filled``), so that
+        ``resolved_settings`` says what ran; ``model_setting_kinds`` says what such a null means."""
+        return dict(self.model_filled)
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:

@@ -30,11 +30,19 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from poslab.config.settings import check_choice, check_whole
 from poslab.encodings.alibi import paper_slopes
-from poslab.encodings.base import LayerContext, ModelShape, PositionInputs, QueryKeyTransform, register
+from poslab.encodings.base import (
+    TABLE_LIKE_TOKENS,
+    LayerContext,
+    ModelShape,
+    PositionInputs,
+    QueryKeyTransform,
+    register,
+    table_like_tokens,
+)
 from poslab.encodings.hrope import window_coordinate
 from poslab.encodings.rotary import RotaryEncoding
 from poslab.encodings.sinusoid import paper_embedding_scale, sinusoids
@@ -68,9 +76,7 @@ class BipeEncoding(RotaryEncoding):
     required_coordinates = ("paragraph", "sentence")
     no_weight_decay = ("table.weight",)
     train_length_settings = {"max_intra": (1.0, 0)}  # null: the training length, the authors' train_scale
-    model_setting_kinds: ClassVar[dict[str, str]] = {
-        "init_std": "as the token embeddings: model.init_std, or PyTorch's N(0, 1) where that is null"
-    }
+    model_setting_kinds: ClassVar[dict[str, str]] = TABLE_LIKE_TOKENS
 
     def __init__(
         self,
@@ -88,12 +94,10 @@ class BipeEncoding(RotaryEncoding):
         self.max_intra, self.alibi_scale = int(max_intra), float(alibi_scale)
         # null: as the token embeddings (the authors' one initializer_range for both; PyTorch's N(0, 1) in a model
         # that keeps PyTorch's initialisation), so the table starts at the tokens' scale (docs/absolute_scale.md)
-        std = shape.embedding_std if init_std is None else init_std
-        self.filled_std = std if init_std is None and intra == "learned" else None
         if intra == "learned":
-            self.table = nn.Embedding(self.max_intra, shape.d_model)
-            if std is not None:
-                nn.init.normal_(self.table.weight, std=float(std))
+            self.table, filled = table_like_tokens(self.max_intra, shape, init_std)
+            if filled is not None:
+                self.model_filled["init_std"] = filled
         # intra: sinusoid multiplies the tokens as the sinusoid encoding does (sqrt(d_model), capped at unit scale)
         self.token_scale = paper_embedding_scale(shape.d_model, shape.embedding_std) if intra == "sinusoid" else 1.0
         slopes = [self.alibi_scale * s for s in paper_slopes(shape.n_heads)]
@@ -129,9 +133,6 @@ class BipeEncoding(RotaryEncoding):
         if self.token_scale != 1.0:  # intra: sinusoid in a model initialised below unit scale only
             token_embeddings = token_embeddings * self.token_scale
         return token_embeddings + added.to(token_embeddings.dtype), segment.float()
-
-    def settings_from_model(self) -> dict[str, Any]:
-        return {} if self.filled_std is None else {"init_std": self.filled_std}
 
     def query_key_transform(
         self, context: LayerContext, previous: QueryKeyTransform | None

@@ -16,9 +16,16 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from torch import Tensor, nn
+from torch import Tensor
 
-from poslab.encodings.base import ModelShape, PositionEncoding, PositionInputs, register
+from poslab.encodings.base import (
+    TABLE_LIKE_TOKENS,
+    ModelShape,
+    PositionEncoding,
+    PositionInputs,
+    register,
+    table_like_tokens,
+)
 from poslab.errors import ConfigError
 
 
@@ -28,20 +35,13 @@ class LearnedEncoding(PositionEncoding):
     no_weight_decay = ("table.weight",)
     attention_paths = ("sdpa", "explicit", "flex")  # added before the layers: attention is plain
     length_settings = ("max_positions",)  # null: as many rows as the longest sequence the run uses
-    model_setting_kinds: ClassVar[dict[str, str]] = {
-        "init_std": "as the token embeddings: model.init_std, or PyTorch's N(0, 1) where that is null"
-    }
+    model_setting_kinds: ClassVar[dict[str, str]] = TABLE_LIKE_TOKENS
 
     def __init__(self, shape: ModelShape, max_positions: int, init_std: float | None) -> None:
         super().__init__(shape)
-        self.table = nn.Embedding(max_positions, shape.d_model)  # PyTorch's N(0, 1)
-        std = shape.embedding_std if init_std is None else init_std  # null: as the token embeddings
-        if std is not None:
-            nn.init.normal_(self.table.weight, std=std)
-        self.filled_std = std if init_std is None else None
-
-    def settings_from_model(self) -> dict[str, Any]:
-        return {} if self.filled_std is None else {"init_std": self.filled_std}
+        self.table, filled = table_like_tokens(max_positions, shape, init_std)  # null: as the token embeddings
+        if filled is not None:
+            self.model_filled["init_std"] = filled
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:

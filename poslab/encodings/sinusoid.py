@@ -46,12 +46,10 @@ class SinusoidEncoding(PositionEncoding):
     def __init__(self, shape: ModelShape, base: float, embedding_scale: float | None) -> None:
         super().__init__(shape)
         self.base = float(base)
-        self.scale_given = embedding_scale is not None
         paper = paper_embedding_scale(shape.d_model, shape.embedding_std)
         self.embedding_scale = float(paper if embedding_scale is None else embedding_scale)
-
-    def settings_from_model(self) -> dict[str, Any]:
-        return {} if self.scale_given else {"embedding_scale": self.embedding_scale}
+        if embedding_scale is None:
+            self.model_filled["embedding_scale"] = self.embedding_scale
 
     def begin(self, token_embeddings: Tensor, inputs: PositionInputs) -> tuple[Tensor, Any]:
         table = sinusoids(inputs.positions, self.shape.d_model, self.base).to(token_embeddings.dtype)

@@ -162,7 +162,7 @@ def check_encoding(cfg: DictConfig) -> None:
     from poslab.encodings.base import ModelShape, validate_encoding
 
     model = cfg.model
-    shape = ModelShape.of(int(model.d_model), int(model.n_heads), int(model.n_layers), model.get("init_std"))
+    shape = ModelShape.from_config(model)
     datamodule = hydra.utils.get_class(str(cfg.task._target_))
     task = OmegaConf.to_container(cfg.task, resolve=False)
     assert isinstance(task, dict)

@@ -61,7 +61,7 @@ from poslab.config.settings import (
     schema_types,
     yaml_defaults,
 )
-from poslab.config.targets import flatten
+from poslab.config.targets import filled_encoding, flatten
 from poslab.errors import ConfigError
 from poslab.runs.files import CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE, RESULTS_FILE
 from poslab.runs.results import data_hash
@@ -368,12 +368,8 @@ def extended_encoding(parent: ParentRun, rule: str, factor: float, context: int)
     at build (FIRE's threshold, T5's max_distance, CoPE's table, a corpus's paragraph density) keep the parent's
     values, so the weights mean what they meant; a table as long as the longest sequence (learned positions)
     grows with it (``load_parent_weights``)."""
-    encoding = dict(parent.encoding)
     filled = parent.results.get("encoding_settings") or {}
-    grows = grown_settings(str(encoding.get("name")))
-    for key, value in encoding.items():
-        if value is None and filled.get(key) is not None and key not in grows:
-            encoding[key] = filled[key]
+    encoding = filled_encoding(dict(parent.encoding), filled, keep=grown_settings(str(parent.encoding.get("name"))))
     if "scaling" in encoding:
         encoding["scaling"] = rule
         encoding["scaling_factor"] = factor if rule != "none" else 1.0

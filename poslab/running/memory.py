@@ -125,8 +125,7 @@ def encoding_parameters(cfg: DictConfig, max_length: int, train_length: int) -> 
     from poslab.encodings import ModelShape, build_encoding
 
     settings = OmegaConf.to_container(cfg.encoding, resolve=True)
-    model = cfg.model
-    shape = ModelShape.of(int(model.d_model), int(model.n_heads), int(model.n_layers), model.get("init_std"))
+    shape = ModelShape.from_config(cfg.model)
     try:
         with torch.device("meta"):
             encoding = build_encoding(settings, shape, max_length, train_length=train_length)  # type: ignore[arg-type]

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from poslab.config.targets import flatten, with_added_settings
+from poslab.config.targets import filled_encoding, flatten, with_added_settings
 from poslab.errors import PoslabError
 from poslab.io import read_json
 from poslab.runs.files import FAILURE_FILE, RESULTS_FILE, directories_holding
@@ -75,8 +75,7 @@ def run_settings(result: dict[str, Any]) -> dict[str, Any]:
     config = with_added_settings(result.get("config") or {})
     encoding, filled = config.get("encoding"), result.get("encoding_settings") or {}
     if isinstance(encoding, dict) and filled.get("name") == encoding.get("name"):
-        resolved = {k: filled[k] for k, v in encoding.items() if v is None and filled.get(k) is not None}
-        config = {**config, "encoding": {**encoding, **resolved}}
+        config = {**config, "encoding": filled_encoding(encoding, filled)}
     output_dir = str((config.get("paths") or {}).get("output_dir") or "\0")
     return {
         key: value
