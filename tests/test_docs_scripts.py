@@ -40,6 +40,7 @@ SCRIPTS = [
         "docs/lm_extrapolation/passkey/curve.md",
     ),
     pytest.param("docs/reproduction/seed_intervals.py", [], "docs/reproduction/seed_intervals.md"),
+    pytest.param("docs/reproduction/seed_intervals.py", ["causal"], "docs/reproduction/seed_intervals_causal.md"),
     pytest.param(
         "docs/lm_extrapolation/verdict_pairs.py",
         ["docs/lm_extrapolation/length.json"],
