@@ -274,6 +274,13 @@ class PositionEncoding(nn.Module):
         self.filled_settings: tuple[str, ...] = ()  # set by build_encoding: the settings a null filled in
         self.model_filled: dict[str, Any] = {}  # set by the encoding: what its nulls took from the model
 
+    def table_like_tokens(self, rows: int, init_std: float | None) -> nn.Embedding:
+        """``table_like_tokens`` for this encoding, recording a filled ``init_std`` in ``model_filled``."""
+        table, filled = table_like_tokens(rows, self.shape, init_std)
+        if filled is not None:
+            self.model_filled["init_std"] = filled
+        return table
+
     def settings_from_model(self) -> dict[str, Any]:
         """Settings a null filled from the model rather than the lengths (the learned table's ``init_std``, the
         sinusoid's ``embedding_scale``: from the token embeddings' scale; ``model_filled``), so that

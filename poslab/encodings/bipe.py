@@ -41,7 +41,6 @@ from poslab.encodings.base import (
     PositionInputs,
     QueryKeyTransform,
     register,
-    table_like_tokens,
 )
 from poslab.encodings.hrope import window_coordinate
 from poslab.encodings.rotary import RotaryEncoding
@@ -95,9 +94,7 @@ class BipeEncoding(RotaryEncoding):
         # null: as the token embeddings (the authors' one initializer_range for both; PyTorch's N(0, 1) in a model
         # that keeps PyTorch's initialisation), so the table starts at the tokens' scale (docs/absolute_scale.md)
         if intra == "learned":
-            self.table, filled = table_like_tokens(self.max_intra, shape, init_std)
-            if filled is not None:
-                self.model_filled["init_std"] = filled
+            self.table = self.table_like_tokens(self.max_intra, init_std)
         # intra: sinusoid multiplies the tokens as the sinusoid encoding does (sqrt(d_model), capped at unit scale)
         self.token_scale = paper_embedding_scale(shape.d_model, shape.embedding_std) if intra == "sinusoid" else 1.0
         slopes = [self.alibi_scale * s for s in paper_slopes(shape.n_heads)]

@@ -24,7 +24,6 @@ from poslab.encodings.base import (
     PositionEncoding,
     PositionInputs,
     register,
-    table_like_tokens,
 )
 from poslab.errors import ConfigError
 
@@ -39,9 +38,7 @@ class LearnedEncoding(PositionEncoding):
 
     def __init__(self, shape: ModelShape, max_positions: int, init_std: float | None) -> None:
         super().__init__(shape)
-        self.table, filled = table_like_tokens(max_positions, shape, init_std)  # null: as the token embeddings
-        if filled is not None:
-            self.model_filled["init_std"] = filled
+        self.table = self.table_like_tokens(max_positions, init_std)  # null: as the token embeddings
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
