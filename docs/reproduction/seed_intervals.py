@@ -3,9 +3,11 @@
     .venv/bin/python docs/reproduction/seed_intervals.py > docs/reproduction/seed_intervals.md
     .venv/bin/python docs/reproduction/seed_intervals.py causal > docs/reproduction/seed_intervals_causal.md
 
-``causal``: the 36 runs of the causal rerun (session 42, docs/hrope/causal/analysis: hrope_axial, rand_axial and
-period_axial under `split`, and RoPE, on the three corpora, seeds 0-2, with the causal segmentation of
-docs/causality.md), the figures that replace the leaky Code rows; without it, the allocation study's runs below.
+``causal``: the 54 runs of the causal rerun (docs/hrope/allocation_causal/analysis, the merge of
+docs/hrope/causal/analysis, session 42: hrope_axial, rand_axial and period_axial under `split`, and RoPE, on the three
+corpora; and of the allocation study's Code arms under `interleaved` and `token_first`, session 43; seeds 0-2, with
+the causal segmentation of docs/causality.md), the figures that replace the leaky Code rows; without it, the
+allocation study's runs below.
 
 Reads docs/hrope/allocation/hrope_runs.{csv,json} (python_code and wikitext2_offline: hrope_axial, rand_axial and
 period_axial under split / interleaved / token_first, and RoPE; seeds 0-2) and docs/hrope/openwebtext/
@@ -37,7 +39,7 @@ from poslab.analysis.stats import Interval, paired_difference, t_quantile, welch
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [ROOT / "docs/hrope/allocation", ROOT / "docs/hrope/openwebtext"]
-CAUSAL = [ROOT / "docs/hrope/causal/analysis"]
+CAUSAL = [ROOT / "docs/hrope/allocation_causal/analysis"]
 #: what each set of runs holds: its files, held-out documents per corpus (those the shuffle could use)
 DESCRIPTIONS = {
     "allocation": (
@@ -45,7 +47,8 @@ DESCRIPTIONS = {
         "25 Code, 62 WikiText-2, 43 OpenWebText; the shuffle on 22, 8 and 24 of them",
     ),
     "causal": (
-        "`docs/hrope/causal/analysis/hrope_runs.{csv,json}` (the causal rerun, session 42)",
+        "`docs/hrope/allocation_causal/analysis/hrope_runs.{csv,json}` (the causal rerun: `split` and RoPE on three "
+        "corpora, session 42; `interleaved` and `token_first` on Code, session 43)",
         "21 Code, 62 WikiText-2, 39 OpenWebText; the shuffle on 19, 8 and 22 of them",
     ),
 }
