@@ -69,6 +69,16 @@ def _add_from(parser: argparse.ArgumentParser, summary: str, without: str = "the
     )
 
 
+def _compute_only(parser: argparse.ArgumentParser, *dests: str) -> None:
+    """Mark options that only the computation reads: given with ``--from`` they would be silently ignored (the
+    summary holds figures already computed), so ``_report_or_rerender`` refuses them instead."""
+    flags = {a.dest: (a.option_strings[0], a.default) for a in parser._actions if a.dest in dests}
+    missing = set(dests) - set(flags)
+    if missing:
+        raise ValueError(f"_compute_only: no option {sorted(missing)} on {parser.prog}")
+    parser.set_defaults(compute_only=flags)
+
+
 def subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
     """Every command path below ``parser`` that runs something (``("analyze", "hrope")``, ``("encodings",)``)."""
     for action in parser._actions:
@@ -130,6 +140,7 @@ def _add_increments(analyses: argparse._SubParsersAction) -> None:
     )
     increments.add_argument("--max-bytes", type=int, default=200_000, help="held-out bytes to analyse")
     _add_output_dir(increments, "RUN_DIR/analysis/increments, or beside SUMMARY")
+    _compute_only(increments, "text", "sentence", "zh_text", "max_bytes")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -216,11 +227,17 @@ def _add_corpus(analyses: argparse._SubParsersAction) -> None:
         "--split", default="validation", choices=("validation", "train", "all"), help="which documents to read"
     )
     corpus.add_argument(
-        "--ustar", nargs="+", default=None, metavar="NAME=VALUE", help="U* per corpus (default: the write-up's)"
+        "--ustar",
+        nargs="+",
+        default=None,
+        metavar="NAME=VALUE",
+        help="U* per corpus to compare with; with --from, the summary's statistics compared again (default: the "
+        "write-up's, or the summary's)",
     )
     corpus.add_argument("--no-embeddings", action="store_true", help="skip embedding coherence (no model load)")
     _add_from(corpus, "corpus_statistics.json", "the corpora or the embedder")
     _add_output_dir(corpus, "paths.log_dir/analysis/corpus, or beside SUMMARY")
+    _compute_only(corpus, "documents", "split", "no_embeddings")
 
 
 def _add_hrope(analyses: argparse._SubParsersAction) -> None:
@@ -244,6 +261,9 @@ def _add_hrope(analyses: argparse._SubParsersAction) -> None:
     )
     _add_from(hrope, "hrope.json", "the runs or a model", merges=True)
     _add_output_dir(hrope, "RUN_DIR/analysis/hrope, the first multirun directory's analysis/hrope, or beside SUMMARY")
+    _compute_only(
+        hrope, "documents", "batch_size", "trend", "max_displacement", "min_pairs", "bootstrap", "seed", "shuffle_all"
+    )
 
 
 def _add_wavelengths(commands: argparse._SubParsersAction) -> None:
@@ -366,8 +386,10 @@ def corpus_analysis(args: argparse.Namespace):
         )
         return analyze_corpora(args.corpora, options)
 
-    return _report_or_rerender(args, args.corpora, analyze, rerender_corpora,
-                               "CORPUS (corpus names or paths of text)")  # fmt: skip
+    def rerender(summary: str):
+        return rerender_corpora(summary, parse_ustar(args.ustar))
+
+    return _report_or_rerender(args, args.corpora, analyze, rerender, "CORPUS (corpus names or paths of text)")
 
 
 def hrope_analysis(args: argparse.Namespace):
@@ -406,10 +428,26 @@ def _report_or_rerender(
     if args.from_summary is not None:
         if inputs:
             raise UsageError(f"{command}: give {needs.split()[0]} or --from SUMMARY, not both.")
+        _refuse_compute_only(args, command, needs)
         return rerender(args.from_summary)
     if not inputs:
         raise MissingRunError(f"{command} needs {needs} or --from SUMMARY.")
     return report()
+
+
+def _refuse_compute_only(args: argparse.Namespace, command: str, needs: str) -> None:
+    """With ``--from``: refuse the options marked ``_compute_only`` that differ from their defaults."""
+    marked = getattr(args, "compute_only", {})
+    given = [flag for dest, (flag, default) in marked.items() if getattr(args, dest) != default]
+    if not given:
+        return
+    names, one = ", ".join(given), len(given) == 1
+    raise UsageError(
+        f"{command} --from: {names} {'sets' if one else 'set'} how the figures are computed, and a SUMMARY holds "
+        f"figures already computed (with the settings it records), so {'it' if one else 'they'} would be ignored. "
+        f"Drop {names} to draw the summary again, or give {needs} instead of --from to compute with "
+        f"{'it' if one else 'them'}."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

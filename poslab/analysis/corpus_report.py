@@ -7,10 +7,17 @@ report's lines need."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from poslab.analysis.corpus_render import render_corpora
-from poslab.analysis.corpus_statistics import SUMMARY_FILE, CorpusOptions, corpus_summary
+from poslab.analysis.corpus_statistics import (
+    SUMMARY_FILE,
+    CorpusOptions,
+    compare_to_ustar,
+    corpus_summary,
+    reference_ustar,
+)
 from poslab.analysis.output import AnalysisResult, read_summary
 from poslab.errors import ConfigError
 
@@ -21,10 +28,19 @@ def analyze_corpora(corpora: list[str], options: CorpusOptions) -> AnalysisResul
     return render_corpora(*corpus_summary(corpora, options))
 
 
-def rerender_corpora(path: str | Path) -> AnalysisResult:
-    """``--from``: the files again from a ``corpus_statistics.json`` this analysis wrote."""
+def rerender_corpora(path: str | Path, ustar: dict[str, float] | None = None) -> AnalysisResult:
+    """``--from``: the files again from a ``corpus_statistics.json`` this analysis wrote; with ``ustar``
+    (``--ustar``) its statistics compared with that U* instead of the one it was written with (the statistics do
+    not depend on U*, so nothing is recomputed from the corpora)."""
     needed = ("rows", "corpora", "ustar_source", "embeddings")  # one written before --from lacks the last three
     summary = read_summary(path, "corpus", needed, SUMMARY_FILE, "poslab analyze corpus")
+    if ustar is not None:
+        ustar, source = reference_ustar(summary["corpora"], ustar)
+        stats = {  # the summary writes a quantity not computed (NaN) as null
+            corpus: {name: math.nan if value is None else value for name, value in values.items()}
+            for corpus, values in summary["statistics"].items()
+        }
+        summary |= {"ustar": ustar, "ustar_source": source, "rows": compare_to_ustar(stats, ustar)}
     return render_corpora(summary, Path(path).parent)
 
 

@@ -258,3 +258,28 @@ def test_the_packaged_sentence_model_loads_offline_and_separates_meanings(monkey
     cosine = vectors @ vectors.T
     assert cosine[0, 1] == pytest.approx(1.0, abs=1e-4)
     assert cosine[0, 2] < 0.5
+
+
+def test_from_with_ustar_compares_the_summarys_statistics_again(tmp_path, monkeypatch, capsys):
+    cli_corpora(tmp_path, monkeypatch)
+    out, again = tmp_path / "out", tmp_path / "again"
+    argv = ["analyze", "corpus", "openwebtext", "wikitext2", "--split", "all", "--no-embeddings"]
+    assert main([*argv, "--output-dir", str(out)]) == 0
+    written = json.loads((out / "corpus_statistics.json").read_text())
+    capsys.readouterr()
+    monkeypatch.setenv("POSLAB_DATA_DIR", str(tmp_path / "gone"))  # --from reads no corpus
+    summary = str(out / "corpus_statistics.json")
+    flipped = {c: -v for c, v in written["ustar"].items()}  # the opposite order: every agreement flips
+    ustar = [f"{c}={v}" for c, v in flipped.items()]
+    assert main(["analyze", "corpus", "--from", summary, "--ustar", *ustar, "--output-dir", str(again)]) == 0
+    printed = capsys.readouterr().out
+    assert "U* from --ustar: " in printed and "openwebtext +0.31" in printed and "wikitext2 +0.48" in printed
+    redrawn = json.loads((again / "corpus_statistics.json").read_text())
+    assert redrawn["statistics"] == written["statistics"] and redrawn["ustar"] == flipped
+    before = {r["quantity"]: r for r in written["rows"]}
+    ordered = [r for r in redrawn["rows"] if before[r["quantity"]]["agree"] == 1]  # one pair, not tied
+    assert ordered  # the fixture's corpora differ in the length and lexical quantities
+    for row in ordered:  # the flipped U* reverses the direction that agrees with the pair
+        assert row["agree"] == 1 and row["direction"] != before[row["quantity"]]["direction"]
+    assert main(["analyze", "corpus", "--from", summary, "--ustar", "python_code=-1"]) == 2
+    assert "not among the corpora openwebtext, wikitext2" in capsys.readouterr().err
