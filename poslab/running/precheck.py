@@ -78,6 +78,29 @@ def job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
     return [list(job) for batch in batches for job in batch]
 
 
+def finished_jobs(overrides: list[str], jobs: list[list[str]]) -> set[int]:
+    """The jobs (their indices) that ``ckpt_path=auto`` will skip: finished (``is_finished``) in the folder their
+    overrides name under the sweep directory. A resumed sweep checks only the others: each check composes a config,
+    about a second a job, minutes for a sweep of hundreds. A job finished only under another folder name (an older
+    sweep's numbering) is checked: the check is conservative."""
+    from poslab.runs.files import AUTO
+    from poslab.runs.folders import is_finished, job_folder_name, override_key
+
+    fixed = [o.input_line for o in parse(overrides) if not o.is_sweep_override()]
+    base = compose_explained(fixed, hydra_node=True)
+    try:
+        sweep_dir = Path(str(OmegaConf.select(base, "hydra.sweep.dir")))
+    except Exception:  # noqa: BLE001  (a resolver only Hydra's run sets up: then every job is checked)
+        return set()
+    finished = set()
+    for index, job in enumerate(jobs):
+        given = [line.partition("=")[2] for line in job if override_key(line) == "ckpt_path"]
+        ckpt_path = given[-1] if given else base.get("ckpt_path")
+        if str(ckpt_path) == AUTO and is_finished(sweep_dir / job_folder_name(job)):
+            finished.add(index)
+    return finished
+
+
 def compose_explained(overrides: list[str], hydra_node: bool = False) -> DictConfig:
     """``compose``, with Hydra's composition errors said as poslab's: the bad key or option, a suggestion."""
     try:
@@ -233,6 +256,11 @@ def check_command_line(argv: list[str], sources: bool = False) -> list[str]:
             from poslab.runs.folders import check_distinct_jobs
 
             check_distinct_jobs(jobs)  # two jobs never share a folder (a job given twice: its seed counted twice)
+            skipped = finished_jobs(overrides, jobs)
+            if skipped:
+                print(f"{len(skipped)} of {len(jobs)} jobs finished earlier (ckpt_path=auto skips them): checking "
+                      f"the other {len(jobs) - len(skipped)}", flush=True)  # fmt: skip
+                jobs = [job for index, job in enumerate(jobs) if index not in skipped]
         configs = [extended(compose_explained(job), job) for job in jobs]
         # the four stages of poslab.running.checks, stage by stage over the jobs; stage 4 here: the directories each job
         # writes and the sources it reads (Hydra has not named the run directories yet), before the encodings'

@@ -69,6 +69,7 @@ def test_a_multirun_given_again_skips_finished_jobs_and_reruns_the_failed_one(tm
     again = run_train(args, tmp_path)  # the same command again, into the same sweep directory
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"multirun {sweep}: 2 jobs, 2 success." in again.stdout
+    assert "1 of 2 jobs finished earlier (ckpt_path=auto skips them): checking the other 1" in again.stdout
     assert (job0 / "results.json").read_bytes() == done  # skipped: not trained again
     assert "finished earlier, skipped" in (job0 / "train.log").read_text()
     assert (job1 / "results.json").is_file() and not (job1 / "failed.json").exists()
