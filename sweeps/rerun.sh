@@ -9,6 +9,7 @@
 #   sweeps/rerun.sh collect            finished runs' results.json copied into docs/ and committed alone
 #   sweeps/rerun.sh status             finished runs per sweep, in docs/ and in the log directory
 #   sweeps/rerun.sh commands           each sweep's multirun overrides (what run gives train.py -m)
+#   sweeps/rerun.sh seeds SWEEP        the seed override run adds: the seeds not yet finished in the log directory
 #
 # Environment: POSLAB_LOG_DIR (default ../runs), POSLAB_CACHE_DIR (../cache), POSLAB_DATA_DIR (../shared/corpora),
 # POSLAB_JOBS (runs at a time within a sweep, default 1), PYTHON (default .venv/bin/python of this checkout).
@@ -30,6 +31,9 @@ LM_ZOO_ENCODINGS=none,rope,alibi,increments_shared,increments_layer,hrope_axial,
 randomized_rope,rope_nope_mix,t5_bias,kerple_log,kerple_power,fire,sandwich,ssmax,cope,forget_gate,path,path_fox,\
 stick_breaking,selective,dape,fope,bipe
 ABSOLUTE='*encoding-learned_*|*encoding-sinusoid_*'  # run directories of lm_zoo_absolute among docs/lm_zoo_rerun/runs
+
+SEEDED="lm_zoo lm_zoo_absolute position_zoo_v3"  # sweeps over seeds 0-4 (their config's), total/5 runs a seed
+SEEDS="0 1 2 3 4"
 
 # sweep -> "worktree commit sweep-directory docs-folder runs reloads-models"
 describe() {
@@ -96,13 +100,38 @@ setup() {
   status
 }
 
+# the override that leaves out a seeded sweep's finished seeds (each of its runs finished in the log directory):
+# "seed=2,3,4"; nothing where every seed has runs to do (the command as documented), "none" where none has. The
+# pinned code checks every job's config before any starts and then skips the finished ones, about a second a job:
+# ten minutes a session for the position zoo's 980 jobs.
+seeds() {
+  local sweep=$1 worktree commit directory docs total models seed name count left=()
+  read -r worktree commit directory docs total models <<<"$(describe "$sweep")"
+  case " $SEEDED " in *" $sweep "*) ;; *) return 0 ;; esac
+  for seed in $SEEDS; do
+    count=0
+    for name in $(ls "$POSLAB_LOG_DIR/multirun/$directory" 2>/dev/null); do
+      case $name in *_seed-"$seed"_*|*_seed-"$seed") ;; *) continue ;; esac
+      [[ -f $POSLAB_LOG_DIR/multirun/$directory/$name/results.json ]] && belongs "$sweep" "$name" && count=$((count + 1))
+    done
+    (( count < total / 5 )) && left+=("$seed")
+  done
+  if (( ${#left[@]} == 0 )); then echo none
+  elif (( ${#left[@]} < 5 )); then local joined; joined=$(IFS=,; echo "${left[*]}"); echo "seed=$joined"
+  fi
+}
+
 run() {
   local sweep worktree commit directory docs total models
   for sweep in "$@"; do
     read -r worktree commit directory docs total models <<<"$(describe "$sweep")"
-    echo "== $(date -u +%FT%TZ) $sweep from ../$worktree ($commit), POSLAB_JOBS=$POSLAB_JOBS"
+    local only
+    only=$(seeds "$sweep")
+    echo "== $(date -u +%FT%TZ) $sweep from ../$worktree ($commit), POSLAB_JOBS=$POSLAB_JOBS${only:+, $only}"
+    [[ $only == none ]] && continue
     local line
     while read -r line; do
+      line="$line${only:+ $only}"
       set -f  # the overrides are words, never globs (task.eval_lengths=[128,256])
       # shellcheck disable=SC2086
       (cd "$ROOT/$worktree" && PYTHONPATH=$PWD "$PYTHON" train.py -m hydra/launcher=local_parallel $line < /dev/null)
@@ -164,6 +193,7 @@ commands() {  # each sweep's runs and its multiruns' overrides, tab-separated (t
 case ${1:-} in
   setup) setup ;;
   commands) commands ;;
+  seeds) seeds "$2" ;;
   run) shift; run "$@" ;;
   collect) collect ;;
   status) status ;;

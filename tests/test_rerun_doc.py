@@ -85,3 +85,49 @@ def test_the_script_runs_the_doc_s_commands_and_as_many_runs_as_it_states():
             assert without_sweep_dir(overrides) in documented or overrides == ["experiment=position_zoo"], sweep
         total = sum(math.prod(len(v) for v in sweep_lists(overrides).values()) for overrides in multiruns)
         assert total == runs, f"{sweep}: the script states {runs} runs, its multiruns run {total}"
+
+
+def planted_seeds(log_dir: Path, sweep: str, finished: dict[int, int]) -> str:
+    """``sweeps/rerun.sh seeds SWEEP`` over a log directory with ``finished[seed]`` finished runs of each seed (and,
+    for the lm_zoo, a finished run of its absolute arms, which another sweep owns, in every seed)."""
+    directory = log_dir / "multirun" / sweep
+    name = "encoding-e{i}_experiment-position_zoo_seed-{seed}_task-lag"
+    if sweep == "lm_zoo":
+        name = "corpus-c_encoding-e{i}_experiment-lm_zoo_seed-{seed}"
+        for seed in range(5):  # lm_zoo_absolute's runs in the same docs folder: never counted for the lm_zoo
+            (directory / f"corpus-c_encoding-learned_experiment-lm_zoo_seed-{seed}").mkdir(parents=True)
+            (directory / f"corpus-c_encoding-learned_experiment-lm_zoo_seed-{seed}/results.json").write_text("{}")
+    for seed, count in finished.items():
+        for i in range(count + 1):  # one more folder, unfinished (a checkpoint, no results.json)
+            folder = directory / name.format(i=i, seed=seed)
+            folder.mkdir(parents=True, exist_ok=True)
+            if i < count:
+                (folder / "results.json").write_text("{}")
+    env = {"PATH": "/usr/bin:/bin", "POSLAB_LOG_DIR": str(log_dir)}
+    script = ROOT / "sweeps" / "rerun.sh"
+    return subprocess.run(["bash", str(script), "seeds", sweep], capture_output=True, text=True, check=True,
+                          env=env).stdout.strip()  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("sweep", "finished", "expected"),
+    [
+        ("position_zoo_v3", {}, ""),  # nothing finished: the command as documented
+        ("position_zoo_v3", {0: 196, 1: 195, 2: 7}, "seed=1,2,3,4"),  # one run short: seed 1 still runs
+        ("position_zoo_v3", {0: 196, 1: 196, 3: 196}, "seed=2,4"),
+        ("position_zoo_v3", dict.fromkeys(range(5), 196), "none"),
+        ("lm_zoo", {0: 52, 1: 51}, "seed=1,2,3,4"),
+        ("lm_zoo", dict.fromkeys(range(5), 52), "none"),
+        ("hrope_causal", {0: 12}, ""),  # not a seeded sweep: its command names its seeds
+    ],
+)
+def test_run_leaves_out_the_seeds_finished_in_the_log_directory(tmp_path, sweep, finished, expected):
+    assert planted_seeds(tmp_path, sweep, finished) == expected
+
+
+def test_a_seed_override_keeps_the_sweep_seed_by_seed_and_counts_the_seeds_left():
+    from poslab.running.precheck import job_overrides
+
+    jobs = job_overrides(["experiment=position_zoo", "seed=2,4"], multirun=True)
+    assert len(jobs) == 2 * 980 // 5
+    assert [job[0] for job in jobs[: 980 // 5]] == ["seed=2"] * (980 // 5)  # seed first, as the sweeper lists it
