@@ -121,6 +121,43 @@ def test_committed_report_regenerates(
         assert_file_close(found, expected, what)
 
 
+#: (analysis, its committed summaries, the folder of the tables drawn from them): the tables a doc cites are what
+#: ``--from`` draws from the committed summary now (the merged ones: what merging their parts gives)
+ANALYSES = [
+    ("corpus", ["docs/hrope/corpus_statistics/corpus_statistics.json"], "docs/hrope/corpus_statistics"),
+    ("hrope", ["docs/hrope/causal/analysis/hrope.json"], "docs/hrope/causal/analysis"),
+    (
+        "hrope",
+        ["docs/hrope/causal/analysis/hrope.json", "docs/hrope/allocation_causal/analysis/parts/hrope.json"],
+        "docs/hrope/allocation_causal/analysis",
+    ),
+    (
+        "hrope",
+        [
+            "docs/hrope/causal/analysis/hrope.json",
+            "docs/hrope/bipe/analysis/parts/rope/hrope.json",
+            "docs/hrope/bipe/analysis/parts/alibi/hrope.json",
+        ],
+        "docs/hrope/bipe/analysis",
+    ),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("analysis", "summaries", "committed"), ANALYSES, ids=[c for _, _, c in ANALYSES])
+def test_committed_analysis_redraws_from_its_summaries(
+    analysis: str, summaries: list[str], committed: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    assert main(["analyze", analysis, "--from", *summaries, "--output-dir", str(tmp_path)]) == 0
+    tables = sorted(p.name for p in tmp_path.iterdir() if p.suffix in {".md", ".csv"})
+    assert tables, f"poslab analyze {analysis} --from wrote no table into {tmp_path}"
+    for name in tables:
+        found, expected = (tmp_path / name).read_text(encoding="utf-8"), (ROOT / committed / name).read_text("utf-8")
+        what = f"{committed}/{name} is not what `poslab analyze {analysis} --from {' '.join(summaries)}` draws now"
+        assert_file_close(found, expected, what)
+
+
 def test_every_docs_script_is_checked() -> None:
     """A new script under docs/ joins the lists above (or this test says which one is missing)."""
     checked = {case.values[0] for case in SCRIPTS}
