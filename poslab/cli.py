@@ -172,6 +172,7 @@ def _add_reports(reports: argparse._SubParsersAction) -> None:
         help="'where_am_i' or a file of report lines, shown as a reference column (default: none)",
     )
     _add_from(grid, "grid.json")
+    _compute_only(grid, "reference")  # a SUMMARY holds the reference it was made with
     _add_output_dir(grid, "DIR/analysis/grid, or beside SUMMARY")
 
     zoo = _parser(
@@ -203,6 +204,7 @@ def _add_reports(reports: argparse._SubParsersAction) -> None:
     length.add_argument("directories", nargs="*", metavar="DIR", help="run or multirun directories of task=lm runs")
     _add_claim(length, "bits/byte", "over seeds and test documents", "or encoding/way (rope/test_yarn)")
     _add_from(length, "length.json")
+    _compute_only(length, "claim")  # a SUMMARY keeps the claims it was made with
     length.add_argument(
         "--rows",
         default=None,
@@ -311,10 +313,6 @@ def analysis_of(args: argparse.Namespace):
         from poslab.analysis.grid_report import report_grid, rerender_grid
 
         inputs = [args.directory] if args.directory else []
-        if args.from_summary is not None and args.reference:
-            raise UsageError(
-                "poslab report grid: --reference goes with DIR; a SUMMARY holds the reference it was made with."
-            )
         return _report_or_rerender(args, inputs, lambda: report_grid(args.directory, args.reference), rerender_grid,
                                    "DIR (a multirun directory)")  # fmt: skip
     if args.command == "report" and args.report == "zoo":
@@ -332,8 +330,6 @@ def analysis_of(args: argparse.Namespace):
     if args.command == "report" and args.report == "length":
         from poslab.analysis.length_report import report_length, rerender_length
 
-        if args.claim and args.from_summary is not None:
-            raise UsageError("poslab report length: --claim needs the runs (DIR...); a SUMMARY keeps its own claims.")
         rows = [name.strip() for name in args.rows.split(",") if name.strip()] if args.rows else []
         if rows and args.output_dir is None:
             raise UsageError(

@@ -37,6 +37,7 @@ def test_the_analyses_that_compute_from_runs_or_corpora_mark_their_options():
     assert {("analyze hrope", flag) for flag in ("--documents", "--shuffle-all", "--trend", "--seed")} <= marked
     assert {("analyze corpus", "--split"), ("analyze corpus", "--no-embeddings")} <= marked
     assert ("analyze increments", "--max-bytes") in marked
+    assert {("report grid", "--reference"), ("report length", "--claim")} <= marked
     assert ("analyze corpus", "--ustar") not in marked  # drawn again against another U*: it applies
 
 

@@ -111,7 +111,7 @@ def test_the_report_shows_the_claims_and_refuses_them_with_a_summary(tmp_path, c
     assert next(iter(summary["corpora"].values()))["claims"][0]["claim"] == "a<b"
     capsys.readouterr()
     assert main(["report", "length", "--from", str(out / "length.json"), "--claim", "a<b"]) == 2
-    assert "--claim needs the runs" in capsys.readouterr().err
+    assert "--from: --claim sets how the figures are computed" in capsys.readouterr().err
 
 
 def test_direction_verdicts_follow_docs_verdicts():

@@ -247,6 +247,6 @@ def test_from_refuses_another_reports_summary_and_dir_with_it(tmp_path, capsys):
     assert poslab_main(["report", "losses", str(tmp_path / "sweep"), "--from", str(out / "losses.json")]) == 2
     assert "not both" in capsys.readouterr().err
     assert poslab_main(["report", "grid", "--from", str(out / "losses.json"), "--reference", "where_am_i"]) == 2
-    assert "--reference goes with DIR" in capsys.readouterr().err
+    assert "--from: --reference sets how the figures are computed" in capsys.readouterr().err
     assert poslab_main(["report", "losses"]) == 2
     assert "needs DIR" in capsys.readouterr().err
