@@ -14,6 +14,7 @@ from hydra.core.global_hydra import GlobalHydra  # noqa: F401
 from omegaconf import DictConfig
 
 from poslab.running.compose import compose_config  # noqa: F401  (the tests import it from here)
+from poslab.running.resolvers import register_resolvers
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -21,6 +22,9 @@ CONF = ROOT / "conf"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 torch.set_num_threads(1)
+# the configs' ${poslab.path:...} and friends: a test composing with Hydra's own compose (return_hydra_config=True)
+# must not depend on another test of its worker having run train.py's composition first
+register_resolvers()
 
 #: the seed every test starts from (``seeded_rngs``)
 SEED = 0

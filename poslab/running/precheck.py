@@ -60,25 +60,36 @@ def parse(overrides: list[str]) -> list[Any]:
         raise ConfigError(f"the command line does not parse: {str(error).splitlines()[0]}") from None
 
 
-def job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
+def fixed_overrides(overrides: list[str]) -> list[str]:
+    """The command line less its sweeps: what every job of a multirun shares."""
+    return [o.input_line for o in parse(overrides) if not o.is_sweep_override()]
+
+
+def sweep_base(overrides: list[str]) -> DictConfig:
+    """The config every job of a multirun shares, Hydra's node included (its sweeper, launcher and sweep directory):
+    composed once a command and handed to ``job_overrides``, ``finished_jobs`` and ``concurrent_jobs``."""
+    return compose_explained(fixed_overrides(overrides), hydra_node=True)
+
+
+def job_overrides(overrides: list[str], multirun: bool, base: DictConfig | None = None) -> list[list[str]]:
     """The overrides of each job the command would run: one job, or the basic sweeper's expansion of the
-    command line's sweeps together with the config's ``hydra.sweeper.params`` (the command line wins)."""
-    parsed = parse(overrides)
+    command line's sweeps together with the config's ``hydra.sweeper.params`` (the command line wins).
+    ``base``: ``sweep_base(overrides)`` when the caller has it."""
+    parse(overrides)  # a command line that does not parse stops here, single run or not
     if not multirun:
         return [overrides]
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
-    fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
-    base = compose_explained(fixed, hydra_node=True)
+    base = sweep_base(overrides) if base is None else base
     if "BasicSweeper" not in str(OmegaConf.select(base, "hydra.sweeper._target_", default="")):
-        return [fixed]  # another sweeper chooses its own jobs: check what every job shares
+        return [fixed_overrides(overrides)]  # another sweeper chooses its own jobs: check what every job shares
     params = OmegaConf.select(base, "hydra.sweeper.params", default=None) or {}
     lines = [f"{key}={value}" for key, value in params.items()] + overrides
     batches = BasicSweeper.split_arguments(parse(lines), None)
     return [list(job) for batch in batches for job in batch]
 
 
-def finished_jobs(overrides: list[str], jobs: list[list[str]]) -> set[int]:
+def finished_jobs(overrides: list[str], jobs: list[list[str]], base: DictConfig | None = None) -> set[int]:
     """The jobs (their indices) that ``ckpt_path=auto`` will skip: finished (``is_finished``) in the folder their
     overrides name under the sweep directory. A resumed sweep checks only the others: each check composes a config,
     about a second a job, minutes for a sweep of hundreds. A job finished only under another folder name (an older
@@ -86,8 +97,7 @@ def finished_jobs(overrides: list[str], jobs: list[list[str]]) -> set[int]:
     from poslab.runs.files import AUTO
     from poslab.runs.folders import is_finished, job_folder_name, override_key
 
-    fixed = [o.input_line for o in parse(overrides) if not o.is_sweep_override()]
-    base = compose_explained(fixed, hydra_node=True)
+    base = sweep_base(overrides) if base is None else base
     try:
         sweep_dir = Path(str(OmegaConf.select(base, "hydra.sweep.dir")))
     except Exception:  # noqa: BLE001  (a resolver only Hydra's run sets up: then every job is checked)
@@ -251,12 +261,13 @@ def check_command_line(argv: list[str], sources: bool = False) -> list[str]:
     overrides = [a for a in argv if not a.startswith("-")]
     try:
         check_environment()
-        jobs = job_overrides(overrides, multirun=bool(flags))
+        base = sweep_base(overrides) if flags else None  # composed once: the expansion, the skip, the launcher
+        jobs = job_overrides(overrides, multirun=bool(flags), base=base)
         if flags:
             from poslab.runs.folders import check_distinct_jobs
 
             check_distinct_jobs(jobs)  # two jobs never share a folder (a job given twice: its seed counted twice)
-            skipped = finished_jobs(overrides, jobs)
+            skipped = finished_jobs(overrides, jobs, base)
             if skipped:
                 print(f"{len(skipped)} of {len(jobs)} jobs finished earlier (ckpt_path=auto skips them): checking "
                       f"the other {len(jobs) - len(skipped)}", flush=True)  # fmt: skip
@@ -272,20 +283,19 @@ def check_command_line(argv: list[str], sources: bool = False) -> list[str]:
         if not secondary_rank():  # a DDP rank Lightning starts shares the memory rank 0 already checked (and holds)
             from poslab.running.memory import check_memory  # after the four stages: it builds no encoding that is bad
 
-            check_memory(configs, concurrent_jobs(overrides, len(jobs), multirun=bool(flags)))
+            check_memory(configs, concurrent_jobs(overrides, len(jobs), bool(flags), base))
     except ConfigError as error:
         stop(error)
     return expanded
 
 
-def concurrent_jobs(overrides: list[str], jobs: int, multirun: bool) -> int:
+def concurrent_jobs(overrides: list[str], jobs: int, multirun: bool, base: DictConfig | None = None) -> int:
     """How many of the command's jobs run at once on this machine (they share its memory): the local launchers'
     (``hydra/launcher=local_parallel``'s ``n_jobs``, ``submitit_local``: ``POSLAB_JOBS``, else one per GPU, else 2),
     at most the jobs there are; 1 for a single run, Hydra's one-by-one launcher, or a cluster's."""
     if not multirun or jobs < 2:
         return 1
-    fixed = [o.input_line for o in parse(overrides) if not o.is_sweep_override()]
-    base = compose_explained(fixed, hydra_node=True)
+    base = sweep_base(overrides) if base is None else base
     launcher = str(OmegaConf.select(base, "hydra.launcher._target_", default="")).lower()
     if "submitit_local" in launcher:  # poslab's local submitit launcher keeps POSLAB_JOBS running, as joblib's
         from poslab.runs.launching import parallel_jobs
