@@ -52,6 +52,12 @@ def finite_or_null(obj: Any) -> Any:
     return obj
 
 
+def number_or_nan(value: float | None) -> float:
+    """The reader's side of ``finite_or_null``: a number a JSON file holds as null (not finite, or not computed) is
+    NaN again, so sums and comparisons treat it as missing."""
+    return math.nan if value is None else float(value)
+
+
 def read_json(path: str | os.PathLike) -> Any:
     with open(path) as f:
         return json.load(f)

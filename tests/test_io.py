@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 
 import pytest
 
-from poslab.io import read_json, write_atomic, write_json_atomic
+from poslab.io import number_or_nan, read_json, write_atomic, write_json_atomic
 
 
 def test_write_atomic_replaces_whole_and_leaves_no_temporary_file(tmp_path):
@@ -37,3 +38,11 @@ def test_written_files_follow_the_umask_not_mkstemps_private_mode(tmp_path):
     finally:
         os.umask(old)
     assert mode == 0o644
+
+
+def test_a_number_written_as_null_reads_back_as_nan_and_a_finite_one_unchanged(tmp_path):
+    path = write_json_atomic(tmp_path / "summary.json", {"mean": float("nan"), "low": float("inf"), "high": 2.5})
+    saved = read_json(path)
+    assert saved == {"mean": None, "low": None, "high": 2.5}  # strict JSON: no NaN, no Infinity
+    assert math.isnan(number_or_nan(saved["mean"])) and math.isnan(number_or_nan(saved["low"]))
+    assert number_or_nan(saved["high"]) == 2.5 and isinstance(number_or_nan(3), float)

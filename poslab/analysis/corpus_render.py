@@ -19,14 +19,14 @@ import numpy as np
 from poslab.analysis.corpus_statistics import SUMMARY_FILE
 from poslab.analysis.output import AnalysisResult
 from poslab.analysis.tables import csv_text, markdown_table
+from poslab.io import number_or_nan
 
 
 def value_of(row: dict[str, Any], corpus: str) -> float | None:
     """A quantity's value for ``corpus`` (NaN where the summary has null), None where the corpus has none."""
     if corpus not in row["values"]:
         return None
-    value = row["values"][corpus]
-    return math.nan if value is None else value
+    return number_or_nan(row["values"][corpus])
 
 
 def value_cell(value: float | None) -> str:

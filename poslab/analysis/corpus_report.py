@@ -7,7 +7,6 @@ report's lines need."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from poslab.analysis.corpus_render import render_corpora
@@ -20,6 +19,7 @@ from poslab.analysis.corpus_statistics import (
 )
 from poslab.analysis.output import AnalysisResult, read_summary
 from poslab.errors import ConfigError
+from poslab.io import number_or_nan
 
 
 def analyze_corpora(corpora: list[str], options: CorpusOptions) -> AnalysisResult:
@@ -37,7 +37,7 @@ def rerender_corpora(path: str | Path, ustar: dict[str, float] | None = None) ->
     if ustar is not None:
         ustar, source = reference_ustar(summary["corpora"], ustar)
         stats = {  # the summary writes a quantity not computed (NaN) as null
-            corpus: {name: math.nan if value is None else value for name, value in values.items()}
+            corpus: {name: number_or_nan(value) for name, value in values.items()}
             for corpus, values in summary["statistics"].items()
         }
         summary |= {"ustar": ustar, "ustar_source": source, "rows": compare_to_ustar(stats, ustar)}

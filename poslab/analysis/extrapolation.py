@@ -13,7 +13,6 @@ alone (``poslab report grid --from grid.json`` re-renders without runs), ``grid_
 
 from __future__ import annotations
 
-import math
 import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -24,6 +23,7 @@ from typing import Any
 from poslab.analysis.output import REFERENCE_LABEL, short_run_warning, training_steps
 from poslab.analysis.stats import Interval, SeedCell
 from poslab.errors import MissingRunError, UsageError
+from poslab.io import number_or_nan
 from poslab.runs.files import RESULTS_FILE, job_number
 from poslab.runs.results import (
     FinishedRun,
@@ -88,15 +88,14 @@ class GridRun:
 
     @classmethod
     def from_dict(cls, run: dict[str, Any]) -> GridRun:
-        number = lambda value: math.nan if value is None else float(value)
         return cls(
             task=run["task"],
             label=run["label"],
             seed=int(run["seed"]),
             train_length=int(run["train_length"]),
-            accuracy={int(n): number(v) for n, v in run["accuracy"].items()},
-            past_train=number(run["past_train"]),
-            log_scaled=number(run["log_scaled"]),
+            accuracy={int(n): number_or_nan(v) for n, v in run["accuracy"].items()},
+            past_train=number_or_nan(run["past_train"]),
+            log_scaled=number_or_nan(run["log_scaled"]),
             order=int(run.get("order", 0)),
             settings=tuple((str(k), str(v)) for k, v in run.get("settings", [])),
             steps=tuple(run.get("steps") or (None, None)),

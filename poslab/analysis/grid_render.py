@@ -11,6 +11,7 @@ from poslab.analysis.output import steps_cell
 from poslab.analysis.plotting import length_axis, plt
 from poslab.analysis.stats import seed_cell_text
 from poslab.analysis.tables import csv_text, markdown_table
+from poslab.io import number_or_nan
 
 
 def figure_columns(summary: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -110,7 +111,7 @@ def draw_row(ax: Any, row: dict[str, Any], colour: str) -> Any:
         values = _per_seed(cells[n])
         ax.plot([n] * len(values), values, "o", color=colour, alpha=0.35, markersize=4)
     means = [cells[n]["mean"] for n in lengths]
-    return ax.plot(lengths, [float("nan") if m is None else m for m in means], "-o", color=colour, markersize=3)[0]
+    return ax.plot(lengths, [number_or_nan(m) for m in means], "-o", color=colour, markersize=3)[0]
 
 
 def plot_grid(summary: dict[str, Any]) -> Any:

@@ -64,6 +64,8 @@ from typing import Any
 
 import numpy as np
 
+from poslab.io import number_or_nan
+
 #: two-sided 95% Student-t quantiles by degrees of freedom (1 to 10); beyond, a Cornish-Fisher expansion
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
 LEVEL = 0.95
@@ -155,7 +157,7 @@ class Interval:
     @classmethod
     def from_dict(cls, cell: Mapping[str, Any]) -> Interval:
         """An ``Interval`` back from its JSON (``as_dict``: NaN written as null)."""
-        value = lambda key: math.nan if cell.get(key) is None else float(cell[key])
+        value = lambda key: number_or_nan(cell.get(key))
         return cls(value("mean"), value("low"), value("high"), int(cell.get("n", 0)))
 
 
@@ -326,7 +328,7 @@ def seed_cell_text(cell: Mapping[str, Any], digits: int = 3) -> str:
     the seeds split, else the mean with its interval (``Interval.cell``)."""
     if cell.get("split"):
         per_seed = sorted((int(seed), value) for seed, value in cell["per_seed"].items())
-        return f"{seeds_cell([math.nan if v is None else v for _, v in per_seed])} (split)"
+        return f"{seeds_cell([number_or_nan(v) for _, v in per_seed])} (split)"
     return Interval.from_dict(cell).cell(digits)
 
 

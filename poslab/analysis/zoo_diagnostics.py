@@ -16,6 +16,7 @@ from typing import Any
 from poslab.analysis.stats import Interval
 from poslab.analysis.tables import markdown_table
 from poslab.analysis.zoo import ZooRun
+from poslab.io import number_or_nan
 
 FIGURE = re.compile(r"^(read_error_pct(?:_ffl[0-9.]+)?|accuracy_pairs(\d+))$")
 #: how each figure reads: its unit and its direction
@@ -93,8 +94,7 @@ def plot_diagnostics(summary: dict[str, Any]) -> Any:
     for k, (ax, (task, figure)) in enumerate(zip(axes[0], panels)):
         part = summary[task]
         names, multiples = list(part["rows"]), part["multiples"]
-        values = np.array([[np.nan if (c := part["rows"][e][figure][m])["mean"] is None else c["mean"]
-                            for m in multiples] for e in names])  # fmt: skip
+        values = np.array([[number_or_nan(part["rows"][e][figure][m]["mean"]) for m in multiples] for e in names])
         error = reads_error(figure)
         image = ax.imshow(values, cmap="viridis_r" if error else "viridis", vmin=0.0, vmax=100.0 if error else 1.0,
                           aspect="auto")  # fmt: skip

@@ -44,7 +44,7 @@ from poslab.analysis.hrope.well import Well, bootstrap_depths, well_from
 from poslab.analysis.output import training_steps
 from poslab.analysis.stats import Estimate, bootstrap_mean, resample_weights
 from poslab.errors import ConfigError
-from poslab.io import read_json
+from poslab.io import number_or_nan, read_json
 from poslab.running.builders import load_run_and_data
 from poslab.runs.files import RESULTS_FILE
 
@@ -261,7 +261,7 @@ def read_run_facts(run_dir: str | Path) -> RunFacts:
     steps, recipe = training_steps(run_dir, saved or {})
     bpb = ((saved or {}).get("figures") or {}).get("val_bpb")
     results = None if saved is None else {k: saved[k] for k in ("corpus", "sources", "data_notes") if k in saved}
-    return RunFacts(math.nan if bpb is None else float(bpb), steps, recipe, results)
+    return RunFacts(number_or_nan(bpb), steps, recipe, results)
 
 
 #: the coordinates an intervention can change

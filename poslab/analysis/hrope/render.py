@@ -106,8 +106,7 @@ def depth_cell(values: list[float]) -> str:
 
 def interval_from(saved: dict[str, Any]) -> Interval:
     """An ``Interval.as_dict()`` back (None: nan)."""
-    value = lambda key: math.nan if saved[key] is None else float(saved[key])
-    return Interval(value("mean"), value("low"), value("high"), int(saved["n"]))
+    return Interval.from_dict(saved)
 
 
 def depth_table(analyses: list[RunAnalysis]) -> str:
