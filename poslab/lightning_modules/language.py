@@ -135,6 +135,30 @@ class LengthTotals(Metric):
         return {**sums, "document_rows": rows}
 
 
+def metric_state(metric: Metric) -> dict[str, Any]:
+    """A torchmetrics ``Metric``'s sums on this process (a list state concatenated into one tensor) and its update
+    count (``compute`` warns on a metric never updated), copied to the CPU."""
+    state: dict[str, Any] = {"_update_count": int(metric._update_count)}
+    for name in metric._defaults:
+        value = getattr(metric, name)
+        if isinstance(value, list):
+            value = torch.cat(value) if value else None
+        state[name] = None if value is None else value.detach().cpu().clone()
+    return state
+
+
+def load_metric_state(metric: Metric, state: dict[str, Any]) -> None:
+    """``metric_state`` back into ``metric`` (on its device): a list state as a list of the one saved tensor."""
+    for name, default in metric._defaults.items():
+        value = state[name]
+        if isinstance(default, list):
+            setattr(metric, name, [] if value is None else [value.to(metric.device)])
+        else:
+            setattr(metric, name, value.to(device=metric.device, dtype=default.dtype))
+    metric._update_count = int(state["_update_count"])
+    metric._computed = None  # torchmetrics' cached result belongs to the old sums
+
+
 def document_rows(
     way: int, group: int, loss: Tensor, tokens: Tensor, scored_bytes: Tensor, documents: Tensor
 ) -> Tensor:
@@ -187,6 +211,9 @@ class LanguageModelModule(TransformerModule):
         self.passkey: dict[str, Any] | None = None
         self.passkey_by_step: list[dict[str, Any]] = []  # task.passkey.at_validation: the copying curve
         self.progress: EvaluationProgress | None = None  # the test round's cost and progress lines (rank zero)
+        # batches of this test round scored by an earlier process of the run, their sums restored
+        # (``load_evaluation_state``, poslab.running.evaluation_checkpoint): skipped, not scored twice
+        self.scored_earlier = 0
 
     def ways(self, length: int) -> list[str]:
         """The ways of evaluating at ``length``: the plain model (non-overlapping, then sliding windows), and past
@@ -268,7 +295,8 @@ class LanguageModelModule(TransformerModule):
         self.evaluation_step(batch)
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self.evaluation_step(batch)
+        if batch_idx >= self.scored_earlier:  # the test's batches come in the same order in every process
+            self.evaluation_step(batch)
 
     def test_costs(self) -> dict[str, LengthCost]:
         """What this round of the test scores on this process, by length: the batches its dataloader holds and the
@@ -276,7 +304,9 @@ class LanguageModelModule(TransformerModule):
         loader = self.trainer.test_dataloaders
         loader = loader[0] if isinstance(loader, list) else loader
         costs: dict[str, LengthCost] = {}
-        for i in loader.sampler:  # this rank's batches (RankShard), in the order they are scored
+        for position, i in enumerate(loader.sampler):  # this rank's batches (RankShard), in the order they are scored
+            if position < self.scored_earlier:
+                continue  # scored by an earlier process: not this one's cost
             length, sliding, rows = loader.dataset.shape(i)
             costs.setdefault(f"L{length}", LengthCost(f"L{length}", length)).add(
                 rows, self.batch_ways(length, sliding), self.draws
@@ -291,10 +321,33 @@ class LanguageModelModule(TransformerModule):
             self.progress.start()
 
     def on_test_batch_end(self, outputs: Any, batch: dict[str, Tensor], batch_idx: int, *args: Any) -> None:
-        if self.progress is not None:
+        if self.progress is not None and batch_idx >= self.scored_earlier:
             length = batch["tokens"].shape[1] - 1
             forwards = len(self.batch_ways(length, bool(batch["sliding"]))) * self.draws
             self.progress.advance(f"L{length}", forwards)
+
+    def evaluation_signature(self) -> dict[str, Any]:
+        """What the test's sums are sums of: the lengths, the ways at each, the draws and the groups; a saved
+        evaluation state with another signature is not resumed (``poslab.running.evaluation_checkpoint``)."""
+        lengths = {str(n): self.ways(n) for n in self.eval_lengths}
+        return {"lengths": lengths, "draws": self.draws, "groups": self.group_names, "sliding": self.sliding}
+
+    def evaluation_state(self) -> dict[str, Any]:
+        """The test so far, on this process: the round, the ways chosen on selection and every length's sums (its
+        own, before any DDP reduction), as ``load_evaluation_state`` takes them back."""
+        return {
+            "test_round": self.test_round,
+            "test_ways": {int(n): list(ways) for n, ways in self.test_ways.items()},
+            "totals": {length: metric_state(totals) for length, totals in self.totals.items()},
+        }
+
+    def load_evaluation_state(self, state: dict[str, Any], scored_earlier: int) -> None:
+        """Continue a test where ``evaluation_state`` left it: its sums restored, and the first ``scored_earlier``
+        batches of its round, already in them, skipped."""
+        self.test_round, self.test_ways = state["test_round"], dict(state["test_ways"])
+        for length, totals in self.totals.items():
+            load_metric_state(totals, state["totals"][length])
+        self.scored_earlier = int(scored_earlier)
 
     def on_validation_epoch_end(self) -> None:
         self.report()

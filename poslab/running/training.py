@@ -28,6 +28,7 @@ from poslab.running.builders import build_datamodule, build_module, instantiate_
 from poslab.running.callbacks import RecordConfig, SaveOnInterrupt, Throughput
 from poslab.running.checks import check_config
 from poslab.running.compose import smoke_config, world_size
+from poslab.running.evaluation_checkpoint import evaluation_checkpoint
 from poslab.running.extension import checked_parent_data, extended_config, initialise_from_parent
 from poslab.running.runtime import environment, keep_freed_memory, wandb_offline_unless_key
 from poslab.runs import launching
@@ -175,10 +176,18 @@ def test(trainer: L.Trainer, module: L.LightningModule, datamodule: L.LightningD
     on selection documents: two, ``LanguageModelDataModule.test_rounds``; otherwise one), each a ``trainer.test``:
     the module's sums carry over, and each round ends on every DDP rank before the next starts."""
     rounds = getattr(datamodule, "test_rounds", None)
+    saving = evaluation_checkpoint(trainer)  # the test saved as it goes, and resumed where an earlier process left it
+    done = saving.resume(trainer, module) if saving is not None else []
     for test_round in rounds(bool(getattr(module, "chooses", False))) if rounds else [None]:
+        if test_round in done:
+            continue  # finished by an earlier process: its choice and sums restored
         if test_round is not None:  # the module logs the round's cost and progress (lightning_modules/progress.py)
             module.test_round = datamodule.test_round = test_round
         trainer.test(module, datamodule=datamodule, verbose=False)
+        if saving is not None:
+            saving.round_done(trainer, module, test_round)
+    if saving is not None:
+        saving.discard(trainer)
 
 
 def fit_and_test(
@@ -212,7 +221,9 @@ def fit_and_test(
         finish_loggers(trainer, status)
     if outcome.status == "success" and not all_finite(module.figures):
         outcome.status = "diverged"  # a NaN evaluation: the figures are null, the status says why
-    outcome.trained_steps = int(trainer.global_step) - interrupt.first_step
+    # a process started after training ended trains nothing (Lightning then calls no on_train_start, which sets
+    # first_step): counted from the batches it trained, not from a first step it never set
+    outcome.trained_steps = int(trainer.global_step) - interrupt.first_step if interrupt.steps else 0
     return outcome
 
 
@@ -248,6 +259,8 @@ def run_results(
         **({"trained_steps": outcome.trained_steps} if outcome.trained_steps is not None else {}),
         # the evaluation after training (every length and way, passkey retrieval): its share of the run's time
         **({"test_seconds": round(outcome.test_seconds, 3)} if outcome.test_seconds is not None else {}),
+        # an evaluation resumed from an earlier process's save: the rounds and batches it took over
+        **({"test_resumed": saving.resumed} if (saving := evaluation_checkpoint(trainer)) and saving.resumed else {}),
         "figures": module.figures,
         **module.evaluation_results(),  # a language model's loss by position
         **extension,  # a context extension's parent and rule

@@ -1,0 +1,124 @@
+"""The test after training resumes where a stopped process left it (``poslab.running.evaluation_checkpoint``): a
+run killed during its evaluation (SIGKILL, as a session's end or a preempted job) and started again scores only
+the batches not scored yet, and its figures are those of a run never stopped; a saved evaluation of other weights
+is not resumed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.close_text import assert_json_close
+from tests.conftest import compose_config, run_train, start_train
+from tests.test_lm_zoo import write_corpus
+
+EVALUATION_FILE = Path("checkpoints") / "evaluation.pt"
+
+
+def overrides(tmp_path: Path, run_dir: Path) -> list[str]:
+    """The lm_zoo recipe shrunk, two steps on a local corpus (RoPE: a choice among test-time ways, so two rounds),
+    its evaluation saved after every batch."""
+    return [
+        "experiment=lm_zoo",
+        "encoding=rope",
+        "corpus=local",
+        f"corpus.path={tmp_path / 'corpus'}",
+        "model.n_layers=1",
+        "model.d_model=32",
+        "model.n_heads=2",
+        "task.val_windows=16",
+        "task.eval_lengths=[128,256,512]",
+        "task.eval_batch_size=2",
+        "task.passkey.enabled=false",
+        "trainer.max_steps=2",
+        "callbacks.evaluation_checkpoint.every_seconds=0",
+        f"hydra.run.dir={run_dir}",
+    ]
+
+
+def results(run_dir: Path) -> dict:
+    return json.loads((run_dir / "results.json").read_text())
+
+
+def kill_in_round_test(process: subprocess.Popen, console: Path, run_dir: Path) -> dict:
+    """SIGKILL once the saved evaluation has finished its selection round and scored batches of the test round;
+    the state it was killed at."""
+    deadline = time.monotonic() + 300
+    while True:
+        assert process.poll() is None, "the run ended before it was killed:\n" + console.read_text()[-3000:]
+        assert time.monotonic() < deadline, console.read_text()[-3000:]
+        try:
+            state = torch.load(run_dir / EVALUATION_FILE, map_location="cpu", weights_only=False)
+        except (FileNotFoundError, EOFError, RuntimeError):
+            time.sleep(0.01)
+            continue
+        if state["rounds_done"] == ["selection"] and state["scored"] >= 2:
+            process.kill()
+            process.wait(60)
+            return state
+        time.sleep(0.01)
+
+
+def figures_and_held_out(result: dict) -> tuple[dict, dict]:
+    return result["figures"], result["held_out"]
+
+
+@pytest.mark.slow
+def test_a_run_killed_in_its_test_resumes_it_and_ends_as_one_never_stopped(tmp_path):
+    write_corpus(tmp_path / "corpus", n_documents=80)
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    done = run_train(overrides(tmp_path, whole), tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not (whole / EVALUATION_FILE).exists()  # removed when the test ended
+    assert "test_resumed" not in results(whole)
+
+    console = tmp_path / "console.txt"
+    process = start_train(overrides(tmp_path, stopped), tmp_path, console)
+    killed_at = kill_in_round_test(process, console, stopped)
+    assert not (stopped / "results.json").exists()
+
+    # the same run started again (ckpt_path=auto: training ended) takes the test over where it was saved
+    resumed = run_train(overrides(tmp_path, stopped), tmp_path, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    output = resumed.stdout + resumed.stderr
+    assert "test: resuming the evaluation an earlier process of this run saved" in output
+    assert "test, round selection" not in output  # the finished round is not scored again
+    after = results(stopped)
+    assert after["trained_steps"] == 0 and after["test_resumed"]["rounds_done"] == ["selection"]
+    assert after["test_resumed"]["batches_scored_earlier"] >= killed_at["scored"]
+    assert not (stopped / EVALUATION_FILE).exists()
+
+    figures, held_out = figures_and_held_out(results(whole))
+    resumed_figures, resumed_held_out = figures_and_held_out(after)
+    # float64 sums restored as saved and the same batches in the same order: equal but for the CPU's last digits
+    assert_json_close(resumed_figures, figures, "figures")
+    assert_json_close(resumed_held_out, held_out, "held_out")
+
+
+@pytest.mark.slow
+def test_a_saved_evaluation_of_other_weights_is_not_resumed(tmp_path):
+    write_corpus(tmp_path / "corpus", n_documents=80)
+    run_dir = tmp_path / "run"
+    console = tmp_path / "console.txt"
+    process = start_train(overrides(tmp_path, run_dir), tmp_path, console)
+    state = kill_in_round_test(process, console, run_dir)
+    state["fingerprint"]["weights"] = "0" * 64  # as if saved by a run trained otherwise
+    torch.save(state, run_dir / EVALUATION_FILE)
+
+    resumed = run_train(overrides(tmp_path, run_dir), tmp_path, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    output = resumed.stdout + resumed.stderr
+    assert "is not resumed: its weights differ from this run's; scoring the whole test" in output
+    assert "test, round selection" in output and "test_resumed" not in results(run_dir)
+
+
+def test_the_lm_recipes_save_their_test_in_the_run_directory(tmp_path):
+    cfg = compose_config(["experiment=lm_zoo", f"paths.output_dir={tmp_path}"])
+    saving = cfg.callbacks.evaluation_checkpoint
+    assert saving._target_ == "poslab.running.evaluation_checkpoint.EvaluationCheckpoint"
+    assert Path(saving.dirpath) == tmp_path / "checkpoints" and saving.every_seconds > 0
