@@ -13,6 +13,7 @@ Rendering (``preregistered_markdown``, ``preregistered_figure``) reads the summa
 from __future__ import annotations
 
 import re
+import shlex
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,13 @@ class Registered:
     task: str | None  # None: a language-model claim (report length), read on every corpus
     multiple: str  # "4x"
     source: str
+
+
+def doc_commands(text: str) -> list[list[str]]:
+    """The ``poslab report`` commands of a doc's indented code blocks, continuation lines joined, as argument
+    lists: what the tests check is what a reader runs."""
+    blocks = re.findall(r"\n    (poslab report .*?)(?:\n\n|\Z)", text, re.S)
+    return [shlex.split(block.replace("\\\n", " ")) for block in blocks]
 
 
 def read_registry(text: str, name: str = "the registry") -> list[Registered]:
