@@ -10,6 +10,8 @@
 #   sweeps/rerun.sh status             finished runs per sweep, in docs/ and in the log directory
 #   sweeps/rerun.sh commands           each sweep's multirun overrides (what run gives train.py -m)
 #   sweeps/rerun.sh seeds SWEEP        the seed override run adds: the seeds not yet finished in the log directory
+#   sweeps/rerun.sh reports [OUT]      the reports of the whole rerun, as docs/rerun.md lists them (sweeps/rerun_reports.py);
+#                                      refused until the sweeps they read are whole in docs/, unless OUT (written there)
 #
 # Environment: POSLAB_LOG_DIR (default ../runs), POSLAB_CACHE_DIR (../cache), POSLAB_DATA_DIR (../shared/corpora),
 # POSLAB_JOBS (runs at a time within a sweep, default 1), PYTHON (default .venv/bin/python of this checkout).
@@ -182,6 +184,28 @@ collect() {
   git -C "$REPO" log --oneline -1
 }
 
+REPORTED="lm_zoo lm_zoo_absolute position_zoo_v3 lm_passkey_causal cope_counting_128_v2"  # what the reports read
+
+reports() {
+  local out=${1:-} sweep worktree commit directory docs total models count missing=()
+  if [[ -n $out ]]; then
+    out=$(realpath -m "$out")  # the caller's directory, not the repository's
+  else
+    for sweep in $REPORTED; do
+      read -r worktree commit directory docs total models <<<"$(describe "$sweep")"
+      count=$(finished_in "$sweep" "$REPO/docs/$docs")
+      (( count < total )) && missing+=("$sweep $count of $total")
+    done
+    if (( ${#missing[@]} )); then
+      local joined; joined=$(printf '%s, ' "${missing[@]}")
+      echo "reports: the rerun is not whole in docs/ (${joined%, } runs); give OUT, a directory outside the" \
+        "repository, to write the reports of what is there into it" >&2
+      return 1
+    fi
+  fi
+  (cd "$REPO" && "$PYTHON" sweeps/rerun_reports.py ${out:+--out "$out"})
+}
+
 commands() {  # each sweep's runs and its multiruns' overrides, tab-separated (tests/test_rerun_doc.py reads them)
   local sweep worktree commit directory docs total models line
   for sweep in $SWEEPS; do
@@ -197,5 +221,6 @@ case ${1:-} in
   run) shift; run "$@" ;;
   collect) collect ;;
   status) status ;;
+  reports) reports "${2:-}" ;;
   *) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
 esac

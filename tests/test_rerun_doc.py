@@ -5,9 +5,12 @@ command line gives that setting), so the runbook cannot name a setting or a coun
 from __future__ import annotations
 
 import math
+import os
 import re
 import shlex
+import shutil
 import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -131,3 +134,50 @@ def test_a_seed_override_keeps_the_sweep_seed_by_seed_and_counts_the_seeds_left(
     jobs = job_overrides(["experiment=position_zoo", "seed=2,4"], multirun=True)
     assert len(jobs) == 2 * 980 // 5
     assert [job[0] for job in jobs[: 980 // 5]] == ["seed=2"] * (980 // 5)  # seed first, as the sweeper lists it
+
+
+def report_lines(*args: str) -> list[list[str]]:
+    """The commands ``sweeps/rerun_reports.py --dry-run`` prints, as argument lists."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "sweeps" / "rerun_reports.py"), "--dry-run", *args],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    )  # fmt: skip
+    return [shlex.split(line[2:]) for line in done.stdout.splitlines() if line.startswith("$ ")]
+
+
+def test_the_reports_of_the_whole_rerun_chain_in_order_from_the_runs_in_docs(tmp_path):
+    """Every report the doc lists, in order: each summary a command reads was written by an earlier one, and each
+    run folder read is one the rerun collects into docs/."""
+    commands = report_lines()
+    assert [c[2] for c in commands] == ["length", "zoo", "preregistered", "preregistered", "length", "zoo", "length",
+                                        "length"]  # fmt: skip
+    written: set[str] = set()
+    for command in commands:
+        reads = [arg for arg in command[3:] if arg.endswith(".json")]
+        assert set(reads) <= written, f"{shlex.join(command)} reads a summary no earlier command writes"
+        output = command[command.index("--output-dir") + 1]
+        written |= {f"{output}/{command[2]}.json"}
+        for folder in (arg for arg in command[3:] if arg.endswith("/runs")):
+            assert f" {folder.removeprefix('docs/')} " in (ROOT / "sweeps" / "rerun.sh").read_text()  # a sweep's folder
+
+
+def test_with_out_the_reports_write_nothing_into_docs(tmp_path):
+    for command in report_lines("--out", str(tmp_path)):
+        for previous, arg in zip(command, command[1:]):
+            if previous == "--output-dir" or arg.endswith(".json"):
+                assert arg.startswith(str(tmp_path)), shlex.join(command)
+        assert all(arg.startswith("docs/") for arg in command[3:] if arg.endswith("/runs"))  # read where they are
+        assert "docs/path_directions.md" in command or "--claims" not in command  # a registry is read, not moved
+
+
+def test_the_reports_are_refused_until_the_rerun_is_whole_in_docs(tmp_path):
+    """The script in a checkout whose docs/ holds no run yet (its folders are its own checkout's) refuses, naming
+    each sweep's count, and writes nothing."""
+    script = tmp_path / "repo" / "sweeps" / "rerun.sh"
+    script.parent.mkdir(parents=True)
+    shutil.copy(ROOT / "sweeps" / "rerun.sh", script)
+    env = {**os.environ, "POSLAB_LOG_DIR": str(tmp_path / "logs")}
+    done = subprocess.run(["bash", str(script), "reports"], capture_output=True, text=True, env=env)
+    assert done.returncode == 1 and "the rerun is not whole in docs/ (lm_zoo 0 of 260," in done.stderr
+    assert "cope_counting_128_v2 0 of 27 runs); give OUT" in done.stderr
+    assert sorted(p.name for p in (tmp_path / "repo").iterdir()) == ["sweeps"]

@@ -41,7 +41,7 @@ class Registered:
 def doc_commands(text: str) -> list[list[str]]:
     """The ``poslab report`` commands of a doc's indented code blocks, continuation lines joined, as argument
     lists: what the tests check is what a reader runs."""
-    blocks = re.findall(r"\n    (poslab report .*?)(?:\n\n|\Z)", text, re.S)
+    blocks = re.findall(r"\n    (poslab report .*?)(?=\n\n|\Z)", text, re.S)  # the blank line ends it, not the next
     return [shlex.split(block.replace("\\\n", " ")) for block in blocks]
 
 
