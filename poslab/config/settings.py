@@ -321,11 +321,21 @@ TEXT_CORPUS_SETTINGS = ("tokenizer", "validation_fraction", "decode_errors", "ve
 
 
 #: (config path, schema, closed: keys it does not declare are refused)
+@dataclass
+class EvaluationCheckpointSettings:
+    """``callbacks.evaluation_checkpoint`` (``poslab.running.evaluation_checkpoint``): where the test after training
+    is saved as it goes, and at most how many seconds apart (null: not saved)."""
+
+    dirpath: str | None
+    every_seconds: Annotated[float, Bound(">=", 0)] | None
+
+
 SECTIONS: tuple[tuple[str, type, bool], ...] = (
     ("", RootSettings, False),
     ("trainer", TrainerSettings, False),
     ("optimizer", OptimizerSettings, True),
     ("model", ModelSettings, True),
+    ("callbacks.evaluation_checkpoint", EvaluationCheckpointSettings, True),
 )
 TASK_SCHEMAS = {
     "lag": SyntheticTaskSettings,
@@ -715,7 +725,12 @@ def check_settings(cfg: DictConfig, optional: Callable[[str], Sequence[str]] | N
     """Every group of a composed config against its schema (see the module's docstring); ``optional``: the
     encoding settings that may be null besides those whose YAML default is (``check_encoding_settings``)."""
     for prefix, schema, closed in SECTIONS:
-        check_section(prefix, cfg if not prefix else cfg.get(prefix), schema_types(schema), closed)
+        check_section(
+            prefix,
+            cfg if not prefix else OmegaConf.select(cfg, prefix, default=None, throw_on_resolution_failure=False),
+            schema_types(schema),
+            closed,
+        )
     task = cfg.get("task")
     if isinstance(task, DictConfig):
         present, name = readable(task, "name")

@@ -29,6 +29,7 @@ import lightning as L
 import torch
 
 from poslab.io import write_atomic
+from poslab.runs.files import EVALUATION_STATE
 
 log = logging.getLogger("poslab")
 
@@ -53,7 +54,8 @@ class EvaluationCheckpoint(L.Callback):
 
     def path(self, trainer: L.Trainer) -> Path:
         assert self.dirpath is not None
-        name = "evaluation.pt" if trainer.world_size == 1 else f"evaluation-rank{trainer.global_rank}.pt"
+        stem, suffix = EVALUATION_STATE.rsplit(".", 1)
+        name = EVALUATION_STATE if trainer.world_size == 1 else f"{stem}-rank{trainer.global_rank}.{suffix}"
         return self.dirpath / name
 
     # ---- while the test runs ----------------------------------------------------------------------------------

@@ -21,6 +21,9 @@ FAILURE_FILE = "failed.json"
 MODEL_FILE = "model.pt"
 CHECKPOINT_DIR = "checkpoints"
 LAST_CHECKPOINT = "last.ckpt"
+#: the test after training so far, beside the checkpoints (``poslab.running.evaluation_checkpoint``; a DDP rank r's:
+#: ``evaluation-rank<r>.pt``), removed when the test ends
+EVALUATION_STATE = "evaluation.pt"
 #: the lock a run holds in its run directory (a multirun: in its sweep directory) for its life, with the holding
 #: process's id and command line (``poslab.runs.guard.RunLock``); gone when the run ends
 LOCK_FILE = ".poslab.lock"

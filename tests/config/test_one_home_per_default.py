@@ -102,7 +102,17 @@ def test_every_field_of_a_section_has_its_value_in_each_of_its_yamls(group, sche
 def test_every_root_setting_has_its_value_in_train_yaml():
     root = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "train.yaml"), resolve=False)
     assert set(schema_types(RootSettings)) <= set(root)
-    assert [prefix for prefix, _, _ in SECTIONS] == ["", "trainer", "optimizer", "model"]  # the sections above
+    sections = ["", "trainer", "optimizer", "model", "callbacks.evaluation_checkpoint"]  # the sections above, below
+    assert [prefix for prefix, _, _ in SECTIONS] == sections
+
+
+def test_the_evaluation_checkpoint_gives_every_field_of_its_schema():
+    from poslab.config.settings import EvaluationCheckpointSettings
+
+    for option in options("callbacks"):
+        values = yaml("callbacks", option)["evaluation_checkpoint"]
+        missing = set(schema_types(EvaluationCheckpointSettings)) - set(values)
+        assert not missing, f"conf/callbacks/{option}.yaml's evaluation_checkpoint gives no value for {sorted(missing)}"
 
 
 @pytest.mark.parametrize("option", options("task"))

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from poslab.runs.files import CHECKPOINT_DIR, EVALUATION_STATE
 from tests.close_text import assert_json_close
 from tests.conftest import compose_config, run_train, start_train
 from tests.test_lm_zoo import write_corpus
 
-EVALUATION_FILE = Path("checkpoints") / "evaluation.pt"
+EVALUATION_FILE = Path(CHECKPOINT_DIR) / EVALUATION_STATE
 
 
 def overrides(tmp_path: Path, run_dir: Path) -> list[str]:
@@ -122,3 +123,16 @@ def test_the_lm_recipes_save_their_test_in_the_run_directory(tmp_path):
     saving = cfg.callbacks.evaluation_checkpoint
     assert saving._target_ == "poslab.running.evaluation_checkpoint.EvaluationCheckpoint"
     assert Path(saving.dirpath) == tmp_path / "checkpoints" and saving.every_seconds > 0
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "[60]"])
+def test_a_bad_interval_is_refused_by_name_before_anything_runs(value):
+    from poslab.config.settings import check_settings
+    from poslab.errors import ConfigError
+
+    cfg = compose_config(["task=lag", f"callbacks.evaluation_checkpoint.every_seconds={value}"])
+    with pytest.raises(ConfigError, match=r"callbacks\.evaluation_checkpoint\.every_seconds=.* takes a number, at "
+                                          r"least 0, or null"):  # fmt: skip
+        check_settings(cfg)
+    check_settings(compose_config(["task=lag", "callbacks.evaluation_checkpoint.every_seconds=null"]))  # off: fine
+    check_settings(compose_config(["task=lag", "~callbacks.evaluation_checkpoint"]))  # none at all: fine
