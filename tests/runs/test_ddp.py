@@ -106,3 +106,64 @@ def test_language_model_validation_under_ddp_counts_every_window_once(tmp_path):
     for length, figure in c["chosen"]["test"].items():
         other = d["chosen"]["test"][length]
         assert figure["tokens"] == other["tokens"] > 0 and abs(figure["loss"] - other["loss"]) <= 1e-6
+
+
+def saved_rounds(run_dir, ranks: int) -> list[tuple[list, int]] | None:
+    """(rounds done, batches scored) of each rank's saved evaluation, or None while a rank has none readable."""
+    found = []
+    for rank in range(ranks):
+        try:
+            state = torch.load(run_dir / "checkpoints" / f"evaluation-rank{rank}.pt", weights_only=False)
+        except (FileNotFoundError, EOFError, RuntimeError):
+            return None
+        found.append((state["rounds_done"], state["scored"]))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CORES < 2, reason="trainer=ddp_cpu runs 2 processes: needs 2 CPU cores")
+def test_a_ddp_run_killed_in_its_test_resumes_it_on_every_rank(tmp_path):
+    """Both ranks save their own sums; the run SIGKILLed (both processes) once both have finished the selection
+    round and scored test batches, and started again, resumes on both ranks and ends with the figures of a DDP
+    run never stopped (poslab.running.evaluation_checkpoint)."""
+    import signal
+    import time
+
+    from tests.close_text import assert_json_close
+    from tests.conftest import start_train
+    from tests.datamodules.test_corpora import write_jsonl
+
+    data = tmp_path / "data"
+    texts = [f"Document {i} has some words, {i * 7} of them, and more words after." * 12 for i in range(160)]
+    write_jsonl(data / "web" / "docs.jsonl", texts)
+    base = [
+        "corpus=openwebtext", f"paths.data_dir={data}", f"paths.cache_dir={tmp_path / 'cache'}",
+        "corpus.groups.main.local=[{pattern: 'web/*.jsonl'}]", "corpus.validation_fraction=0.25", "model=tiny",
+        "encoding=rope", "task.context_length=32", "task.batch_size=4", "task.eval_batch_size=1",
+        "task.passkey.enabled=false", "trainer.max_steps=2", "~callbacks.progress_bar", "~logger", "threads=1",
+        "callbacks.evaluation_checkpoint.every_seconds=0", "trainer=ddp_cpu", "ckpt_path=auto",
+    ]  # fmt: skip
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    done = run_train([*base, f"hydra.run.dir={whole}"], tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    console = tmp_path / "console.txt"
+    process = start_train([*base, f"hydra.run.dir={stopped}"], tmp_path, console)
+    deadline = time.monotonic() + 300
+    while not ((found := saved_rounds(stopped, 2)) and all(r == ["selection"] and n >= 2 for r, n in found)):
+        assert process.poll() is None, "the run ended before it was killed:\n" + console.read_text()[-3000:]
+        assert time.monotonic() < deadline, console.read_text()[-3000:]
+        time.sleep(0.01)
+    os.killpg(process.pid, signal.SIGKILL)  # the run and the rank it started: its own process group
+    process.wait(60)
+
+    resumed = run_train([*base, f"hydra.run.dir={stopped}"], tmp_path, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    output = resumed.stdout + resumed.stderr
+    assert output.count("test: resuming the evaluation an earlier process of this run saved") == 2  # each rank
+    after = json.loads((stopped / "results.json").read_text())
+    before = json.loads((whole / "results.json").read_text())
+    assert after["test_resumed"]["rounds_done"] == ["selection"]
+    assert_json_close(after["figures"], before["figures"], "figures")
+    assert_json_close(after["held_out"], before["held_out"], "held_out")
+    assert not list((stopped / "checkpoints").glob("evaluation*.pt"))
