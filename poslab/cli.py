@@ -155,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_hrope(analyses)
     _add_wavelengths(commands)
     _parser(commands, "encodings", "the registered position encodings, their settings and defaults")
+    runs = _parser(commands, "runs", "where the runs under a directory stand: finished, failed, or how far along")
+    runs.add_argument("directory", metavar="DIR", help="a run or multirun directory (e.g. logs/multirun/lm_zoo)")
+    runs.add_argument("--all", action="store_true", dest="every_run", help="list the finished runs too")
     parser.description = __doc__.split("\n\n", 1)[0] + "\n\ncommands:\n" + _command_list(parser)
     parser.epilog = __doc__.split("\n\n", 1)[1].strip()
     return parser
@@ -467,6 +470,10 @@ def main(argv: list[str] | None = None) -> int:
             print(wavelength_table(head_dim, bases, contexts))
         elif args.command == "encodings":
             print("\n".join(encoding_lines()))
+        elif args.command == "runs":
+            from poslab.analysis.overview import runs_overview
+
+            print(runs_overview(args.directory, args.every_run))
     except OutputNotWritableError as error:
         print(f"poslab: {error}", file=sys.stderr)
         return 1

@@ -118,10 +118,8 @@ class EvaluationCheckpoint(L.Callback):
         module.load_evaluation_state(state["module"], state["scored"])
         self.rounds_done, self.scored = list(state["rounds_done"]), int(state["scored"])
         self.resumed = {"rounds_done": list(self.rounds_done), "batches_scored_earlier": self.scored}
-        done = f"round {', '.join(map(str, self.rounds_done))} done, " if self.rounds_done else ""
-        current = state["module"]["test_round"]
-        log.info("test: resuming the evaluation an earlier process of this run saved (%s): %s%d batches%s scored",
-                 self.path(trainer), done, self.scored, f" of round {current}" if current else "")  # fmt: skip
+        log.info("test: resuming the evaluation an earlier process of this run saved (%s): %s scored",
+                 self.path(trainer), progress_text(state))  # fmt: skip
         return list(self.rounds_done)
 
     def saved_state(self, trainer: L.Trainer, module: L.LightningModule) -> tuple[dict[str, Any] | None, str | None]:
@@ -140,6 +138,25 @@ class EvaluationCheckpoint(L.Callback):
         if changed:
             return None, f"its {', '.join(changed)} differ from this run's"
         return state, None
+
+
+def progress_text(state: dict[str, Any]) -> str:
+    """How far a saved test got: ``round selection done, 412 batches of round test``."""
+    rounds, current = state["rounds_done"], state["module"]["test_round"]
+    done = f"round {', '.join(map(str, rounds))} done, " if rounds else ""
+    return f"{done}{int(state['scored'])} batches{f' of round {current}' if current else ''}"
+
+
+def saved_test(checkpoints: Path) -> str | None:
+    """How far the test saved in a run's ``checkpoints`` folder got (DDP: rank 0's file), or why it cannot be read;
+    None where none is saved (``poslab runs``)."""
+    saved = sorted(checkpoints.glob(EVALUATION_STATE.replace(".", "*.")))
+    if not saved:
+        return None
+    try:
+        return progress_text(torch.load(saved[0], map_location="cpu", weights_only=False))
+    except Exception as error:  # noqa: BLE001  (a file the run will not resume either: said, not raised)
+        return f"unreadable ({type(error).__name__})"
 
 
 def fingerprint(trainer: L.Trainer, module: L.LightningModule) -> dict[str, Any]:

@@ -1,0 +1,164 @@
+"""Where the runs under a directory stand (``poslab runs DIR``): a sweep of hundreds of jobs, resumed across days,
+read at a glance without opening a log.
+
+Each run directory below DIR (one holding a ``results.json``, a ``failed.json``, ``checkpoints/`` or Hydra's
+``.hydra/``; ``analysis/`` folders aside) is one of:
+
+- ``finished``, ``diverged`` or ``damaged: ...``: what its results.json records (``run_status``);
+- ``failed``: its failed.json's first line (the job stopped on an error; ``ckpt_path=auto`` runs it again);
+- ``running`` (a live process holds it) or ``in progress`` (none does: a stopped run, resumed by ``ckpt_path=auto``):
+  how far it got, from what it saved: the step of its newest checkpoint out of
+  ``trainer.max_steps``, and, once training has ended, its test saved so far (``checkpoints/evaluation.pt``: the
+  rounds done and batches scored, ``poslab.running.evaluation_checkpoint``), with the time since anything in it was
+  last written (a run a live process works on is written every few minutes; one a stopped sweep left is not).
+
+The table lists the runs not finished (``--all``: every run), then the count of each state, and the process that
+holds DIR (a multirun's sweep directory) with its command. Nothing is written.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from poslab.errors import MissingRunError
+from poslab.runs.files import ANALYSIS_DIR, CHECKPOINT_DIR, FAILURE_FILE, LAST_CHECKPOINT, LOCK_FILE, RESULTS_FILE
+from poslab.runs.guard import RunDirectoryInUse, RunLock
+from poslab.runs.results import failure_message, run_status
+
+#: what makes a directory a run directory (any one of them)
+RUN_MARKS = (RESULTS_FILE, FAILURE_FILE, CHECKPOINT_DIR, ".hydra")
+RUNNING, IN_PROGRESS, FAILED, FINISHED = "running", "in progress", "failed", "finished"
+STEP_CHECKPOINT = re.compile(r"step(\d+)\.ckpt$")
+
+
+@dataclass
+class RunState:
+    folder: str  # relative to the directory asked about
+    state: str  # finished, diverged, damaged: ..., failed, running, in progress
+    detail: str
+
+
+def run_directories(directory: Path) -> list[Path]:
+    """The run directories at or below ``directory``, sorted (a run's own subfolders and analyses left out)."""
+    found = set()
+    for mark in RUN_MARKS:
+        for path in directory.rglob(mark):
+            parts = path.relative_to(directory).parts
+            if ANALYSIS_DIR not in parts and not any(p in RUN_MARKS for p in parts[:-1]):
+                found.add(path.parent)
+    return sorted(found)
+
+
+def run_state(run_dir: Path, root: Path, now: float) -> RunState:
+    name = str(run_dir.relative_to(root)) if run_dir != root else "."
+    if (run_dir / RESULTS_FILE).is_file():
+        status = run_status(run_dir)
+        return RunState(name, FINISHED if status == "success" else status, "")
+    if (run_dir / FAILURE_FILE).is_file():
+        return RunState(name, FAILED, failure_message(run_dir))
+    parts = [training_progress(run_dir), test_progress(run_dir)]
+    written = last_written(run_dir)
+    parts.append(f"last written {age_text(now - written)} ago" if written else "")
+    holder = held_by(run_dir)
+    state = RUNNING if holder else IN_PROGRESS
+    parts.append(f"process {holder.get('pid', '?')}" if holder else "")
+    return RunState(name, state, "; ".join(p for p in parts if p))
+
+
+def training_progress(run_dir: Path) -> str:
+    """``step 400 of 720 saved`` from the newest checkpoint's name and the run's config; what is known else."""
+    checkpoints = run_dir / CHECKPOINT_DIR
+    steps = [int(m.group(1)) for p in checkpoints.glob("step*.ckpt") if (m := STEP_CHECKPOINT.search(p.name))]
+    total = max_steps(run_dir)
+    of = f" of {total}" if total is not None else ""
+    if steps:
+        return f"step {max(steps)}{of} saved"
+    if (checkpoints / LAST_CHECKPOINT).is_file():
+        return f"a last checkpoint (step{of} not in its name)"
+    return "nothing saved yet"
+
+
+def max_steps(run_dir: Path) -> int | None:
+    """``trainer.max_steps`` of the config Hydra recorded for the run, None where there is none to read."""
+    import yaml
+
+    try:
+        config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
+        return int(config["trainer"]["max_steps"])
+    except (OSError, ValueError, TypeError, KeyError, yaml.YAMLError):
+        return None
+
+
+def test_progress(run_dir: Path) -> str:
+    """The test saved so far (``checkpoints/evaluation.pt``), or nothing."""
+    from poslab.running.evaluation_checkpoint import saved_test  # torch: only where a run is in progress
+
+    saved = saved_test(run_dir / CHECKPOINT_DIR)
+    return f"in its test: {saved} saved" if saved else ""
+
+
+def age_text(seconds: float) -> str:
+    """``40 s``, ``12 min``, ``3.5 h``, ``2 days``: how long ago, coarsely."""
+    if seconds < 60:
+        return f"{max(0, round(seconds))} s"
+    if seconds < 3600:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h" if seconds < 2 * 86400 else f"{round(seconds / 86400)} days"
+
+
+def last_written(run_dir: Path) -> float | None:
+    """The newest modification time of a file in the run directory."""
+    times = [p.stat().st_mtime for p in run_dir.rglob("*") if p.is_file()]
+    return max(times) if times else None
+
+
+def held_by(directory: Path) -> dict | None:
+    """What the live process holding ``directory``'s lock recorded (its pid, command, start), or None."""
+    if not (directory / LOCK_FILE).is_file():
+        return None
+    lock = RunLock(directory)
+    try:
+        lock.check_free()
+    except RunDirectoryInUse:
+        return lock.holder()
+    return None
+
+
+def holder_line(directory: Path, width: int = 200) -> str | None:
+    """``DIR: held by process P (`command`, started T)`` where a live process holds ``directory``."""
+    holder = held_by(directory)
+    if holder is None:
+        return None
+    command = str(holder.get("command") or "")
+    command = f"`{command[: width - 1]}…`, " if len(command) > width else f"`{command}`, " if command else ""
+    return f"{directory}: held by process {holder.get('pid', '?')} ({command}started {holder.get('started', '?')})"
+
+
+def runs_overview(directory: str | Path, every_run: bool = False) -> str:
+    """The table of ``poslab runs DIR``: a row a run directory not finished (``every_run``: every one), the count of
+    each state, and the processes holding directories."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise MissingRunError(f"poslab runs {directory}: no such directory; give a run or multirun directory.")
+    now = time.time()
+    states = [run_state(run_dir, root, now) for run_dir in run_directories(root)]
+    if not states:
+        raise MissingRunError(
+            f"poslab runs {directory}: no run directory below it (none holds {', '.join(RUN_MARKS)}); give a run or "
+            f"multirun directory (logs/runs/..., logs/multirun/...)."
+        )
+    order = {RUNNING: 0, IN_PROGRESS: 1, FAILED: 2}
+    shown = sorted(
+        (s for s in states if every_run or s.state != FINISHED), key=lambda s: (order.get(s.state, 3), s.folder)
+    )
+    lines = ["| run | state | detail |", "|---|---|---|", *(f"| {s.folder} | {s.state} | {s.detail} |" for s in shown)]
+    counts = Counter(s.state.split(":")[0] for s in states)
+    summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    held = holder_line(root)
+    return "\n".join(
+        [*(lines if shown else []), "", f"{len(states)} runs: {summary}", *([held] if held else [])]
+    ).strip()

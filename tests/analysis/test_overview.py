@@ -1,0 +1,87 @@
+"""``poslab runs DIR`` (``poslab.analysis.overview``): each run directory of a sweep in the state its files say,
+how far an unfinished one got (its newest checkpoint, its saved test), and who holds the sweep."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from poslab.cli import main
+from poslab.runs.guard import RunLock
+
+ROOT = Path(__file__).resolve().parents[2]
+#: a committed run's results.json: a finished run as the reports read it
+FINISHED = ROOT / "docs/position_zoo/v3/runs/encoding-alibi_experiment-position_zoo_seed-0_task-lag/results.json"
+
+
+def plant(sweep: Path) -> None:
+    """One run directory of each state under ``sweep``."""
+    for name in ("finished", "diverged", "damaged", "analysis/finished_too"):
+        (sweep / name).mkdir(parents=True)
+        shutil.copy(FINISHED, sweep / name / "results.json")
+    diverged = json.loads(FINISHED.read_text()) | {"status": "diverged", "diverged_at_step": 3}
+    (sweep / "diverged" / "results.json").write_text(json.dumps(diverged))
+    (sweep / "damaged" / "results.json").write_text("{not json")
+    (sweep / "failed").mkdir()
+    (sweep / "failed" / "failed.json").write_text(json.dumps({"error": "out of memory at step 3\nTraceback ..."}))
+    for name, steps in (("training", (200, 400)), ("testing", (720,)), ("held", ())):
+        (sweep / name / "checkpoints").mkdir(parents=True)
+        (sweep / name / ".hydra").mkdir()
+        (sweep / name / ".hydra" / "config.yaml").write_text("trainer:\n  max_steps: 720\n")
+        for step in steps:
+            (sweep / name / "checkpoints" / f"step{step:06d}.ckpt").write_bytes(b"")
+    saved = {"rounds_done": ["selection"], "scored": 12, "module": {"test_round": "test"}}
+    torch.save(saved, sweep / "testing" / "checkpoints" / "evaluation.pt")
+
+
+def rows(output: str) -> dict[str, tuple[str, str]]:
+    """The table's rows: run -> (state, detail)."""
+    found = {}
+    for line in output.splitlines()[2:]:
+        if line.startswith("| "):
+            run, state, detail = (cell.strip() for cell in line.strip("|").split("|"))
+            found[run] = (state, detail)
+    return found
+
+
+def test_each_run_is_shown_in_the_state_its_files_say(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    plant(sweep)
+    locks = [RunLock(sweep / "held").acquire(), RunLock(sweep).acquire()]  # as a live multirun holds them
+    try:
+        assert main(["runs", str(sweep)]) == 0
+    finally:
+        for lock in locks:
+            lock.release()
+    output = capsys.readouterr().out
+    found = rows(output)
+    assert "finished" not in found and "analysis/finished_too" not in found  # finished: counted, not listed
+    assert found["diverged"][0] == "diverged" and found["damaged"][0].startswith("damaged:")
+    assert found["failed"] == ("failed", "out of memory at step 3")
+    assert found["training"][0] == "in progress" and found["training"][1].startswith("step 400 of 720 saved; last")
+    assert found["testing"][1].startswith(
+        "step 720 of 720 saved; in its test: round selection done, 12 batches of round test saved; last written"
+    )
+    assert found["held"][0] == "running" and found["held"][1].endswith(f"process {os.getpid()}")
+    assert list(found) == ["held", "testing", "training", "failed", "damaged", "diverged"]  # running first
+    assert "7 runs: 2 in progress, 1 damaged, 1 diverged, 1 failed, 1 finished, 1 running" in output  # most first
+    assert f"{sweep}: held by process {os.getpid()} (" in output
+
+
+def test_all_lists_the_finished_runs_and_a_lock_let_go_is_no_longer_running(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    plant(sweep)
+    assert main(["runs", str(sweep), "--all"]) == 0
+    found = rows(capsys.readouterr().out)
+    assert found["finished"] == ("finished", "") and found["held"][0] == "in progress"
+
+
+def test_a_directory_without_runs_is_refused_in_one_line(tmp_path, capsys):
+    assert main(["runs", str(tmp_path)]) == 2
+    assert "no run directory below it" in capsys.readouterr().err
+    assert main(["runs", str(tmp_path / "missing")]) == 2
+    assert "no such directory" in capsys.readouterr().err
