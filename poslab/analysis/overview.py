@@ -12,8 +12,9 @@ Each run directory below DIR (one holding a ``results.json``, a ``failed.json``,
   rounds done and batches scored, ``poslab.running.evaluation_checkpoint``), with the time since anything in it was
   last written (a run a live process works on is written every few minutes; one a stopped sweep left is not).
 
-The table lists the runs not finished (``--all``: every run), then the count of each state, and the process that
-holds DIR (a multirun's sweep directory) with its command. Nothing is written.
+The table lists the runs not finished (``--all``: every run), then the count of each state (for a multirun's sweep
+directory: how many jobs its latest command names, Hydra's ``multirun.yaml``, and how many have no folder yet), and
+the process that holds DIR with its command. Nothing is written.
 """
 
 from __future__ import annotations
@@ -138,6 +139,27 @@ def holder_line(directory: Path, width: int = 200) -> str | None:
     return f"{directory}: held by process {holder.get('pid', '?')} ({command}started {holder.get('started', '?')})"
 
 
+def latest_command_jobs(sweep: Path) -> str | None:
+    """For a multirun's sweep directory (Hydra's ``multirun.yaml`` in it): how many jobs its latest command names and
+    how many of them have no folder yet (not started); None for another directory."""
+    import yaml
+
+    from poslab.runs.files import MULTIRUN_FILE
+    from poslab.runs.folders import job_folder_name
+
+    if not (sweep / MULTIRUN_FILE).is_file():
+        return None
+    try:
+        task = [str(o) for o in yaml.safe_load((sweep / MULTIRUN_FILE).read_text())["hydra"]["overrides"]["task"]]
+        from poslab.running.precheck import job_overrides  # composes the configs: the sweeper's own parameters
+
+        jobs = job_overrides(task, multirun=True)
+    except Exception as error:  # noqa: BLE001  (a sweep of another checkout's configs: the folders still count)
+        return f"its latest command's jobs not counted ({type(error).__name__}: {str(error).splitlines()[0][:120]})"
+    missing = sum(not (sweep / job_folder_name(job)).is_dir() for job in jobs)
+    return f"its latest command ({MULTIRUN_FILE}) names {len(jobs)} jobs, {missing} not started"
+
+
 def runs_overview(directory: str | Path, every_run: bool = False) -> str:
     """The table of ``poslab runs DIR``: a row a run directory not finished (``every_run``: every one), the count of
     each state, and the processes holding directories."""
@@ -159,6 +181,9 @@ def runs_overview(directory: str | Path, every_run: bool = False) -> str:
     counts = Counter(s.state.split(":")[0] for s in states)
     summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     held = holder_line(root)
-    return "\n".join(
-        [*(lines if shown else []), "", f"{len(states)} runs: {summary}", *([held] if held else [])]
-    ).strip()
+    jobs = latest_command_jobs(root)
+    if jobs is not None:
+        summary += f"; {jobs}"
+    table = [*lines, ""] if shown else []
+    count = f"{len(states)} run{'' if len(states) == 1 else 's'}: {summary}"
+    return "\n".join([*table, count, *([held] if held else [])])

@@ -85,3 +85,19 @@ def test_a_directory_without_runs_is_refused_in_one_line(tmp_path, capsys):
     assert "no run directory below it" in capsys.readouterr().err
     assert main(["runs", str(tmp_path / "missing")]) == 2
     assert "no such directory" in capsys.readouterr().err
+
+
+def test_a_sweep_directory_counts_the_jobs_of_its_latest_command_not_started(tmp_path, capsys):
+    from poslab.runs.folders import job_folder_name
+
+    sweep = tmp_path / "sweep"
+    task = ["task=lag", "encoding=rope,alibi", "seed=0,1"]
+    (sweep / job_folder_name(["task=lag", "encoding=alibi", "seed=1"])).mkdir(parents=True)
+    shutil.copy(FINISHED, sweep / job_folder_name(["task=lag", "encoding=alibi", "seed=1"]) / "results.json")
+    (sweep / "multirun.yaml").write_text(json.dumps({"hydra": {"overrides": {"task": task}}}))  # JSON is YAML
+    assert main(["runs", str(sweep)]) == 0
+    expected = "1 run: 1 finished; its latest command (multirun.yaml) names 4 jobs, 3 not started"
+    assert expected in capsys.readouterr().out
+    (sweep / "multirun.yaml").write_text(json.dumps({"hydra": {"overrides": {"task": ["experiment=no_such"]}}}))
+    assert main(["runs", str(sweep)]) == 0  # the folders still count; why the jobs do not is said
+    assert "1 run: 1 finished; its latest command's jobs not counted (" in capsys.readouterr().out
