@@ -48,6 +48,7 @@ class EvaluationCheckpoint(L.Callback):
         self.scored = 0  # batches of the current round in the module's sums
         self.saved_at = time.monotonic()
         self.resumed: dict[str, Any] | None = None  # what this process took over (results.json's test_resumed)
+        self.known: dict[str, Any] | None = None  # this test's fingerprint: the weights do not change while it runs
 
     def active(self, module: L.LightningModule) -> bool:
         return self.dirpath is not None and self.every_seconds is not None and hasattr(module, "evaluation_state")
@@ -84,7 +85,7 @@ class EvaluationCheckpoint(L.Callback):
     def save(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         state = {
             "format": FORMAT,
-            "fingerprint": fingerprint(trainer, module),
+            "fingerprint": self.fingerprint(trainer, module),
             "rounds_done": list(self.rounds_done),
             "scored": self.scored,
             "module": module.evaluation_state(),
@@ -93,6 +94,12 @@ class EvaluationCheckpoint(L.Callback):
         torch.save(state, buffer)
         write_atomic(self.path(trainer), buffer.getvalue())
         self.saved_at = time.monotonic()
+
+    def fingerprint(self, trainer: L.Trainer, module: L.LightningModule) -> dict[str, Any]:
+        """``fingerprint``, computed once a test (hashing the weights of a large model takes seconds)."""
+        if self.known is None:
+            self.known = fingerprint(trainer, module)
+        return self.known
 
     def discard(self, trainer: L.Trainer) -> None:
         """The test ended: its sums are in the results, the file would only mislead a later run."""
@@ -104,7 +111,7 @@ class EvaluationCheckpoint(L.Callback):
     def resume(self, trainer: L.Trainer, module: L.LightningModule) -> list[str | None]:
         """The rounds an earlier process of this run finished, with the module's sums restored to where it saved
         them (the batches of its current round already scored skipped); none where there is nothing to resume."""
-        self.rounds_done, self.scored = [], 0
+        self.rounds_done, self.scored, self.known = [], 0, None
         if not self.active(module):
             return []
         state, why = self.saved_state(trainer, module)
@@ -133,7 +140,7 @@ class EvaluationCheckpoint(L.Callback):
             return None, f"it cannot be read ({type(error).__name__}: {error})"
         if not isinstance(state, dict) or state.get("format") != FORMAT:
             return None, f"it is not format {FORMAT}"
-        saved, now = state["fingerprint"], fingerprint(trainer, module)
+        saved, now = state["fingerprint"], self.fingerprint(trainer, module)
         changed = [key for key in now if saved.get(key) != now[key]]
         if changed:
             return None, f"its {', '.join(changed)} differ from this run's"
