@@ -74,6 +74,7 @@ bench: ## list the benchmarks: what each measures, and its command (add --quick:
 	@echo "  one extrapolation-grid run (training + evaluation), poslab against the write-up    python benchmarks/grid_run.py"
 	@echo "  seconds to the first line of a refused config's message                            python benchmarks/error_latency.py"
 	@echo "  a run killed by SIGKILL and resumed, against an uninterrupted one                  python benchmarks/kill_resume.py"
+	@echo "  one save of the test in progress (a whole Python test's sums): time, size, hash    python benchmarks/evaluation_checkpoint.py"
 	@echo "  time and memory of poslab analyze hrope, 100 against 400 documents                 python benchmarks/hrope_analysis_cost.py"
 	@echo "  peak memory of preparing a corpus, whole against a slice (POSLAB_DATA_DIR)         python benchmarks/prepare_memory.py"
 	@echo "  bytes a token on disk, preparation MB/s, the batch cut (POSLAB_DATA_DIR)           python benchmarks/prepared_data.py"
