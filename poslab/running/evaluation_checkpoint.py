@@ -35,6 +35,8 @@ log = logging.getLogger("poslab")
 
 #: the saved file's layout; another is not resumed
 FORMAT = 1
+#: the datamodule's settings that decide which windows each test batch holds (``LanguageModelDataModule``)
+BATCHING = ("eval_batch_size", "evaluation_settings", "every_way_on_test", "context_length")
 
 
 class EvaluationCheckpoint(L.Callback):
@@ -173,11 +175,15 @@ def fingerprint(trainer: L.Trainer, module: L.LightningModule) -> dict[str, Any]
     for name, tensor in module.model.state_dict().items():
         weights.update(name.encode())
         weights.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    describe = getattr(trainer.datamodule, "describe", None)
+    datamodule = trainer.datamodule
+    describe = getattr(datamodule, "describe", None)
     data = json.dumps(describe() if describe else None, sort_keys=True, default=str)
+    # what cuts the windows into batches: a batch index names the same windows only under the same settings
+    batching = {key: getattr(datamodule, key, None) for key in BATCHING}
     return {
         "weights": weights.hexdigest(),
         "data": hashlib.sha256(data.encode()).hexdigest(),
+        "batching": json.loads(json.dumps(batching, sort_keys=True, default=str)),
         "evaluation": module.evaluation_signature(),
         "world_size": int(trainer.world_size),
         "step": int(trainer.global_step),

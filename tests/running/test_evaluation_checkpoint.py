@@ -102,7 +102,7 @@ def test_a_run_killed_in_its_test_resumes_it_and_ends_as_one_never_stopped(tmp_p
 
 
 @pytest.mark.slow
-def test_a_saved_evaluation_of_other_weights_is_not_resumed(tmp_path):
+def test_a_saved_evaluation_of_other_weights_or_batches_is_not_resumed(tmp_path):
     write_corpus(tmp_path / "corpus", n_documents=80)
     run_dir = tmp_path / "run"
     console = tmp_path / "console.txt"
@@ -111,10 +111,12 @@ def test_a_saved_evaluation_of_other_weights_is_not_resumed(tmp_path):
     state["fingerprint"]["weights"] = "0" * 64  # as if saved by a run trained otherwise
     torch.save(state, run_dir / EVALUATION_FILE)
 
-    resumed = run_train(overrides(tmp_path, run_dir), tmp_path, timeout=600)
+    # and batches cut otherwise (a change a resume allows only on purpose): a batch index would name other windows
+    other_batches = ["task.eval_batch_size=4", "resume_allow_changes=[task.eval_batch_size]"]
+    resumed = run_train([*overrides(tmp_path, run_dir), *other_batches], tmp_path, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     output = resumed.stdout + resumed.stderr
-    assert "is not resumed: its weights differ from this run's; scoring the whole test" in output
+    assert "is not resumed: its weights, batching differ from this run's; scoring the whole test" in output
     assert "test, round selection" in output and "test_resumed" not in results(run_dir)
 
 
