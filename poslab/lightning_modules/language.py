@@ -42,6 +42,7 @@ ways scored there) and its progress while it runs (``poslab.lightning_modules.pr
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
 import time
@@ -327,10 +328,13 @@ class LanguageModelModule(TransformerModule):
             self.progress.advance(f"L{length}", forwards)
 
     def evaluation_signature(self) -> dict[str, Any]:
-        """What the test's sums are sums of: the lengths, the ways at each, the draws and the groups; a saved
-        evaluation state with another signature is not resumed (``poslab.running.evaluation_checkpoint``)."""
+        """What the test's sums are sums of: the lengths, the ways at each, the draws, the groups and the encoding's
+        settings (its test-time rules' among them); a saved evaluation state with another signature is not resumed
+        (``poslab.running.evaluation_checkpoint``)."""
         lengths = {str(n): self.ways(n) for n in self.eval_lengths}
-        return {"lengths": lengths, "draws": self.draws, "groups": self.group_names, "sliding": self.sliding}
+        encoding = json.loads(json.dumps(self.model.encoding.resolved_settings, sort_keys=True, default=str))
+        return {"lengths": lengths, "draws": self.draws, "groups": self.group_names, "sliding": self.sliding,
+                "encoding": encoding}  # fmt: skip
 
     def evaluation_state(self) -> dict[str, Any]:
         """The test so far, on this process: the round, the ways chosen on selection and every length's sums (its
