@@ -65,7 +65,7 @@ def measure(updates: int, rounds: int) -> dict[str, float]:
         saving = EvaluationCheckpoint(folder, EVERY_SECONDS)
         for _ in range(rounds):
             start = time.perf_counter()
-            fingerprint(trainer, module)
+            fingerprint(trainer, module, None)
             hashes.append(time.perf_counter() - start)
             saving.known = None  # each save below hashes again: the first save of a test
             start = time.perf_counter()

@@ -51,6 +51,7 @@ class EvaluationCheckpoint(L.Callback):
         self.saved_at = time.monotonic()
         self.resumed: dict[str, Any] | None = None  # what this process took over (results.json's test_resumed)
         self.known: dict[str, Any] | None = None  # this test's fingerprint: the weights do not change while it runs
+        self.datamodule: Any = None  # the test's data (``resume``'s: the trainer holds it only once a test runs)
 
     def active(self, module: L.LightningModule) -> bool:
         return self.dirpath is not None and self.every_seconds is not None and hasattr(module, "evaluation_state")
@@ -100,7 +101,7 @@ class EvaluationCheckpoint(L.Callback):
     def fingerprint(self, trainer: L.Trainer, module: L.LightningModule) -> dict[str, Any]:
         """``fingerprint``, computed once a test (hashing the weights of a large model takes seconds)."""
         if self.known is None:
-            self.known = fingerprint(trainer, module)
+            self.known = fingerprint(trainer, module, self.datamodule or trainer.datamodule)
         return self.known
 
     def discard(self, trainer: L.Trainer) -> None:
@@ -110,10 +111,10 @@ class EvaluationCheckpoint(L.Callback):
 
     # ---- when the test starts -----------------------------------------------------------------------------------
 
-    def resume(self, trainer: L.Trainer, module: L.LightningModule) -> list[str | None]:
+    def resume(self, trainer: L.Trainer, module: L.LightningModule, datamodule: Any) -> list[str | None]:
         """The rounds an earlier process of this run finished, with the module's sums restored to where it saved
         them (the batches of its current round already scored skipped); none where there is nothing to resume."""
-        self.rounds_done, self.scored, self.known = [], 0, None
+        self.rounds_done, self.scored, self.known, self.datamodule = [], 0, None, datamodule
         if not self.active(module):
             return []
         state, why = self.saved_state(trainer, module)
@@ -168,14 +169,13 @@ def saved_test(checkpoints: Path) -> str | None:
         return f"unreadable ({type(error).__name__})"
 
 
-def fingerprint(trainer: L.Trainer, module: L.LightningModule) -> dict[str, Any]:
+def fingerprint(trainer: L.Trainer, module: L.LightningModule, datamodule: Any) -> dict[str, Any]:
     """What a saved evaluation belongs to: the weights tested, the data and its held-out sample, what the sums are
     sums of, and the processes sharing the batches."""
     weights = hashlib.sha256()
     for name, tensor in module.model.state_dict().items():
         weights.update(name.encode())
         weights.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    datamodule = trainer.datamodule
     describe = getattr(datamodule, "describe", None)
     data = json.dumps(describe() if describe else None, sort_keys=True, default=str)
     # what cuts the windows into batches: a batch index names the same windows only under the same settings

@@ -176,15 +176,18 @@ def test(trainer: L.Trainer, module: L.LightningModule, datamodule: L.LightningD
     on selection documents: two, ``LanguageModelDataModule.test_rounds``; otherwise one), each a ``trainer.test``:
     the module's sums carry over, and each round ends on every DDP rank before the next starts."""
     rounds = getattr(datamodule, "test_rounds", None)
+    names = rounds(bool(getattr(module, "chooses", False))) if rounds else [None]
     saving = evaluation_checkpoint(trainer)  # the test saved as it goes, and resumed where an earlier process left it
-    done = saving.resume(trainer, module) if saving is not None else []
-    for test_round in rounds(bool(getattr(module, "chooses", False))) if rounds else [None]:
+    done = saving.resume(trainer, module, datamodule) if saving is not None else []
+    for index, test_round in enumerate(names):
         if test_round in done:
             continue  # finished by an earlier process: its choice and sums restored
         if test_round is not None:  # the module logs the round's cost and progress (lightning_modules/progress.py)
             module.test_round = datamodule.test_round = test_round
         trainer.test(module, datamodule=datamodule, verbose=False)
-        if saving is not None:
+        # the last round is never saved as done: its end writes the figures, so a process stopped after it (before
+        # results.json) resumes that round with every batch scored and writes them again
+        if saving is not None and index < len(names) - 1:
             saving.round_done(trainer, module, test_round)
     if saving is not None:
         saving.discard(trainer)

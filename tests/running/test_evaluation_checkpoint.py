@@ -138,3 +138,40 @@ def test_a_bad_interval_is_refused_by_name_before_anything_runs(value):
         check_settings(cfg)
     check_settings(compose_config(["task=lag", "callbacks.evaluation_checkpoint.every_seconds=null"]))  # off: fine
     check_settings(compose_config(["task=lag", "~callbacks.evaluation_checkpoint"]))  # none at all: fine
+
+
+def test_a_process_stopped_after_its_last_batch_writes_the_figures_again_from_the_saved_sums(tmp_path, monkeypatch):
+    """The last round is never saved as done: stopped after its last batch (before results.json, before the file is
+    removed), the run resumes that round with every batch scored, scores none again, and reports the same figures."""
+    import lightning as L
+
+    from poslab.running.evaluation_checkpoint import EvaluationCheckpoint
+    from poslab.running.training import test
+    from tests.datamodules.test_local_corpus import text_folder
+    from tests.datamodules.test_whole_held_out import datamodule, quiet_trainer, untrained_rope
+
+    dm = datamodule(text_folder(tmp_path / "text", n=60))
+    whole = untrained_rope(dm)
+    test(quiet_trainer(), whole, dm)
+
+    def trainer_saving() -> L.Trainer:
+        saving = EvaluationCheckpoint(str(tmp_path / "checkpoints"), every_seconds=0)
+        return L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
+                         callbacks=[saving])  # fmt: skip
+
+    stopped = untrained_rope(dm)  # the same weights
+    monkeypatch.setattr(EvaluationCheckpoint, "discard", lambda self, trainer: None)  # stopped before the removal
+    test(trainer_saving(), stopped, dm)
+    monkeypatch.undo()
+    saved = torch.load(tmp_path / "checkpoints" / "evaluation.pt", weights_only=False)
+    assert saved["rounds_done"] == ["selection"] and saved["scored"] > 0  # the last round: saved, not done
+
+    resumed, scored = untrained_rope(dm), []
+    monkeypatch.setattr(resumed, "evaluation_step", lambda batch: scored.append(batch))
+    test(trainer_saving(), resumed, dm)
+    assert scored == []  # every batch was in the saved sums
+    assert resumed.figures.keys() == whole.figures.keys()
+    for length in ("24", "48", "96"):
+        assert resumed.figures[length] == pytest.approx(whole.figures[length], rel=1e-9)
+    assert resumed.held_out["chosen"] == whole.held_out["chosen"]
+    assert not (tmp_path / "checkpoints" / "evaluation.pt").exists()
