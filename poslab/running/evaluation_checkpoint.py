@@ -94,7 +94,7 @@ class EvaluationCheckpoint(L.Callback):
             "module": module.evaluation_state(),
         }
         buffer = io.BytesIO()
-        torch.save(state, buffer)
+        torch.save(state, buffer)  # plain containers and tensors: it loads with weights_only=True, as checkpoints do
         write_atomic(self.path(trainer), buffer.getvalue())
         self.saved_at = time.monotonic()
 
@@ -114,7 +114,7 @@ class EvaluationCheckpoint(L.Callback):
     def resume(self, trainer: L.Trainer, module: L.LightningModule, datamodule: Any) -> list[str | None]:
         """The rounds an earlier process of this run finished, with the module's sums restored to where it saved
         them (the batches of its current round already scored skipped); none where there is nothing to resume."""
-        self.rounds_done, self.scored, self.known, self.datamodule = [], 0, None, datamodule
+        self.rounds_done, self.scored, self.known, self.datamodule, self.resumed = [], 0, None, datamodule, None
         if not self.active(module):
             return []
         state, why = self.saved_state(trainer, module)
@@ -138,7 +138,7 @@ class EvaluationCheckpoint(L.Callback):
         if not path.is_file():
             return None, None
         try:
-            state = torch.load(path, map_location="cpu", weights_only=False)
+            state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as error:  # noqa: BLE001  (a damaged file: the test is scored whole, as without one)
             return None, f"it cannot be read ({type(error).__name__}: {error})"
         if not isinstance(state, dict) or state.get("format") != FORMAT:
@@ -164,7 +164,7 @@ def saved_test(checkpoints: Path) -> str | None:
     if not saved:
         return None
     try:
-        return progress_text(torch.load(saved[0], map_location="cpu", weights_only=False))
+        return progress_text(torch.load(saved[0], map_location="cpu", weights_only=True))
     except Exception as error:  # noqa: BLE001  (a file the run will not resume either: said, not raised)
         return f"unreadable ({type(error).__name__})"
 

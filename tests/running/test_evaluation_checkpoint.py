@@ -54,7 +54,7 @@ def kill_in_round_test(process: subprocess.Popen, console: Path, run_dir: Path) 
         assert process.poll() is None, "the run ended before it was killed:\n" + console.read_text()[-3000:]
         assert time.monotonic() < deadline, console.read_text()[-3000:]
         try:
-            state = torch.load(run_dir / EVALUATION_FILE, map_location="cpu", weights_only=False)
+            state = torch.load(run_dir / EVALUATION_FILE, map_location="cpu", weights_only=True)
         except (FileNotFoundError, EOFError, RuntimeError):
             time.sleep(0.01)
             continue
@@ -163,7 +163,7 @@ def test_a_process_stopped_after_its_last_batch_writes_the_figures_again_from_th
     monkeypatch.setattr(EvaluationCheckpoint, "discard", lambda self, trainer: None)  # stopped before the removal
     test(trainer_saving(), stopped, dm)
     monkeypatch.undo()
-    saved = torch.load(tmp_path / "checkpoints" / "evaluation.pt", weights_only=False)
+    saved = torch.load(tmp_path / "checkpoints" / "evaluation.pt", weights_only=True)
     assert saved["rounds_done"] == ["selection"] and saved["scored"] > 0  # the last round: saved, not done
 
     resumed, scored = untrained_rope(dm), []

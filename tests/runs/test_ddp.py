@@ -113,7 +113,7 @@ def saved_rounds(run_dir, ranks: int) -> list[tuple[list, int]] | None:
     found = []
     for rank in range(ranks):
         try:
-            state = torch.load(run_dir / "checkpoints" / f"evaluation-rank{rank}.pt", weights_only=False)
+            state = torch.load(run_dir / "checkpoints" / f"evaluation-rank{rank}.pt", weights_only=True)
         except (FileNotFoundError, EOFError, RuntimeError):
             return None
         found.append((state["rounds_done"], state["scored"]))
