@@ -141,7 +141,9 @@ def holder_line(directory: Path, width: int = 200) -> str | None:
 
 def latest_command_jobs(sweep: Path) -> str | None:
     """For a multirun's sweep directory (Hydra's ``multirun.yaml`` in it): how many jobs its latest command names and
-    how many of them have no folder yet (not started); None for another directory."""
+    how many of them have no folder yet (not started); None for another directory. The command is expanded with this
+    checkout's configs (its sweeper's parameters): a sweep run from another commit whose experiment sweeps otherwise
+    is counted as this one would run it."""
     import yaml
 
     from poslab.runs.files import MULTIRUN_FILE
