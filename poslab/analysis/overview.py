@@ -26,7 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from poslab.errors import MissingRunError
-from poslab.runs.files import ANALYSIS_DIR, CHECKPOINT_DIR, FAILURE_FILE, LAST_CHECKPOINT, LOCK_FILE, RESULTS_FILE
+from poslab.runs.files import (
+    CHECKPOINT_DIR,
+    FAILURE_FILE,
+    LAST_CHECKPOINT,
+    LOCK_FILE,
+    RESULTS_FILE,
+    directories_holding,
+)
 from poslab.runs.guard import RunDirectoryInUse, RunLock
 from poslab.runs.results import failure_message, run_status
 
@@ -44,14 +51,8 @@ class RunState:
 
 
 def run_directories(directory: Path) -> list[Path]:
-    """The run directories at or below ``directory``, sorted (a run's own subfolders and analyses left out)."""
-    found = set()
-    for mark in RUN_MARKS:
-        for path in directory.rglob(mark):
-            parts = path.relative_to(directory).parts
-            if ANALYSIS_DIR not in parts and not any(p in RUN_MARKS for p in parts[:-1]):
-                found.add(path.parent)
-    return sorted(found)
+    """The run directories at or below ``directory``, sorted (analyses left out: ``directories_holding``)."""
+    return sorted({found for mark in RUN_MARKS for found in directories_holding(directory, mark)})
 
 
 def run_state(run_dir: Path, root: Path, now: float) -> RunState:
