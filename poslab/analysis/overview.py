@@ -33,6 +33,7 @@ from poslab.runs.files import (
     LOCK_FILE,
     RESULTS_FILE,
     directories_holding,
+    saved_test,
 )
 from poslab.runs.guard import RunDirectoryInUse, RunLock
 from poslab.runs.results import failure_message, run_status
@@ -97,8 +98,6 @@ def max_steps(run_dir: Path) -> int | None:
 
 def test_progress(run_dir: Path) -> str:
     """The test saved so far (``checkpoints/evaluation.pt``), or nothing."""
-    from poslab.running.evaluation_checkpoint import saved_test  # torch: only where a run is in progress
-
     saved = saved_test(run_dir / CHECKPOINT_DIR)
     return f"in its test: {saved} saved" if saved else ""
 

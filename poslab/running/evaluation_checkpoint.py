@@ -29,7 +29,7 @@ import lightning as L
 import torch
 
 from poslab.io import write_atomic
-from poslab.runs.files import EVALUATION_STATE
+from poslab.runs.files import evaluation_state_name, saved_test_progress
 
 log = logging.getLogger("poslab")
 
@@ -58,9 +58,7 @@ class EvaluationCheckpoint(L.Callback):
 
     def path(self, trainer: L.Trainer) -> Path:
         assert self.dirpath is not None
-        stem, suffix = EVALUATION_STATE.rsplit(".", 1)
-        name = EVALUATION_STATE if trainer.world_size == 1 else f"{stem}-rank{trainer.global_rank}.{suffix}"
-        return self.dirpath / name
+        return self.dirpath / evaluation_state_name(trainer.global_rank, trainer.world_size)
 
     # ---- while the test runs ----------------------------------------------------------------------------------
 
@@ -129,7 +127,7 @@ class EvaluationCheckpoint(L.Callback):
         self.rounds_done, self.scored = list(state["rounds_done"]), int(state["scored"])
         self.resumed = {"rounds_done": list(self.rounds_done), "batches_scored_earlier": self.scored}
         log.info("test: resuming the evaluation an earlier process of this run saved (%s): %s scored",
-                 self.path(trainer), progress_text(state))  # fmt: skip
+                 self.path(trainer), saved_test_progress(state))  # fmt: skip
         return list(self.rounds_done)
 
     def saved_state(self, trainer: L.Trainer, module: L.LightningModule) -> tuple[dict[str, Any] | None, str | None]:
@@ -148,25 +146,6 @@ class EvaluationCheckpoint(L.Callback):
         if changed:
             return None, f"its {', '.join(changed)} differ from this run's"
         return state, None
-
-
-def progress_text(state: dict[str, Any]) -> str:
-    """How far a saved test got: ``round selection done, 412 batches of round test``."""
-    rounds, current = state["rounds_done"], state["module"]["test_round"]
-    done = f"round {', '.join(map(str, rounds))} done, " if rounds else ""
-    return f"{done}{int(state['scored'])} batches{f' of round {current}' if current else ''}"
-
-
-def saved_test(checkpoints: Path) -> str | None:
-    """How far the test saved in a run's ``checkpoints`` folder got (DDP: rank 0's file), or why it cannot be read;
-    None where none is saved (``poslab runs``)."""
-    saved = sorted(checkpoints.glob(EVALUATION_STATE.replace(".", "*.")))
-    if not saved:
-        return None
-    try:
-        return progress_text(torch.load(saved[0], map_location="cpu", weights_only=True))
-    except Exception as error:  # noqa: BLE001  (a file the run will not resume either: said, not raised)
-        return f"unreadable ({type(error).__name__})"
 
 
 def fingerprint(trainer: L.Trainer, module: L.LightningModule, datamodule: Any) -> dict[str, Any]:

@@ -44,6 +44,40 @@ def directories_holding(directory: str | Path, name: str) -> list[Path]:
     return sorted(found, key=natural_order)
 
 
+def evaluation_state_name(rank: int = 0, world_size: int = 1) -> str:
+    """The file a rank saves the test after training in: ``evaluation.pt`` in one process, ``evaluation-rank<r>.pt``
+    for DDP rank r (every rank saves its own part)."""
+    if world_size == 1:
+        return EVALUATION_STATE
+    stem, suffix = EVALUATION_STATE.rsplit(".", 1)
+    return f"{stem}-rank{rank}.{suffix}"
+
+
+def saved_test(checkpoints: Path) -> str | None:
+    """How far the test saved in a run's ``checkpoints`` folder got (DDP: rank 0's file), or why it cannot be read;
+    None where none is saved (``poslab runs``). Loads torch only where a file is there."""
+    saved = [
+        checkpoints / evaluation_state_name(0, n)
+        for n in (1, 2)
+        if (checkpoints / evaluation_state_name(0, n)).is_file()
+    ]
+    if not saved:
+        return None
+    import torch  # a run in its test: rare, and torch is slow to import for a listing
+
+    try:
+        return saved_test_progress(torch.load(saved[0], map_location="cpu", weights_only=True))
+    except Exception as error:  # noqa: BLE001  (a file the run will not resume either: said, not raised)
+        return f"unreadable ({type(error).__name__})"
+
+
+def saved_test_progress(state: dict[str, Any]) -> str:
+    """How far a saved test got: ``round selection done, 412 batches of round test``."""
+    rounds, current = state["rounds_done"], state["module"]["test_round"]
+    done = f"round {', '.join(map(str, rounds))} done, " if rounds else ""
+    return f"{done}{int(state['scored'])} batches{f' of round {current}' if current else ''}"
+
+
 def natural_order(path: Path) -> list[Any]:
     """Sort key with numbers as numbers: ``seed-2`` before ``seed-10`` (and an older sweep's numbered job folders,
     ``2_seed-0`` before ``10_seed-0``, in job order)."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -28,7 +30,7 @@ def plant(sweep: Path) -> None:
     (sweep / "damaged" / "results.json").write_text("{not json")
     (sweep / "failed").mkdir()
     (sweep / "failed" / "failed.json").write_text(json.dumps({"error": "out of memory at step 3\nTraceback ..."}))
-    for name, steps in (("training", (200, 400)), ("testing", (720,)), ("held", ())):
+    for name, steps in (("training", (200, 400)), ("testing", (720,)), ("ddp_testing", (720,)), ("held", ())):
         (sweep / name / "checkpoints").mkdir(parents=True)
         (sweep / name / ".hydra").mkdir()
         (sweep / name / ".hydra" / "config.yaml").write_text("trainer:\n  max_steps: 720\n")
@@ -36,6 +38,9 @@ def plant(sweep: Path) -> None:
             (sweep / name / "checkpoints" / f"step{step:06d}.ckpt").write_bytes(b"")
     saved = {"rounds_done": ["selection"], "scored": 12, "module": {"test_round": "test"}}
     torch.save(saved, sweep / "testing" / "checkpoints" / "evaluation.pt")
+    for rank, scored in ((1, 30), (0, 7)):  # a DDP run: each rank's own file; rank 0's is shown
+        rank_state = {"rounds_done": [], "scored": scored, "module": {"test_round": "selection"}}
+        torch.save(rank_state, sweep / "ddp_testing" / "checkpoints" / f"evaluation-rank{rank}.pt")
 
 
 def rows(output: str) -> dict[str, tuple[str, str]]:
@@ -66,9 +71,10 @@ def test_each_run_is_shown_in_the_state_its_files_say(tmp_path, capsys):
     assert found["testing"][1].startswith(
         "step 720 of 720 saved; in its test: round selection done, 12 batches of round test saved; last written"
     )
+    assert found["ddp_testing"][1].startswith("step 720 of 720 saved; in its test: 7 batches of round selection saved")
     assert found["held"][0] == "running" and found["held"][1].endswith(f"process {os.getpid()}")
-    assert list(found) == ["held", "testing", "training", "failed", "damaged", "diverged"]  # running first
-    assert "7 runs: 2 in progress, 1 damaged, 1 diverged, 1 failed, 1 finished, 1 running" in output  # most first
+    assert list(found) == ["held", "ddp_testing", "testing", "training", "failed", "damaged", "diverged"]
+    assert "8 runs: 3 in progress, 1 damaged, 1 diverged, 1 failed, 1 finished, 1 running" in output  # most first
     assert f"{sweep}: held by process {os.getpid()} (" in output
 
 
@@ -101,3 +107,19 @@ def test_a_sweep_directory_counts_the_jobs_of_its_latest_command_not_started(tmp
     (sweep / "multirun.yaml").write_text(json.dumps({"hydra": {"overrides": {"task": ["experiment=no_such"]}}}))
     assert main(["runs", str(sweep)]) == 0  # the folders still count; why the jobs do not is said
     assert "1 run: 1 finished; its latest command's jobs not counted (" in capsys.readouterr().out
+
+
+def test_the_listing_loads_neither_lightning_nor_torch_until_a_saved_test_is_read(tmp_path):
+    """``poslab runs`` on a sweep of hundreds of runs answers in about a second: importing Lightning for every run in
+    progress (to look for a saved test) took 9 s of 10 once."""
+    sweep = tmp_path / "sweep"
+    plant(sweep)
+    for saved in sweep.glob("*/checkpoints/evaluation*.pt"):
+        saved.unlink()
+    code = (
+        "import sys; from poslab.analysis.overview import runs_overview; text = runs_overview(sys.argv[1]); "
+        "print(sorted({'lightning', 'torch'} & set(sys.modules)), 'in progress' in text)"
+    )
+    found = subprocess.run([sys.executable, "-c", code, str(sweep)], capture_output=True, text=True, cwd=ROOT)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.split() == ["[]", "True"]
