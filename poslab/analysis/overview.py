@@ -13,19 +13,21 @@ Each run directory below DIR (one holding a ``results.json``, a ``failed.json``,
   last written (a run a live process works on is written every few minutes; one a stopped sweep left is not).
 
 The table lists the runs not finished (``--all``: every run), then the count of each state (for a multirun's sweep
-directory: how many jobs its latest command names, Hydra's ``multirun.yaml``, and how many have no folder yet), and
-the process that holds DIR with its command. Nothing is written.
+directory: how many jobs its latest command names, Hydra's ``multirun.yaml``, how many have no folder yet and the
+work in them, ``time_left``), and the process that holds DIR with its command. Nothing is written.
 """
 
 from __future__ import annotations
 
 import re
+import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from poslab.errors import MissingRunError
+from poslab.io import read_json
 from poslab.runs.files import (
     CHECKPOINT_DIR,
     FAILURE_FILE,
@@ -36,7 +38,7 @@ from poslab.runs.files import (
     saved_test,
 )
 from poslab.runs.guard import RunDirectoryInUse, RunLock
-from poslab.runs.results import failure_message, run_status
+from poslab.runs.results import failure_message, run_status, whole_training_seconds
 
 #: what makes a directory a run directory (any one of them)
 RUN_MARKS = (RESULTS_FILE, FAILURE_FILE, CHECKPOINT_DIR, ".hydra")
@@ -65,7 +67,7 @@ def run_state(run_dir: Path, root: Path, now: float) -> RunState:
         return RunState(name, FAILED, failure_message(run_dir))
     parts = [training_progress(run_dir), test_progress(run_dir)]
     written = last_written(run_dir)
-    parts.append(f"last written {age_text(now - written)} ago" if written else "")
+    parts.append(f"last written {duration_text(now - written)} ago" if written else "")
     holder = held_by(run_dir)
     state = RUNNING if holder else IN_PROGRESS
     parts.append(f"process {holder.get('pid', '?')}" if holder else "")
@@ -102,8 +104,8 @@ def test_progress(run_dir: Path) -> str:
     return f"in its test: {saved} saved" if saved else ""
 
 
-def age_text(seconds: float) -> str:
-    """``40 s``, ``12 min``, ``3.5 h``, ``2 days``: how long ago, coarsely."""
+def duration_text(seconds: float) -> str:
+    """``40 s``, ``12 min``, ``3.5 h``, ``2 days``: a duration, coarsely."""
     if seconds < 60:
         return f"{max(0, round(seconds))} s"
     if seconds < 3600:
@@ -139,11 +141,11 @@ def holder_line(directory: Path, width: int = 200) -> str | None:
     return f"{directory}: held by process {holder.get('pid', '?')} ({command}started {holder.get('started', '?')})"
 
 
-def latest_command_jobs(sweep: Path) -> str | None:
-    """For a multirun's sweep directory (Hydra's ``multirun.yaml`` in it): how many jobs its latest command names and
-    how many of them have no folder yet (not started); None for another directory. The command is expanded with this
-    checkout's configs (its sweeper's parameters): a sweep run from another commit whose experiment sweeps otherwise
-    is counted as this one would run it."""
+def latest_command_jobs(sweep: Path, finished: list[Path]) -> str | None:
+    """For a multirun's sweep directory (Hydra's ``multirun.yaml`` in it): how many jobs its latest command names, how
+    many of them have no folder yet (not started) and the work they hold (``time_left``); None for another directory.
+    The command is expanded with this checkout's configs (its sweeper's parameters): a sweep run from another commit
+    whose experiment sweeps otherwise is counted as this one would run it."""
     import yaml
 
     from poslab.runs.files import MULTIRUN_FILE
@@ -158,8 +160,64 @@ def latest_command_jobs(sweep: Path) -> str | None:
         jobs = job_overrides(task, multirun=True)
     except Exception as error:  # noqa: BLE001  (a sweep of another checkout's configs: the folders still count)
         return f"its latest command's jobs not counted ({type(error).__name__}: {str(error).splitlines()[0][:120]})"
-    missing = sum(not (sweep / job_folder_name(job)).is_dir() for job in jobs)
-    return f"its latest command ({MULTIRUN_FILE}) names {len(jobs)} jobs, {missing} not started"
+    missing = [job for job in jobs if not (sweep / job_folder_name(job)).is_dir()]
+    return f"its latest command ({MULTIRUN_FILE}) names {len(jobs)} jobs, {len(missing)} not started" + time_left(
+        missing, finished
+    )
+
+
+def time_left(missing: list[list[str]], finished: list[Path]) -> str:
+    """``; about 41.2 h of work in them ...``: each job not started at the median seconds (training and test) of the
+    finished runs of the same job at other seeds, else of every finished run (``whole_run_seconds``)."""
+    measured: dict[str, list[float]] = {}
+    for run_dir in finished:
+        if (seconds := whole_run_seconds(run_dir)) is not None and (job := recorded_overrides(run_dir)) is not None:
+            measured.setdefault(seedless(job), []).append(seconds)
+    if not missing or not measured:
+        return ""
+    overall = statistics.median(s for times in measured.values() for s in times)
+    kinds = [seedless(job) for job in missing]
+    unmeasured = sum(kind not in measured for kind in kinds)
+    total = sum(statistics.median(measured[kind]) if kind in measured else overall for kind in kinds)
+    guessed = f"; {unmeasured} with none at the sweep's median" if unmeasured else ""
+    return (
+        f"; about {duration_text(total)} of work in them, one job at a time (each at the median training and test time "
+        f"of its finished runs at other seeds{guessed})"
+    )
+
+
+def seedless(overrides: list[str]) -> str:
+    """A job's name without its seed: the runs that differ only by seed are one kind of job."""
+    from poslab.runs.folders import job_folder_name, override_key
+
+    return job_folder_name([line for line in overrides if override_key(line) != "seed"])
+
+
+def recorded_overrides(run_dir: Path) -> list[str] | None:
+    """The overrides Hydra recorded for a run (``.hydra/overrides.yaml``), None where there are none to read."""
+    import yaml
+
+    try:
+        found = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return [str(line) for line in found] if isinstance(found, list) else None
+
+
+def whole_run_seconds(run_dir: Path) -> float | None:
+    """A finished run's training and test seconds: its training as one process ran it, or, resumed, its steps at its
+    median step's time (``throughput.step_seconds``); None where its test was resumed or a figure is missing."""
+    try:
+        result = read_json(run_dir / RESULTS_FILE)
+    except (OSError, ValueError, RecursionError):
+        return None
+    training, test = whole_training_seconds(result), result.get("test_seconds")
+    if training is None:
+        step, steps = (result.get("throughput") or {}).get("step_seconds"), result.get("steps")
+        training = step * steps if isinstance(step, (int, float)) and isinstance(steps, int) else None
+    if training is None or not isinstance(test, (int, float)) or "test_resumed" in result:
+        return None
+    return training + float(test)
 
 
 def runs_overview(directory: str | Path, every_run: bool = False) -> str:
@@ -169,7 +227,8 @@ def runs_overview(directory: str | Path, every_run: bool = False) -> str:
     if not root.is_dir():
         raise MissingRunError(f"poslab runs {directory}: no such directory; give a run or multirun directory.")
     now = time.time()
-    states = [run_state(run_dir, root, now) for run_dir in run_directories(root)]
+    run_dirs = run_directories(root)
+    states = [run_state(run_dir, root, now) for run_dir in run_dirs]
     if not states:
         raise MissingRunError(
             f"poslab runs {directory}: no run directory below it (none holds {', '.join(RUN_MARKS)}); give a run or "
@@ -183,7 +242,8 @@ def runs_overview(directory: str | Path, every_run: bool = False) -> str:
     counts = Counter(s.state.split(":")[0] for s in states)
     summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     held = holder_line(root)
-    jobs = latest_command_jobs(root)
+    finished = [run_dir for run_dir, s in zip(run_dirs, states) if s.state == FINISHED]
+    jobs = latest_command_jobs(root, finished)
     if jobs is not None:
         summary += f"; {jobs}"
     table = [*lines, ""] if shown else []

@@ -109,6 +109,37 @@ def test_a_sweep_directory_counts_the_jobs_of_its_latest_command_not_started(tmp
     assert "1 run: 1 finished; its latest command's jobs not counted (" in capsys.readouterr().out
 
 
+def test_the_work_left_is_each_job_not_started_at_its_finished_seeds_median(tmp_path, capsys):
+    """rope at seeds 0 and 1 (120 s, 240 s), alibi at seed 0 resumed (its 10 steps at its median step: 500 s, and
+    a 100 s test); not started: rope seed 2 (180 s), alibi seeds 1 and 2 (600 s each), and kerple_log, never run,
+    at every run's median (240 s) x 3: 2,100 s."""
+    from poslab.runs.folders import job_folder_name
+
+    sweep = tmp_path / "sweep"
+    finished = json.loads(FINISHED.read_text()) | {"steps": 10}
+    for job, figures in (
+        (["task=lag", "encoding=rope", "seed=0"], {"train_seconds": 100, "trained_steps": 10, "test_seconds": 20}),
+        (["task=lag", "encoding=rope", "seed=1"], {"train_seconds": 200, "trained_steps": 10, "test_seconds": 40}),
+        (
+            ["task=lag", "encoding=alibi", "seed=0"],
+            {"train_seconds": 30, "trained_steps": 3, "test_seconds": 100, "throughput": {"step_seconds": 50.0}},
+        ),  # fmt: skip
+    ):
+        run_dir = sweep / job_folder_name(job)
+        (run_dir / ".hydra").mkdir(parents=True)
+        (run_dir / ".hydra" / "overrides.yaml").write_text(json.dumps(job))
+        (run_dir / "results.json").write_text(json.dumps(finished | figures))
+    task = ["task=lag", "encoding=rope,alibi,kerple_log", "seed=0,1,2"]
+    (sweep / "multirun.yaml").write_text(json.dumps({"hydra": {"overrides": {"task": task}}}))
+    assert main(["runs", str(sweep)]) == 0
+    expected = (
+        "3 runs: 3 finished; its latest command (multirun.yaml) names 9 jobs, 6 not started; about 35 min of work in "
+        "them, one job at a time (each at the median training and test time of its finished runs at other seeds; "
+        "3 with none at the sweep's median)"
+    )
+    assert expected in capsys.readouterr().out
+
+
 def test_the_listing_loads_neither_lightning_nor_torch_until_a_saved_test_is_read(tmp_path):
     """``poslab runs`` on a sweep of hundreds of runs answers in about a second: importing Lightning for every run in
     progress (to look for a saved test) took 9 s of 10 once."""
