@@ -20,8 +20,9 @@ What is measured (``poslab.lightning_modules.language``; statistics from ``posla
 - **Bits per byte** at each multiple of the training context: the mean over seeds with a 95% Student-t interval,
   and the **ratio to 1x** (per seed, the row's bits per byte over the plain model's at 1x; then over seeds).
 - **Score and ranking**: the mean bits per byte over 2x to 16x (1x is what every encoding was trained at; lower is
-  better), ranks by the seed-mean score with a paired bootstrap interval over seeds (every encoding sees the same
-  data under a seed), and the consecutive places the intervals do not separate.
+  better), ranks by the seed-mean score with ``stats.rank_intervals`` (paired differences, Bonferroni over each
+  row's comparisons) over seeds and held-out documents where every row recorded the same documents, over seeds
+  alone else (a row's ``rank_over``), and the consecutive places the intervals do not separate.
 - **Loss by position**: the plain model's mean loss at each (log-binned) position of the longest evaluation
   length, the mean over seeds.
 - **Passkey retrieval**: the exact-match grid (distance x depth) per encoding, the mean over seeds.
@@ -128,6 +129,15 @@ def with_chosen(result: dict[str, Any], bpb: dict[str, dict[int, float]], train_
     return {**bpb, CHOSEN: test} if test else bpb
 
 
+def plain_test_bpb(run: LengthRun) -> float:
+    """The plain model's bits/byte at 1x on the test documents (``held_out.lengths[<context>].test.plain``): what a
+    'chosen on selection' row's ratio divides by, its own figures being on the test documents; NaN where absent."""
+    lengths = (run.result.get("held_out") or {}).get("lengths") or {}
+    plain = (((lengths.get(str(run.train_length)) or {}).get("test") or {}).get(PLAIN)) or {}
+    value = plain.get("bpb")
+    return float(value) if isinstance(value, (int, float)) else math.nan
+
+
 def extension_of(result: dict[str, Any]) -> tuple[str, int] | None:
     """A context extension's row name suffix and its parent's context (its multiples are the parent's, so that it
     sits beside its parent and the parent's test-time rule); None for any other run."""
@@ -210,9 +220,12 @@ def keep_data_versions_apart(runs: list[LengthRun]) -> list[str]:
 
 
 # ---- the bits-per-byte table ---------------------------------------------------------------------------------------
-def document_sums(run: LengthRun, way: str, length: int) -> tuple[list[float], list[float]] | None:
-    """One run's test documents at ``length`` in ``way``: (loss in bits, bytes) per document, every group's in
-    group order (results.json's ``held_out.documents``); None for a run without them (written before issue 37)."""
+def document_sums(
+    run: LengthRun, way: str, length: int, every_document: bool = False
+) -> tuple[list[float], list[float]] | None:
+    """One run's test documents (``every_document``: the selection ones too, for a way nothing was chosen by) at
+    ``length`` in ``way``: (loss in bits, bytes) per document, every group's in group order (results.json's
+    ``held_out.documents``); None for a run without them (written before issue 37)."""
     documents = (run.result.get("held_out") or {}).get("documents") or {}
     losses: list[float] = []
     sizes: list[float] = []
@@ -222,7 +235,9 @@ def document_sums(run: LengthRun, way: str, length: int) -> tuple[list[float], l
         loss = None if at is None else (at.get("loss") or {}).get(way)
         if loss is None:
             return None
-        test = [not chosen for chosen in group.get("selection") or [0] * len(loss)]
+        test = [every_document or not chosen for chosen in group.get("selection") or [0] * len(loss)]
+        if any(nats is None for nats, keep in zip(loss, test) if keep):
+            return None  # a document this way did not score (a way not chosen, on a test document)
         losses += [nats / math.log(2) for nats, keep in zip(loss, test) if keep]
         sizes += [float(b) for b, keep in zip(at["bytes"], test) if keep]
     return (losses, sizes) if losses and sum(sizes) > 0 else None
@@ -239,6 +254,37 @@ def over_seeds_and_documents(runs: list[LengthRun], way: str, multiple: int) -> 
     return crossed_interval(linearised_ratio(losses, sizes)).as_dict()
 
 
+@dataclass
+class ScoreDocuments:
+    """A row's score by seed and document: per multiple the loss in bits of each (seed, document) and the bytes of
+    each document, every seed the same documents (``rank_rows`` ranks on them, paired, over seeds and documents)."""
+
+    seeds: list[int]
+    losses: dict[int, np.ndarray]  # multiple -> [seeds, documents]
+    sizes: dict[int, tuple[float, ...]]  # multiple -> bytes per document
+
+    def table(self, seeds: list[int]) -> np.ndarray:
+        """``[seeds, documents]``: the score (mean bits/byte over the multiples) of each seed given, linearised
+        (``stats.linearised_ratio``): its mean over documents is each seed's score."""
+        rows = [self.seeds.index(seed) for seed in seeds]
+        tables = [linearised_ratio(self.losses[m][rows], np.array(self.sizes[m])) for m in sorted(self.losses)]
+        return np.mean(tables, axis=0)
+
+
+def score_documents(runs: list[LengthRun], way: str, multiples: list[int]) -> ScoreDocuments | None:
+    """Every held-out document's sums for a ranked row (the plain model or sliding windows: on the whole sample, as
+    its ``figures``) at the score's multiples; None where a seed recorded none or other documents."""
+    if not multiples:
+        return None
+    losses, sizes = {}, {}
+    for m in multiples:
+        tables = [document_sums(r, way, m * r.train_length, every_document=True) for r in runs]
+        if any(t is None for t in tables) or len({tuple(t[1]) for t in tables}) != 1:
+            return None
+        losses[m], sizes[m] = np.array([t[0] for t in tables]), tuple(tables[0][1])
+    return ScoreDocuments([r.seed for r in runs], losses, sizes)
+
+
 def row_multiples(way: str, runs: list[LengthRun]) -> set[int]:
     """The multiples every seed of a row was evaluated at."""
     return set.intersection(*(set(r.bpb.get(way, {})) for r in runs)) if runs else set()
@@ -249,7 +295,7 @@ def row_summary(encoding: str, way: str, runs: list[LengthRun], ranked: list[int
     (the mean over ``ranked``, the multiples every row of the corpus shares)."""
     multiples = sorted({m for r in runs for m in r.bpb.get(way, {})})
     bpb = {m: {r.seed: r.bpb.get(way, {}).get(m, math.nan) for r in runs} for m in multiples}
-    one_x = {r.seed: r.bpb[PLAIN].get(1, math.nan) for r in runs}
+    one_x = {r.seed: (plain_test_bpb(r) if way == CHOSEN else r.bpb[PLAIN].get(1, math.nan)) for r in runs}
     ratio = {m: {s: v / one_x[s] for s, v in seeds.items()} for m, seeds in bpb.items()}
     score = {r.seed: mean(bpb[m][r.seed] for m in ranked) if ranked else math.nan for r in runs}
     strides = {r.stride for r in runs} if way == "sliding" else {None}
@@ -276,13 +322,30 @@ def row_summary(encoding: str, way: str, runs: list[LengthRun], ranked: list[int
     }
 
 
-def rank_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[list[str]]]:
+def document_tables(
+    members: list[dict[str, Any]], per_seed: dict[str, dict[int, float]], documents: dict[str, ScoreDocuments]
+) -> dict[str, np.ndarray] | None:
+    """The rows' scores as seeds x documents tables over the seeds every row has a score for, where every row
+    recorded the same documents; None else (ranked over seeds alone)."""
+    found = [documents.get(row["name"]) for row in members]
+    if not found or any(d is None for d in found) or len({tuple(sorted(d.sizes.items())) for d in found}) != 1:
+        return None
+    seeds = sorted(set.intersection(*({s for s, v in scores.items() if v == v} for scores in per_seed.values())))
+    if not seeds:
+        return None
+    return {row["name"]: d.table(seeds) for row, d in zip(members, found)}
+
+
+def rank_rows(
+    rows: list[dict[str, Any]], documents: dict[str, ScoreDocuments] | None = None
+) -> tuple[list[dict[str, Any]], list[list[str]]]:
     """The rows best first by seed-mean score (lower bits per byte is better; no score last), each with its rank and
     rank interval among the rows of its class (``stride_class``: the plain models; sliding windows of one stride;
     windows of different strides score different contexts and are never ranked together; test-time variants are
     not ranked: None); the groups of consecutive
     places the intervals do not separate. The interval is ``stats.rank_intervals`` over the seeds every row of the
-    class has (paired: they share data under a seed): it always holds the rank."""
+    class has and, where every row recorded the same held-out documents (``documents``, by row name), over those
+    documents too (paired: the rows share the data; ``rank_over`` says which): it always holds the rank."""
     score = {row["name"]: _or_high(row["score"]["mean"]) for row in rows}
     rows = sorted(rows, key=lambda row: (score[row["name"]], row["name"]))
     groups: list[list[str]] = []
@@ -291,7 +354,10 @@ def rank_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[li
     for stride in sorted({stride_class(row) for row in rows} - {None}, key=str):
         members = [row for row in rows if stride_class(row) == stride and math.isfinite(score[row["name"]])]
         per_seed = {row["name"]: {int(s): v for s, v in row["score"]["per_seed"].items()} for row in members}
-        places = rank_intervals(seed_tables(per_seed), higher_is_better=False) if per_seed else {}
+        tables = document_tables(members, per_seed, documents or {})
+        places = rank_intervals(tables or seed_tables(per_seed), higher_is_better=False) if per_seed else {}
+        for row in members:
+            row["rank_over"] = "seeds and documents" if tables else "seeds"
         for row in rows:
             if stride_class(row) == stride:
                 place = places.get(row["name"])
@@ -391,7 +457,12 @@ def corpus_summary(runs: list[LengthRun]) -> dict[str, Any]:
     # the score's multiples: those every row has, so every row's mean covers the same lengths (named in the header)
     shared = set(RANKED).intersection(*(row_multiples(way, members) for _, way, members in row_keys))
     rows = [row_summary(encoding, way, members, sorted(shared)) for encoding, way, members in row_keys]
-    rows, groups = rank_rows(rows)
+    documents = {
+        row["name"]: found
+        for row, (_, way, members) in zip(rows, row_keys)
+        if stride_class(row) is not None and (found := score_documents(members, way, sorted(shared)))
+    }
+    rows, groups = rank_rows(rows, documents)
     extensions = [comparison for run in runs if (comparison := extension_comparison(run, rows))]
     curves = {e: c for e, members in by_encoding.items() if (c := position_curve(members))}
     passkey = {e: p for e, members in by_encoding.items() if (p := passkey_mean(members))}

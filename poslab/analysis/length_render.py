@@ -69,13 +69,26 @@ def place_cell(row: dict[str, Any]) -> str:
     return rank_cell(row["rank"], *interval) if interval else f"{row['rank']}"
 
 
+def rank_note(rows: list[dict[str, Any]]) -> str:
+    """What a rank interval covers, and over what (``length.rank_rows``: a row's ``rank_over``)."""
+    seeds_only = [row["name"] for row in rows if row.get("rank_over") == "seeds"]
+    over = "seeds and held-out documents" if not seeds_only else (
+        f"seeds alone for {', '.join(seeds_only)} (no per-document sums recorded), seeds and documents for the rest"
+        if len(seeds_only) < sum(row.get("rank") is not None for row in rows) else "seeds alone (no per-document sums)"
+    )  # fmt: skip
+    return (
+        f"A rank's interval holds that row's place with 95% confidence (its paired differences with every other row "
+        f"of its class, Bonferroni over them; over {over}); it is not a statement about every place at once."
+    )
+
+
 def bpb_table(corpus: str, summary: dict[str, Any], ranked: list[int]) -> str:
     """Bits per byte by multiple (seed mean [95% t-interval]), the score over the multiples every row shares, and
     the rank with its interval among the rows of the same stride, best first."""
     rows, multiples = summary["rows"], multiples_of(summary["rows"])
     shared = summary.get("score_multiples", ranked)
     score_header = f"score: mean of {', '.join(f'{m}x' for m in shared)}" if shared else "score: no multiple shared"
-    header = ["rank [95% joint]", "encoding", "stride", *multiples, score_header, EFFECTIVE, "seeds"]
+    header = ["rank [95%]", "encoding", "stride", *multiples, score_header, EFFECTIVE, "seeds"]
     table = []
     for row in rows:
         stride = "" if row["way"] != "sliding" else str(row.get("stride"))
@@ -89,7 +102,7 @@ def bpb_table(corpus: str, summary: dict[str, Any], ranked: list[int]) -> str:
     ranks = (
         "Ranks are among the encodings' plain models, and apart among sliding rows of one stride; test-time "
         "variants (log scaling, RoPE's rules) are shown, not ranked (picking the best of them on these figures "
-        f"would be a choice made on test). Not separated by the rank intervals: {shown}."
+        f"would be a choice made on test). Not separated by the rank intervals: {shown}. {rank_note(rows)}"
     )
     if any(row.get("chosen_ways") for row in rows):
         ranks += (

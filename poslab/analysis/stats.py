@@ -133,6 +133,12 @@ class Interval:
     def has_interval(self) -> bool:
         return self.n >= 2 and math.isfinite(self.low) and math.isfinite(self.high)
 
+    @property
+    def degenerate(self) -> bool:
+        """An interval of no width (sd 0: every seed the same value, or one clipped at a bound): no evidence of a
+        narrow spread, so it decides no verdict and separates no places (docs/verdicts.md)."""
+        return self.has_interval and self.low == self.high
+
     def cell(self, digits: int = 3) -> str:
         """``0.684 [0.52, 0.85]`` (bounds one digit shorter than the mean), the mean alone (one seed), ``n/a``, or
         ``1.000 [degenerate: all 3 seeds equal]`` where the interval has no width."""
@@ -140,7 +146,7 @@ class Interval:
             return "n/a"
         if not self.has_interval:
             return f"{self.mean:.{digits}f}"
-        if self.low == self.high:  # sd 0: the seeds agree exactly, which is no evidence of a narrow spread
+        if self.degenerate:
             return f"{self.mean:.{digits}f} [degenerate: all {self.n} seeds equal]"
         bd = max(digits - 1, 0)
         return f"{self.mean:.{digits}f} [{self.low:.{bd}f}, {self.high:.{bd}f}]"
@@ -178,7 +184,7 @@ def direction_verdict(difference: Interval, claimed: int) -> str:
     """The verdict (``VERDICTS``) on a claimed sign of a difference (``claimed``: -1, below 0; +1, above):
     reproduced where the interval lies wholly on the claimed side of 0, contradicted where wholly on the other, not
     resolved where it holds 0, not testable where there is no interval (one seed) or it has no width (degenerate)."""
-    if not difference.has_interval or difference.low == difference.high:
+    if not difference.has_interval or difference.degenerate:
         return "not testable"
     if not difference.excludes(0.0):
         return "not resolved"
@@ -218,10 +224,11 @@ def _seed_ids(scores: Mapping[str, Mapping[int, float]]) -> list[int]:
 
 
 def _shared_seed_ids(scores: Mapping[str, Mapping[int, float]]) -> list[int]:
-    """The seed ids every method has, sorted: what a paired bootstrap may resample. Where methods have different
-    seeds (a sweep still running), resampling the union would give a method with fewer seeds a constant mean, or
-    none (ranked last), in the rounds that draw seeds it lacks."""
-    per_method = [set(per_seed) for per_seed in scores.values()]
+    """The seed ids every method has a figure for (a NaN is no figure: a run that did not score it), sorted: what a
+    paired comparison may use. Where methods have different seeds (a sweep still running), resampling the union
+    would give a method with fewer seeds a constant mean, or none (ranked last), in the rounds that draw seeds it
+    lacks; and a NaN kept in a table would give its method no mean, which no comparison can place."""
+    per_method = [{seed for seed, value in per_seed.items() if value == value} for per_seed in scores.values()]
     return sorted(set.intersection(*per_method)) if per_method else []
 
 
@@ -453,13 +460,14 @@ def bootstrap_mean(values: np.ndarray, weights: np.ndarray) -> Estimate:
 def nested_replicates(
     runs: Sequence[Estimate], replicates: int = 2000, seed: int = 0, document_seed: int = 1
 ) -> np.ndarray | None:
-    """Bootstrap replicates of the seed mean of ``runs`` (one Estimate per seed), hierarchical, seeds first:
-    each replicate draws the seeds with replacement and, for each drawn seed, one of its own replicates over
-    documents (a resample of its documents) -- ``hierarchical_bootstrap`` with each run's document replicates
-    standing in for per-unit values (a fitted statistic such as U* is not a mean of its documents).
-    Two groups drawn with the same ``document_seed`` pick the same document resamples slot by slot (paired by
-    documents when their runs share the documents and the resampling seed, as runs of one corpus do); ``seed``
-    draws the seeds. None when a run has no replicates (read back from JSON) or no run has a value."""
+    """Bootstrap replicates of the seed mean of ``runs`` (one Estimate per seed), seeds and documents crossed:
+    each replicate draws the seeds with replacement and one document resample, the same for every drawn seed (each
+    run's replicate of that index: runs of one corpus read the same documents and resample them with the same
+    seed, so replicate r is the same resample in each) -- each run's document replicates standing in for per-unit
+    values (a fitted statistic such as U* is not a mean of its documents). A resample drawn apart for each seed
+    would treat the seeds' documents as independent and divide the documents' share of the variance by the seeds.
+    Two groups drawn with the same ``document_seed`` pick the same document resamples (paired by documents);
+    ``seed`` draws the seeds. None when a run has no replicates (read back from JSON) or no run has a value."""
     usable = [r for r in runs if math.isfinite(r.value)]
     if not usable or any(len(r.replicates) == 0 for r in usable):
         return None
@@ -467,7 +475,7 @@ def nested_replicates(
     stacked = np.stack([r.replicates[:length] for r in usable])  # [seeds, replicates]
     n = len(usable)
     picked_seeds = np.random.default_rng(seed).integers(0, n, size=(replicates, n))
-    picked_documents = np.random.default_rng(document_seed).integers(0, length, size=(replicates, n))
+    picked_documents = np.random.default_rng(document_seed).integers(0, length, size=(replicates, 1))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a replicate of only nan draws stays nan
         return np.nanmean(stacked[picked_seeds, picked_documents], axis=1)
@@ -502,8 +510,9 @@ class Difference:
 
     @property
     def side(self) -> int:
-        """-1: the interval lies below 0; +1: above 0; 0: not separated (it holds 0) or no interval."""
-        if not self.interval.excludes(0.0):
+        """-1: the interval lies below 0; +1: above 0; 0: not separated (it holds 0), no interval, or one of no
+        width (``Interval.degenerate``)."""
+        if not self.interval.excludes(0.0) or self.interval.degenerate:
             return 0
         return -1 if self.interval.high < 0 else 1
 
@@ -748,12 +757,13 @@ def rank_intervals(
         return {}
     sign = 1.0 if higher_is_better else -1.0
     means = {m: sign * float(np.mean(tables[m])) for m in methods}
+    means = {m: -math.inf if value != value else value for m, value in means.items()}  # no figure: last, as _ranks
     pair_level = 1 - 2 * (1 - level) / max(1, len(methods) - 1)  # the wrong direction is half of each error
     better = {m: 0 for m in methods}  # methods shown better than m
     worse = {m: 0 for m in methods}
     for a, b in combinations(methods, 2):
         difference = crossed_difference(tables[a], tables[b], pair_level).interval
-        if not difference.has_interval:
+        if not difference.has_interval or difference.degenerate:  # a zero-width difference separates nothing
             continue
         low, high = sorted((sign * difference.low, sign * difference.high))
         if low > 0:  # a shown better than b

@@ -24,7 +24,8 @@ What is measured (``poslab.lightning_modules.synthetic``; the statistics are ``p
   at or above 85% of the 1x accuracy, every shorter length too (``poslab.analysis.effective_length``), per seed
   then over seeds with its interval.
 - **Intervals**: mean over seeds with a 95% Student-t interval; where seeds split into two outcomes the per-seed
-  values instead. **Ranks**: within a task by the seed-mean score, with a joint 95% interval from the paired
+  values instead. **Ranks**: within a task by the seed-mean score, with a 95% interval for each encoding's place
+  (not for every place at once) from the paired
   differences over seeds (every encoding sees the same data under a seed; ``stats.rank_intervals``: Bonferroni
   over each encoding's comparisons, so it always holds the rank); overall, the mean rank over the ranked tasks
   with an interval of known coverage (``stats.mean_rank_intervals``: every task's rank interval at once, by
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
@@ -96,11 +98,10 @@ class ZooRun:
         """``way``'s accuracy past the training length at ``multiple`` (1x: over every position)."""
         return self.figure(multiple, way if multiple == 1 else way + PAST)
 
-    @property
-    def score(self) -> float:
-        values = [self.past(m) for m in EXTRAPOLATION if m in self.figures]
-        values = [v for v in values if v == v]
-        return mean(values) if values else math.nan
+    def score(self, multiples: Sequence[int]) -> float:
+        """The mean accuracy past the training length over ``multiples`` (the task's ``score_multiples``): NaN where
+        a figure is missing, never a mean over fewer lengths than the other runs'."""
+        return mean(self.past(m) for m in multiples) if multiples else math.nan
 
     @property
     def effective_length(self) -> float:
@@ -162,6 +163,7 @@ class Row:
     one_x: SeedCell
     past: dict[int, SeedCell]
     score: SeedCell
+    score_multiples: tuple[int, ...]  # what the score averages (``score_multiples``: every run of the task has them)
     scaled: dict[int, SeedCell]
     rules: dict[int, Rule]
     draw_sd: dict[int, float] = field(default_factory=dict)  # randomized positions: mean sd over draws
@@ -197,7 +199,13 @@ def choose_rule(runs: list[ZooRun], multiple: int) -> Rule | None:
     return Rule(best, test, "selection set" if on_selection else "test set")
 
 
-def encoding_row(encoding: str, runs: list[ZooRun]) -> Row:
+def score_multiples(runs: Sequence[ZooRun]) -> tuple[int, ...]:
+    """The multiples of ``EXTRAPOLATION`` every run of a task was evaluated at: the score averages these, the same
+    lengths for every run (a run scored at fewer would otherwise skip its hardest)."""
+    return tuple(m for m in EXTRAPOLATION if all(m in r.figures for r in runs))
+
+
+def encoding_row(encoding: str, runs: list[ZooRun], scored_at: tuple[int, ...]) -> Row:
     multiples = sorted(set.intersection(*(set(r.figures) for r in runs)))
     past = [m for m in multiples if m > 1]
     rules = {m: rule for m in past if (rule := choose_rule(runs, m)) is not None}
@@ -207,7 +215,8 @@ def encoding_row(encoding: str, runs: list[ZooRun]) -> Row:
         runs=runs,
         one_x=cell_of(runs, lambda r: r.past(1)),
         past={m: cell_of(runs, lambda r, m=m: r.past(m)) for m in past},
-        score=cell_of(runs, lambda r: r.score),
+        score=cell_of(runs, lambda r: r.score(scored_at)),
+        score_multiples=scored_at,
         scaled={m: cell_of(runs, lambda r, m=m: r.past(m, "accuracy_log_scaled")) for m in past},
         rules=rules,
         draw_sd={m: v for m, v in draw_sd.items() if v == v},
@@ -221,14 +230,15 @@ def encoding_row(encoding: str, runs: list[ZooRun]) -> Row:
 
 def task_rows(runs: list[ZooRun]) -> list[Row]:
     """The rows of one task's table, best first by the seed-mean score (ties: by 1x), each with its rank (by the
-    mean over the seeds every row has; equal means share the better one), its joint rank interval and its 1x
+    mean over the seeds every row has; equal means share the better one), its rank interval and its 1x
     flag."""
     groups: dict[str, list[ZooRun]] = defaultdict(list)
     for run in runs:
         groups[run.encoding].append(run)
-    rows = [encoding_row(encoding, members) for encoding, members in groups.items()]
+    scored_at = score_multiples(runs)
+    rows = [encoding_row(encoding, members, scored_at) for encoding, members in groups.items()]
     rows.sort(key=lambda r: (-_or_low(r.score.interval.mean), -_or_low(r.one_x.interval.mean)))
-    # the joint rank interval from paired differences over the shared seeds (stats.rank_intervals): it always holds
+    # each row's rank interval from paired differences over the shared seeds (stats.rank_intervals): it always holds
     # the rank, which the percentile bootstrap over 3 seeds did not (issue 37)
     places = rank_intervals(seed_tables({row.encoding: row.score.by_seed for row in rows}))
     best_one_x = max(_or_low(row.one_x.interval.mean) for row in rows)
@@ -409,6 +419,7 @@ def row_summary(row: Row) -> dict[str, Any]:
         "flagged_1x": row.flagged,
         "past_train": {f"{m}x": cell.as_dict() for m, cell in row.past.items()},
         "score": row.score.as_dict(),
+        "score_multiples": list(row.score_multiples),
         "log_scaled_past_train": {f"{m}x": cell.as_dict() for m, cell in row.scaled.items()},
         "rule": {
             f"{m}x": {"variant": rule.variant, "chosen_on": rule.chosen_on, **rule.test.as_dict()}

@@ -10,7 +10,7 @@ from typing import Any
 from poslab.analysis.plotting import constant_note, length_axis, plt
 from poslab.analysis.stats import Interval, rank_cell
 from poslab.analysis.tables import csv_text, markdown_table
-from poslab.analysis.zoo import Ranking, Row, ZooRun, best_baseline
+from poslab.analysis.zoo import Ranking, Row, ZooRun, best_baseline, score_multiples
 
 #: the families of the accuracy figure's columns, by encoding name (the label's first part); others: "other"
 FAMILIES: dict[str, tuple[str, ...]] = {
@@ -53,12 +53,18 @@ def overall_table(ranking: Ranking, n_tasks: int) -> str:
     return "\n".join(lines)
 
 
+def score_header(rows: list[Row]) -> str:
+    """``score (2x, 4x, 8x, past)``: the lengths the task's score averages (``zoo.score_multiples``)."""
+    scored_at = rows[0].score_multiples if rows else ()
+    return f"score ({', '.join(f'{m}x' for m in scored_at) or 'no length past training'}, past)"
+
+
 def task_table(task: str, rows: list[Row], train_length: int, floor: dict[int, dict[str, float]]) -> str:
     """Rank with its interval, 1x (flagged under 0.9 of the best), past-training accuracy at each multiple beside
     the best baseline's, the score; then the baselines and the test-time table."""
     multiples = sorted({m for row in rows for m in row.past})
     header = ["rank [95%]", "encoding", "seeds", f"1x ({train_length})"]
-    header += [f"{m}x ({m * train_length}) past {train_length}" for m in multiples] + ["score (2-8x, past)"]
+    header += [f"{m}x ({m * train_length}) past {train_length}" for m in multiples] + [score_header(rows)]
     header.append("effective length (>= 85% of 1x)")
     table = []
     for row in rows:
@@ -163,8 +169,9 @@ def runs_csv(runs: list[ZooRun]) -> str:
     """One row per run: every figure at every multiple (``<figure>@<m>x``), its steps, time and directory."""
     columns = sorted({(m, key) for r in runs for m, row in r.figures.items() for key in row})
     header = ["task", "encoding", "seed", "train_length", "score", *(f"{key}@{m}x" for m, key in columns)]
+    scored_at = {task: score_multiples([r for r in runs if r.task == task]) for task in {r.task for r in runs}}
     rows = [
-        [r.task, r.encoding, r.seed, r.train_length, _number(r.score),
+        [r.task, r.encoding, r.seed, r.train_length, _number(r.score(scored_at[r.task])),
          *(_number(r.figures.get(m, {}).get(key)) for m, key in columns), r.steps[0], _number(r.train_seconds),
          str(r.path)]
         for r in runs

@@ -232,9 +232,10 @@ def select_documents(group: str, ordinals: np.ndarray, fraction: float, seed: in
     """``[D]`` bool, True for the held-out documents (``ordinals``: their ordinals in the split's order) of the
     selection split: the ``round(fraction x D)`` first in a fixed pseudo-random order (``selection_draw``: a hash of
     ``seed``, the group and the ordinal, so the same documents whatever else the run changes), at least one and at
-    most ``D - 1`` where ``D >= 2`` and ``0 < fraction < 1``; the rest are the test split."""
+    most ``D - 1`` where ``D >= 2`` and ``0 < fraction < 1``; the rest are the test split. A group of one document
+    has no selection split: it is all test, whatever the fraction (docs/evaluation.md)."""
     n = len(ordinals)
-    take = round(fraction * n)
+    take = round(fraction * n) if n >= 2 else 0
     if n >= 2 and 0 < fraction < 1:
         take = min(max(take, 1), n - 1)
     order = sorted(range(n), key=lambda i: (selection_draw(seed, group, int(ordinals[i])), int(ordinals[i])))

@@ -484,8 +484,8 @@ class LanguageModelModule(TransformerModule):
             f"loss{suffix}": float(loss.sum() / tokens.sum()),
             f"bpb{suffix}": float(loss.sum() / math.log(2) / scored_bytes.sum()),
         }
-        if not suffix:  # the sample a report states: the bytes scored (every way scores each token once)
-            row["bytes"] = int(scored_bytes.sum())
+        if not suffix:  # the sample a report states: the bytes scored (each draw adds them once: counted once)
+            row["bytes"] = int(round(float(scored_bytes.sum()) / self.draws))
         if len(self.group_names) > 1:
             for g, name in enumerate(self.group_names):
                 row[f"loss{suffix}[{name}]"] = float(loss[g] / tokens[g])

@@ -129,8 +129,9 @@ def test_4_passkey_rows_keep_their_distances_and_panels_their_own_axis(tmp_path)
 
 def test_5_sliding_rows_have_their_stride_and_are_ranked_apart(tmp_path):
     for seed in (0, 1, 2):
-        planted(tmp_path, "rope", seed, rising(2.5 + 0.01 * seed, 0.1), sliding=rising(1.0, 0.1), stride=64)
-        planted(tmp_path, "alibi", seed, rising(2.0 + 0.01 * seed, 0.0), sliding=rising(1.5, 0.0), stride=64)
+        sliding = {"rope": rising(1.0 + 0.02 * seed, 0.1), "alibi": rising(1.5 - 0.01 * seed, 0.0)}
+        planted(tmp_path, "rope", seed, rising(2.5 + 0.01 * seed, 0.1), sliding=sliding["rope"], stride=64)
+        planted(tmp_path, "alibi", seed, rising(2.0 + 0.013 * seed, 0.0), sliding=sliding["alibi"], stride=64)
     summary = summary_of(tmp_path)
     rows = {row["name"]: row for row in summary["corpora"]["wikitext2"]["rows"]}
     assert rows["rope + sliding"]["stride"] == 64 and rows["rope"]["stride"] is None
@@ -290,3 +291,45 @@ def test_the_way_chosen_on_selection_is_one_row_of_test_figures_and_the_unchosen
     assert chosen["bpb"]["16x"]["mean"] == pytest.approx(np.mean([1.7, 1.8]), rel=1e-9)  # 4 steps of 0.05
     assert "1x" not in chosen["bpb"]  # past the context only
     assert not any("test_linear" in name for name in names)  # scored on selection documents only: no row
+
+
+def test_a_chosen_row_s_ratio_divides_by_the_plain_model_s_1x_on_the_test_documents(tmp_path):
+    """Its figures are on the test documents: its ratio to 1x divides by the plain model's 1x there (1.6, 1.8 by
+    seed), not by the whole sample's (2.0), which holds the selection documents too."""
+    for seed, plain_test in ((0, 1.6), (1, 1.8)):
+        directory = planted(tmp_path, "rope", seed, rising(2.0, 0.3))
+        with_two_rounds(directory, "test_ntk", rising(1.5, 0.05), rule_bpb=0.5)
+        path = directory / "results.json"
+        result = json.loads(path.read_text())
+        result["held_out"]["lengths"] = {"128": {"test": {"plain": {"bpb": plain_test}}}}
+        path.write_text(json.dumps(result))
+    rows = next(iter(summary_of(tmp_path)["corpora"].values()))["rows"]
+    chosen = next(row for row in rows if row["way"] == "chosen on selection")
+    assert chosen["ratio_to_1x"]["16x"]["mean"] == pytest.approx(np.mean([1.7 / 1.6, 1.7 / 1.8]), rel=1e-9)
+    plain = next(row for row in rows if row["way"] == "plain")
+    assert plain["ratio_to_1x"]["16x"]["mean"] == pytest.approx(3.2 / 2.0, rel=1e-9)  # whole sample by whole sample
+
+
+def test_text_ranks_are_over_seeds_and_documents_where_every_row_recorded_them(tmp_path):
+    """b is worse than a by 0.05 bits/byte on the whole text, nearly the same in every seed, but document by
+    document the gap scatters (sd 0.4): the seeds alone separate the two places, the held-out documents do not."""
+    rng = np.random.default_rng(1)
+    sizes = rng.integers(500, 5000, size=12)
+    base = 2.0 + rng.normal(0, 0.3, size=12)  # documents differ in difficulty
+    gap = rng.normal(0, 0.4, size=12)
+    gap += 0.05 - (gap * sizes).sum() / sizes.sum()  # byte-weighted: 0.05 exactly
+    for encoding, shift in (("a", 0.0), ("b", 1.0)):
+        for seed in range(3):
+            rate = base + shift * gap + rng.normal(0, 0.002)
+            bits = [list(rate * sizes * (1 + 0.05 * i)) for i in range(len(LENGTHS))]
+            bpb = {n: float(np.sum(b) / sizes.sum()) for n, b in zip(LENGTHS, bits)}  # the whole sample's figure
+            with_documents(planted(tmp_path / "documents", encoding, seed, bpb), bits, sizes.tolist(), [1, 0] * 6)
+            planted(tmp_path / "seeds", encoding, seed, bpb)
+    by_documents = summary_of(tmp_path / "documents")["corpora"]["wikitext2"]["rows"]
+    by_seeds = summary_of(tmp_path / "seeds")["corpora"]["wikitext2"]["rows"]
+    assert [row["name"] for row in by_documents] == [row["name"] for row in by_seeds] == ["a", "b"]
+    assert {row["rank_over"] for row in by_documents} == {"seeds and documents"}
+    assert {row["rank_over"] for row in by_seeds} == {"seeds"}
+    assert [row["rank_interval"] for row in by_seeds] == [[1, 1], [2, 2]]  # the seeds alone: separated
+    assert [row["rank_interval"] for row in by_documents] == [[1, 2], [1, 2]]  # with the documents: not
+    assert "over seeds and held-out documents" in length_markdown(summary_of(tmp_path / "documents"))

@@ -253,3 +253,22 @@ def test_a_resumed_run_is_left_out_of_the_training_time(tmp_path):
     report = report_zoo(tmp_path)
     assert json.loads(report.files["zoo.json"])["train_seconds"]["rope"] == {"runs": 1, "mean": 50.0, "total": 50.0}
     assert "1 runs trained whole in one process" in report.report
+
+
+def test_the_score_averages_the_lengths_every_run_of_the_task_has_and_says_which():
+    """b was never evaluated at 8x (where a is weakest): a's score and b's both average 2x and 4x, so b does not
+    pass a by skipping its hardest length; the header names the lengths."""
+    from poslab.analysis.zoo import ZooRun, task_rows
+    from poslab.analysis.zoo_render import score_header
+
+    def run(encoding: str, seed: int, past: dict[int, float]) -> ZooRun:
+        figures = {1: {"accuracy": 1.0}} | {m: {"accuracy_past_train": v} for m, v in past.items()}
+        return ZooRun("lag", encoding, seed, 32, True, figures)
+
+    runs = [run("a", s, {2: 0.9 + 0.01 * s, 4: 0.8 + 0.01 * s, 8: 0.1}) for s in range(3)]
+    runs += [run("b", s, {2: 0.7 + 0.02 * s, 4: 0.6 - 0.01 * s}) for s in range(3)]
+    rows = {row.encoding: row for row in task_rows(runs)}
+    assert rows["a"].score.interval.mean == pytest.approx((0.91 + 0.81) / 2)  # 2x and 4x, seed means
+    assert rows["b"].score.interval.mean == pytest.approx((0.72 + 0.59) / 2)
+    assert rows["a"].rank == 1 and rows["b"].rank == 2
+    assert score_header(list(rows.values())) == "score (2x, 4x, past)"

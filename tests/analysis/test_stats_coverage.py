@@ -161,6 +161,32 @@ def test_rank_intervals_over_seeds_alone():
     assert ranks["a"].cell() == "1 [degenerate: every paired comparison separated]"  # said, with its reason
 
 
+def test_a_seed_without_a_figure_is_left_out_never_ranked_first():
+    """A run that scored no figure (NaN: nothing past the training length) once gave its method no mean, which
+    every comparison then ranked first. Now the seeds compared are those every method has a figure for."""
+    scores = {
+        "a": {0: 0.91, 1: 0.90, 2: 0.93},
+        "b": {0: 0.51, 1: 0.50, 2: 0.52},
+        "failed": {0: float("nan"), 1: 0.10, 2: 0.12},
+    }
+    tables = seed_tables(scores)
+    assert all(table.shape == (2, 1) for table in tables.values())  # seeds 1 and 2
+    ranks = rank_intervals(tables)
+    assert [ranks[m].rank for m in ("a", "b", "failed")] == [1, 2, 3]
+    mean_rank = mean_rank_intervals({"task": scores})
+    assert mean_rank["failed"][0] == 3.0 and mean_rank["failed"][1] <= 3.0 <= mean_rank["failed"][2]
+    nothing = {"a": {0: 0.9, 1: 0.8}, "none": {0: float("nan"), 1: float("nan")}}  # no figure in any seed
+    assert mean_rank_intervals({"task": nothing})["none"] == (2.0, 1.0, 2.0)  # last, every place allowed
+
+
+def test_a_difference_of_no_width_separates_no_places():
+    """Every seed the same difference (1.0 against 0.5, a ceiling): an interval of no width is no evidence of a
+    narrow spread (docs/verdicts.md), so it does not order the two."""
+    ranks = rank_intervals(seed_tables({"a": {0: 1.0, 1: 1.0, 2: 1.0}, "b": {0: 0.5, 1: 0.5, 2: 0.5}}))
+    assert (ranks["a"].rank, ranks["a"].low, ranks["a"].high) == (1, 1, 2)
+    assert (ranks["b"].rank, ranks["b"].low, ranks["b"].high) == (2, 1, 2)
+
+
 @pytest.mark.parametrize("df", [1, 2, 3.5, 7, 30, 400])
 @pytest.mark.parametrize("level", [0.5, 0.95, 0.99875])
 def test_t_quantiles_at_any_level_are_students(df, level):

@@ -97,6 +97,8 @@ def test_the_selection_split_is_by_document_disjoint_half_and_stable_under_its_s
     assert not np.array_equal(mask, select_documents("other", ordinals, 0.5, seed=0))
     assert select_documents("main", ordinals, 0.0, seed=0).sum() == 0
     assert select_documents("main", np.array([3, 7]), 0.9, seed=0).sum() == 1  # at least one test document
+    for fraction in (0.5, 0.6, 0.9):  # one document: all test, as the log says, whatever the fraction
+        assert select_documents("main", np.array([3]), fraction, seed=0).sum() == 0
     with pytest.raises(ConfigError, match="task.selection_fraction=1"):
         LanguageModelDataModule("lm", {"name": "x", "groups": {}}, ".", ".", selection_fraction=1)
 

@@ -57,6 +57,25 @@ def test_bits_per_byte_divides_by_the_bytes_of_the_scored_tokens_by_hand():
     assert abs(row["bpb"] - scored_loss / math.log(2) / (5 * 2.5)) > 0.01  # the old rule: the group's mean
 
 
+def test_the_bytes_scored_are_counted_once_whatever_the_draws():
+    """Randomized positions average ``eval_draws`` draws, each scoring every token: the figures' ``bytes`` (the
+    sample a report states) are the bytes scored once, not once a draw (bits per byte sums both over the draws)."""
+    torch.manual_seed(0)
+    rows = {}
+    for draws in (1, 3):
+        encoding = {"name": "randomized_rope", "eval_draws": draws}
+        model = ModelConfig(vocab_size=8, n_outputs=8, n_layers=1, d_model=16, n_heads=2, encoding=encoding)
+        module = LanguageModelModule(model, {"lr": 1e-3}, 16, 16, [16], {"main": 1.0})
+        tokens = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7, 1, 2, 3, 4, 5, 6, 7, 0, 1]])
+        batch = {"tokens": tokens, "group": torch.tensor(0), "sliding": torch.tensor(False),
+                 "scored_from": torch.tensor([0]), "bytes": torch.ones_like(tokens)}  # fmt: skip
+        module.evaluation_step(batch)
+        module.report()
+        rows[draws] = module.figures["16"]
+    assert module.draws == 3
+    assert rows[1]["bytes"] == rows[3]["bytes"] == 16
+
+
 def test_a_batch_without_bytes_takes_its_group_s_mean_and_bytes_give_bits_per_token():
     module = module_for(BYTE_VOCAB, {"main": 1.0}, train_length=8)
     tokens = torch.randint(0, BYTE_VOCAB, (2, 9), generator=torch.Generator().manual_seed(0))

@@ -59,7 +59,7 @@ def by_seed(runs: dict[int, ZooRun], value: Callable[[ZooRun], float]) -> dict[i
 
 
 def score(run: ZooRun) -> float:
-    return run.score
+    return run.score(EXTRAPOLATION)  # every run of these sweeps was evaluated at 2x, 4x and 8x
 
 
 def print_table(header: list[str], rows: list[list[str]]) -> None:
@@ -128,8 +128,8 @@ def paired_rows(cells: Cells, a: str, b: str, tasks: list[str]) -> list[list[str
 def mean_over_tasks(cells: Cells, a: str, b: str, tasks: list[str]) -> list[str]:
     """One more row: per seed, the mean score over the tasks (seeds that both arms ran in every task), paired."""
     seeds = set.intersection(*(set(cells[(t, a)]) & set(cells[(t, b)]) for t in tasks))
-    mean_a = {s: statistics.mean(cells[(t, a)][s].score for t in tasks) for s in sorted(seeds)}
-    mean_b = {s: statistics.mean(cells[(t, b)][s].score for t in tasks) for s in sorted(seeds)}
+    mean_a = {s: statistics.mean(score(cells[(t, a)][s]) for t in tasks) for s in sorted(seeds)}
+    mean_b = {s: statistics.mean(score(cells[(t, b)][s]) for t in tasks) for s in sorted(seeds)}
     return [
         "mean over these tasks",
         str(len(seeds)),

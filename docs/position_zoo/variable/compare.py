@@ -16,7 +16,7 @@ import sys
 from collections import defaultdict
 
 from poslab.analysis.stats import Interval, mean_rank_intervals, rank_cell, welch, welch_difference
-from poslab.analysis.zoo import ZooRun, load_zoo
+from poslab.analysis.zoo import EXTRAPOLATION, ZooRun, load_zoo
 
 
 def by_cell(runs: list[ZooRun]) -> dict[tuple[str, str], list[ZooRun]]:
@@ -36,7 +36,7 @@ def main(fixed_dir: str, variable_dir: str) -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for task, encoding in shared:
         a, b = fixed[(task, encoding)], variable[(task, encoding)]
-        score_a, score_b = [r.score for r in a], [r.score for r in b]
+        score_a, score_b = [r.score(EXTRAPOLATION) for r in a], [r.score(EXTRAPOLATION) for r in b]
         t, df, _ = welch(score_b, score_a)
         cells = [task, encoding, f"{len(a)} / {len(b)}"]
         cells += [Interval.of([r.past(1) for r in runs], (0, 1)).cell() for runs in (a, b)]
@@ -48,7 +48,9 @@ def main(fixed_dir: str, variable_dir: str) -> None:
     for name, cells in (("fixed", fixed), ("variable", variable)):
         print(f"Order by seed-mean score, {name} lengths:")
         for task in tasks:
-            scores = {e: Interval.of([r.score for r in cells[(t, e)]]).mean for t, e in shared if t == task}
+            scores = {
+                e: Interval.of([r.score(EXTRAPOLATION) for r in cells[(t, e)]]).mean for t, e in shared if t == task
+            }
             print(f"- {task}: " + " > ".join(f"{e} {s:.3f}" for e, s in sorted(scores.items(), key=lambda x: -x[1])))
         print()
     print("Overall: mean rank over the shared tasks [95%, every task's rank interval at once]\n")
@@ -56,7 +58,10 @@ def main(fixed_dir: str, variable_dir: str) -> None:
     print("|---|---|---|---|---|")
     orders = []
     for cells in (fixed, variable):
-        per_task = {t: {e: {r.seed: r.score for r in cells[(t, e)]} for tt, e in shared if tt == t} for t in tasks}
+        per_task = {
+            t: {e: {r.seed: r.score(EXTRAPOLATION) for r in cells[(t, e)]} for tt, e in shared if tt == t}
+            for t in tasks
+        }
         ranks = mean_rank_intervals(per_task)
         orders.append(sorted(ranks.items(), key=lambda item: item[1][0]))
     for place, (a, b) in enumerate(zip(*orders), start=1):

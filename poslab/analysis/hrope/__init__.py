@@ -44,7 +44,7 @@ Reported: ``ΔU* = U*(shuffled) - U*`` on the same documents, with a paired boot
 **Over seeds** (``poslab.analysis.hrope.seeds``) the seed is the unit of replication: a figure's interval is
 the Student-t interval over the seed values (``poslab.analysis.stats.Interval``), and comparisons are seed-level
 differences (paired by seed on one corpus, Welch's across corpora). The intervals over documents here serve the
-per-run table, and ``nested_interval`` (seeds, then documents within each seed: a hierarchical bootstrap) a
+per-run table, and ``nested_interval`` (seeds and documents crossed: one document resample for every seed) a
 secondary column: with 3 seeds any bootstrap under-covers the seed scatter.
 
 **Readings of U*** (``u_readings``): the main one above, and four changes for robustness: without ``+log n``,

@@ -6,7 +6,7 @@ as before) and ``hrope_arms.json`` (per arm and corpus, and the comparisons). No
 
 The runs come back as ``RunAnalysis.from_summary``; the figures over seeds that rest on per-seed values alone
 (t-intervals, paired and Welch differences: no random draws) are recomputed from them by
-``poslab.analysis.hrope.seeds``, and the bootstrap over seeds then documents, which needs the document resamples
+``poslab.analysis.hrope.seeds``, and the bootstrap over seeds and documents, which needs the document resamples
 gone after compute, is read from the summary's ``arms``.
 
 Changed in the split: ``hrope_runs.csv`` lines end in ``\n`` (the one CSV writer's), not ``\r\n``.
@@ -63,13 +63,25 @@ def fmt_ci(value: float, ci: tuple[float, float], digits: int = 2) -> str:
     return f"{fmt(value, digits)} [{fmt(ci[0], digits)}, {fmt(ci[1], digits)}]"
 
 
-#: how the report's intervals over seeds are made (printed under the summary table)
-INTERVALS_NOTE = (
-    "Intervals: Student-t over seeds (the seed is the unit of replication; every run of a corpus reads the same "
-    f"held-out documents); seeds that split into two outcomes (a jump over {SPLIT_GAP} in U* or ΔU*) are listed "
-    "one by one. The last two columns: a bootstrap over seeds, then documents within each seed (secondary: with "
-    "3 seeds it under-covers the seed scatter)."
-)
+#: how the secondary bootstrap columns were drawn, by the arms' ``bootstrap_design`` (``seeds.arm_summary``); a
+#: summary written before it was recorded drew one document resample per seed
+BOOTSTRAP_NOTES = {
+    "crossed": "a bootstrap over seeds and documents, crossed (one document resample for every seed of a "
+    "replicate: they read the same documents; secondary: with 3 seeds it under-covers the seed scatter).",
+    None: "a bootstrap over seeds, then documents within each seed (secondary: with 3 seeds it under-covers the "
+    "seed scatter).",
+}
+
+
+def intervals_note(arms: list[dict[str, Any]]) -> str:
+    """How the report's intervals over seeds are made (printed under the summary table)."""
+    designs = {arm.get("bootstrap_design") for arm in arms}
+    design = designs.pop() if len(designs) == 1 else None
+    return (
+        "Intervals: Student-t over seeds (the seed is the unit of replication; every run of a corpus reads the same "
+        f"held-out documents); seeds that split into two outcomes (a jump over {SPLIT_GAP} in U* or ΔU*) are listed "
+        f"one by one. The last two columns: {BOOTSTRAP_NOTES.get(design, BOOTSTRAP_NOTES[None])}"
+    )
 
 
 def interval_cell(interval: Interval, digits: int = 2) -> str:
@@ -143,7 +155,7 @@ def bootstrap_cell(figure: dict[str, Any]) -> str:
 def render_summary(summaries: list[dict[str, Any]]) -> str:
     """Per arm and corpus, seed means with 95% t-intervals over seeds: validation bits/byte, U*, the shuffle test
     (ΔU*, and ΔU* minus RoPE's, paired by seed), the interventions under every reading; last, the secondary
-    bootstrap over seeds then documents for U* and ΔU*. The allocation study's table, from the summary's
+    bootstrap over seeds and documents for U* and ΔU*. The allocation study's table, from the summary's
     ``arms`` (``seeds.arm_summaries``)."""
     header = ["arm", "corpus", "seeds", "val bits/byte", "U*", "ΔU* shuffle", "ΔU* − RoPE's"]
     for reading in INTERVENTION_READINGS:
@@ -358,7 +370,7 @@ def report_text(summary: dict[str, Any], analyses: list[RunAnalysis], figures: t
             "same shuffles of the same documents, paired by seed. Interventions (after minus before): "
             + "; ".join(f"{READING_LABELS[k]}: {v}" for k, v in INTERVENTION_READINGS.items())
             + " (log attention for same pairs, attention mass for the other two). "
-            + INTERVALS_NOTE,
+            + intervals_note(summary["arms"]),
             *([not_applicable] if not_applicable else []),
             "## Comparisons (main reading; A − B over seeds: paired by seed on one corpus, Welch's across corpora)",
             comparison_table(found),

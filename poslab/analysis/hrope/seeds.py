@@ -125,7 +125,7 @@ def bootstrap_list(estimates: list[Estimate]) -> list[float | None]:
 
 def arm_summary(runs: list[RunAnalysis], rope: list[RunAnalysis]) -> dict[str, Any]:
     """One arm on one corpus (``runs``, sorted by seed): every figure over its seeds (``seed_figure``), the
-    secondary seeds-then-documents bootstrap for U* and ΔU*, and ΔU* minus RoPE's, paired by seed."""
+    secondary bootstrap over seeds and documents (crossed) for U* and ΔU*, and ΔU* minus RoPE's, paired by seed."""
     versus = (
         seed_difference(by_seed(runs, shuffle_of("main")), by_seed(rope, shuffle_of("main")), paired=True)
         if rope
@@ -133,6 +133,7 @@ def arm_summary(runs: list[RunAnalysis], rope: list[RunAnalysis]) -> dict[str, A
     )
     return {
         "seeds": [r.seed for r in runs],
+        "bootstrap_design": "crossed",  # seeds and documents (stats.nested_replicates); absent: drawn per seed
         "val_bpb": seed_figure(runs, lambda r: r.facts.val_bpb),
         "U*": seed_figure(runs, depth_of("main"))
         | {"bootstrap_seeds_documents": bootstrap_list([r.main.depth for r in runs])},
@@ -184,6 +185,8 @@ class Claim:
 
     def verdict(self, reading: str = "main") -> str:
         difference = self.differences[reading]
+        if difference.interval.degenerate:
+            return "n/a (degenerate: every seed the same difference)"
         return self.words[difference.side + 1] if difference.interval.has_interval else "n/a (too few seeds)"
 
     def as_dict(self) -> dict[str, Any]:
