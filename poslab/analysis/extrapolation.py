@@ -42,7 +42,7 @@ class GridRun:
     train_length: int
     accuracy: dict[int, float]  # by evaluation length
     past_train: float  # at the longest length, positions past train_length
-    log_scaled: float  # at the longest length, scores x log(L)/log(train_length)
+    log_scaled: float  # at the longest length, each query's scores x max(1, log(t + 1) / log(train_length))
     order: int = 0
     settings: tuple[tuple[str, str], ...] = ()  # what tells it apart from runs of the same task and scheme
     steps: tuple[int | None, int | None] = (None, None)  # (trained, the recipe's): poslab.runs.results

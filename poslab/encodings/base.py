@@ -254,6 +254,12 @@ class PositionEncoding(nn.Module):
     #: buckets). Filled in order before ``validate`` (``fill_length_settings``); a model built with no training
     #: length (a test, a benchmark) takes the longest length as its training length.
     train_length_settings: ClassVar[dict[str, tuple[float, int] | TrainLengthRule]] = {}
+    #: how a context extension (``poslab.running.extension``) treats the settings filled above, beside its default
+    #: (a training-length setting keeps the parent's value, the weights mean what they meant; a length setting grows
+    #: with the new run): ``refilled`` at the extension's own context (an attention mask sized by the training
+    #: length, no weights: xPos's blockwise length), or ``kept`` from the parent although a length setting (a
+    #: distribution the weights were trained on, not a table's size: randomized positions' ``max_position``)
+    extension_settings: ClassVar[dict[str, str]] = {}
     #: settings with a value in the YAML that may also be null, which means something of its own (increments_layer's
     #: ``max_delta: null``: no bound); any other setting takes its YAML default's type
     optional_settings: ClassVar[tuple[str, ...]] = ()

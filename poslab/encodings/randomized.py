@@ -70,6 +70,7 @@ class RandomizedRopeEncoding(RotaryEncoding):
 
     length_settings = ("max_position",)  # null: the paper's 2048, or the run's longest length (a 16x LM evaluation)
     length_floors = {"max_position": 2048}
+    extension_settings = {"max_position": "kept"}  # the positions its parent was trained on (a distribution)
     uses_row_seeds = True  # training draws are a function of (seed, step, global row): DDP-invariant
 
     def __init__(

@@ -104,6 +104,7 @@ class XposEncoding(RotaryEncoding):
     )
 
     train_length_settings = {"blockwise_length": (1.0, 0)}  # null: the training length, the paper's l
+    extension_settings = {"blockwise_length": "refilled"}  # an extension masks past its own context, not its parent's
 
     def __init__(
         self,

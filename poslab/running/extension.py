@@ -379,10 +379,15 @@ def extended_encoding(parent: ParentRun, rule: str, factor: float, context: int)
 
 
 def grown_settings(name: str) -> tuple[str, ...]:
-    """The encoding's settings sized by the longest sequence a run uses (``length_settings``): left to the new run."""
+    """The encoding's settings left to the new run to fill: those sized by the longest sequence it uses
+    (``length_settings``: a learned table grows) but a distribution the weights were trained on, and those an
+    extension fills again at its own context (``extension_settings``)."""
     from poslab.encodings import encoding_class  # torch: only once the parent and the command passed
 
-    return tuple(encoding_class(name).length_settings)
+    cls = encoding_class(name)
+    kept = {key for key, how in cls.extension_settings.items() if how == "kept"}
+    refilled = [key for key, how in cls.extension_settings.items() if how == "refilled"]
+    return (*(key for key in cls.length_settings if key not in kept), *refilled)
 
 
 def extended_task(cfg: DictConfig, parent: ParentRun, context: int, multiples: list[float]) -> dict[str, Any]:

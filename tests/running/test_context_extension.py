@@ -266,3 +266,27 @@ def test_an_unfit_parent_or_setting_is_refused_with_one_sentence_and_nothing_wri
     assert "Traceback" not in done.stderr + done.stdout
     assert snapshot(tmp_path) == before and not (tmp_path / "logs").exists()
     assert snapshot(parents["root"]) == parents_before
+
+
+@pytest.mark.parametrize(
+    ("encoding", "parent_filled", "expected"),
+    [
+        # xPos masks blockwise past the length it trained at: the extension's own context, not its parent's 128
+        ({"name": "xpos", "blockwise_length": None, "scaling": "none"}, {"blockwise_length": 128}, None),
+        # randomized positions: the range its parent was trained on (2048), not one the extension fills again
+        ({"name": "randomized_rope", "max_position": None, "scaling": "none"}, {"max_position": 2048}, 2048),
+        # a learned table grows with the new run; FIRE's threshold keeps the parent's (its weights learned it)
+        ({"name": "learned", "max_positions": None}, {"max_positions": 2048}, None),
+        ({"name": "fire", "threshold": None}, {"threshold": 64}, 64),
+    ],
+)
+def test_an_extension_fills_again_only_what_its_own_context_decides(encoding, parent_filled, expected):
+    from poslab.running.extension import ParentRun, extended_encoding
+
+    setting = next(key for key in parent_filled)
+    parent = ParentRun(
+        Path("parent"),
+        {"encoding_settings": {"name": encoding["name"], **parent_filled}},
+        {"task": {"context_length": 128}, "encoding": encoding},
+    )
+    assert extended_encoding(parent, "none", 1.0, 512)[setting] == expected  # None: filled at the new run's build
