@@ -49,8 +49,11 @@ def swept_setting(task: str, runs: list[FinishedRun]) -> str:
 
 
 def cells(runs: list[FinishedRun]) -> dict[tuple, dict[int, dict[int, float]]]:
-    """(task, encoding, swept setting, figure, length) -> size -> seed -> value."""
+    """(task, encoding, swept setting, figure, length) -> size -> seed -> value; two runs for one place (the same
+    task and encoding at one size and seed, but other settings: MQAR under Zoology's protocol beside the default, S5
+    beside A5) are refused, never one taken for the other."""
     found: dict[tuple, dict[int, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    placed: dict[tuple, Path] = {}
     by_task: dict[str, list[FinishedRun]] = defaultdict(list)
     for run in runs:
         by_task[run.result["task"]].append(run)
@@ -58,6 +61,13 @@ def cells(runs: list[FinishedRun]) -> dict[tuple, dict[int, dict[int, float]]]:
         setting = swept_setting(task, task_runs)
         for run in task_runs:
             result, size = run.result, int(run.result["config"]["model"][setting])
+            place = (task, result["label"], setting, size, int(result["seed"]))
+            if (earlier := placed.setdefault(place, run.path)) != run.path:
+                raise MissingRunError(
+                    f"poslab report smallest: {earlier} and {run.path} are both {task} with encoding "
+                    f"{result['label']} at model.{setting}={size}, seed {result['seed']}, but differ in other "
+                    f"settings (a task.* protocol or group); report each configuration from a directory of its own."
+                )
             for length, row in result["figures"].items():
                 if not length.isdigit():
                     continue

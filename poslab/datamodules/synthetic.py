@@ -788,6 +788,25 @@ def batch_generator(seed: int, index: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + index)
 
 
+def check_disjoint_streams(seed: int, batches: int, eval_seed: int, lengths: Sequence[int]) -> None:
+    """Refuse a run whose training batches would come from the generator seed of one of its evaluation sets: batch
+    i is ``batch_generator(seed, i)``, the test set at length L seed ``eval_seed + L`` and its selection set
+    ``eval_seed + SELECTION_SEED_OFFSET + L``, so a long enough run (seed 0: from batch 12,377 at the default
+    ``eval_seed`` 12345) would train on the very sequences it is tested on."""
+    first = seed * 1_000_003
+    for name, offset in (("test", 0), ("selection", SELECTION_SEED_OFFSET)):
+        for length in lengths:
+            index = eval_seed + offset + length - first
+            if 0 <= index < batches:
+                raise ConfigError(
+                    f"seed={seed} with task.eval_seed={eval_seed}: training batch {index} of the run's {batches} "
+                    f"would be drawn from generator seed {eval_seed + offset + length}, the {name} set's at length "
+                    f"{length}, so the model would train on the sequences it is scored on; allowed: a task.eval_seed "
+                    f"whose sets' seeds lie outside the training batches' {first} .. {first + batches - 1} (e.g. "
+                    f"task.eval_seed={first + batches}), or another seed."
+                )
+
+
 class TrainingBatches(IterableDataset):
     """Endless training batches; this rank's rows of global batch i, for i = start, start + 1, ...
 
@@ -941,6 +960,8 @@ class SyntheticDataModule(L.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         assign_rank(self.train_batches, self.trainer, self.batch_size)
+        trained = int(self.trainer.max_steps) * int(self.trainer.accumulate_grad_batches)
+        check_disjoint_streams(self.train_batches.seed, trained, self.eval_seed, self.eval_lengths)
         if not self.eval_sets:
             self.eval_sets = [EvaluationSet(self.task, self.eval_size, n, self.eval_seed) for n in self.eval_lengths]
             # a second set per length past training, from another seed: test-time rules are chosen on it and

@@ -99,3 +99,18 @@ def test_the_width_and_the_depth_sweep_read_from_one_directory(tmp_path):
     rows = {r["task"]: r for r in smallest_summary(tmp_path)["rows"]}
     assert rows["associative_recall"]["setting"] == "model.d_model" and rows["associative_recall"]["smallest"] == 64
     assert rows["state_tracking"]["setting"] == "model.n_layers" and rows["state_tracking"]["smallest"] == 2
+
+
+def test_two_configurations_at_one_size_and_seed_are_refused_not_merged(tmp_path):
+    """MQAR under Zoology's protocol beside the default sweep, in one directory: one must not overwrite the other."""
+    for protocol in ("default", "zoology"):
+        plant(tmp_path / protocol, "associative_recall", "rope", 0, 32, 2, {32: {"accuracy_pairs4": 0.5}})
+        path = next((tmp_path / protocol).iterdir()) / "results.json"
+        result = json.loads(path.read_text())
+        result["config"]["task"]["protocol"] = protocol
+        path.write_text(json.dumps(result))
+    plant(tmp_path / "default", "associative_recall", "rope", 0, 64, 2, {32: {"accuracy_pairs4": 1.0}})
+    with pytest.raises(
+        MissingRunError, match=r"both associative_recall with encoding rope at model.d_model=32, seed 0"
+    ):
+        smallest_summary(tmp_path)

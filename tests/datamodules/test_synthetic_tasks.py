@@ -330,3 +330,17 @@ def test_the_typed_settings_know_every_task_and_each_tasks_own_settings():
         own = {f.name for f in dataclasses.fields(task)} - {"vocab_size", "k"}  # k: lag's, declared for every task
         declared = {f.name for f in dataclasses.fields(TASK_SCHEMAS[name])} - shared
         assert own == declared, name
+
+
+def test_a_run_long_enough_to_train_on_its_test_sequences_is_refused():
+    """Training batch i comes from generator seed ``seed * 1_000_003 + i``, the test set at length L from
+    ``eval_seed + L``: at seed 0, eval_seed 12345, batch 12,377 would draw the length-32 test set's generator."""
+    from poslab.datamodules.synthetic import batch_generator, check_disjoint_streams
+
+    same = batch_generator(0, 12_377).initial_seed() == torch.Generator().manual_seed(12_345 + 32).initial_seed()
+    assert same  # the collision the check refuses
+    check_disjoint_streams(0, 12_377, 12_345, [32, 64])  # batches 0 .. 12,376: none is an evaluation set's
+    with pytest.raises(ConfigError, match=r"training batch 12377 .* the test set's at length 32"):
+        check_disjoint_streams(0, 20_000, 12_345, [32, 64])
+    with pytest.raises(ConfigError, match=r"the selection set's at length 32.*task.eval_seed=1020003"):
+        check_disjoint_streams(1, 20_000, 12_345, [32])  # seed 1's batches meet the selection sets' seeds
