@@ -18,14 +18,17 @@ from poslab.analysis.tables import markdown_table
 from poslab.analysis.zoo import ZooRun
 from poslab.io import number_or_nan
 
-FIGURE = re.compile(r"^(read_error_pct(?:_ffl[0-9.]+)?|accuracy_pairs(\d+))$")
+#: each also ``..._past_train`` past the training length (the reads or queries past it only; runs from session 45 on:
+#: the figure without it counts every position of the longer sequence, those within the training length too)
+FIGURE = re.compile(r"^(read_error_pct(?:_ffl[0-9.]+)?|accuracy_pairs(\d+))(_past_train)?$")
 #: how each figure reads: its unit and its direction
 MEANING = {"read_error_pct": "read error %, lower is better", "accuracy_pairs": "accuracy, higher is better"}
 
 
 def figure_order(name: str) -> tuple[int, float, str]:
-    """The training mix first, then the mixes by p; pair counts by P."""
-    match = re.search(r"(\d+(?:\.\d+)?)$", name)
+    """The training mix first, then the mixes by p; pair counts by P; each figure's past-training part after it."""
+    base = name.removesuffix("_past_train")
+    match = re.search(r"(\d+(?:\.\d+)?)$", base)
     return (0 if match is None else 1, float(match.group(1)) if match else 0.0, name)
 
 
@@ -74,8 +77,13 @@ def diagnostics_markdown(summary: dict[str, Any]) -> str:
                 cells = [Interval.from_dict(figures[figure][m]) for m in part["multiples"]]
                 seeds = max(cell.n for cell in cells)
                 table.append([encoding, str(seeds), *(cell.cell(digits) if cell.n else "" for cell in cells)])
-            name = figure + (", the training mix" if figure == "read_error_pct" else "")
-            title = f"### {task}: {name} ({meaning}; seed means [95% over seeds]; blank: not evaluated there)"
+            name = figure + (", the training mix" if figure.removesuffix("_past_train") == "read_error_pct" else "")
+            scored = (
+                "the positions past the training length only"
+                if figure.endswith("_past_train")
+                else "every scored position, past 1x those within the training length too"
+            )
+            title = f"### {task}: {name} ({meaning}; {scored}; seed means [95% over seeds]; blank: not evaluated there)"
             parts.append("\n".join([title, "", markdown_table(["encoding", "seeds", *lengths], table)]))
     return "\n\n".join(parts)
 

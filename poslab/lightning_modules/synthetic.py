@@ -130,7 +130,11 @@ class SyntheticTaskModule(TransformerModule):
         self.mixes = task.evaluation_mixes() if task is not None else {}
         # metrics by the mix's place (a module name has no dots)
         self.metrics.update(
-            {self._key(n, f"mix{i}"): accuracy() for n in self.eval_lengths for i in range(len(self.mixes))}
+            {
+                self._key(n, f"mix{i}{part}"): accuracy()
+                for n, part in self.parts()  # past the training length too: the positions a longer length adds
+                for i in range(len(self.mixes))
+            }
         )
         if self.whole_sequence:
             self.metrics.update({self._key(n, "sequence_accuracy"): SequenceAccuracy() for n in self.eval_lengths})
@@ -253,7 +257,11 @@ class SyntheticTaskModule(TransformerModule):
             generator = torch.Generator().manual_seed(mix_seed(length, batch_idx, place))
             tokens, targets = (x.to(device) for x in mix.sample(batch_size, length, generator))
             logits = logits_in_way(self.model, tokens, self.coordinates(tokens), None, self.train_length)
-            self.metrics[self._key(length, f"mix{place}")].update(logits.argmax(-1), targets)
+            predicted = logits.argmax(-1)
+            self.metrics[self._key(length, f"mix{place}")].update(predicted, targets)
+            if length > self.train_length:
+                past = past_training(targets, self.train_length)
+                self.metrics[self._key(length, f"mix{place}{PAST}")].update(predicted, past)
 
     def update_baselines(self, tokens: Tensor, scored: dict[str, Tensor]) -> None:
         """The best-constant counts and the task's trivial rules on this batch of the test set."""
@@ -282,11 +290,16 @@ class SyntheticTaskModule(TransformerModule):
                     collection[key].reset()
             row = self.with_draw_spread(row)
             for place, (name, mix) in enumerate(self.mixes.items()):  # each mix's figures (Task.mix_figures)
-                accuracy = row.pop(f"mix{place}")
-                if length >= mix.min_length:  # a length too short for the mix (16 pairs in 32 tokens) has no figure
-                    row.update(self.task.mix_figures(name, accuracy))
+                for part in ("", PAST):
+                    if f"mix{place}{part}" not in row:
+                        continue
+                    accuracy = row.pop(f"mix{place}{part}")
+                    if length >= mix.min_length:  # too short for the mix (16 pairs in 32 tokens): no figure
+                        row.update({k + part: v for k, v in self.task.mix_figures(name, accuracy).items()})
             if self.task is not None and self.task.name == "flip_flop":  # the training mix's read error %
-                row["read_error_pct"] = 100.0 * (1.0 - row["accuracy"])
+                for part in ("", PAST):
+                    if f"accuracy{part}" in row:
+                        row[f"read_error_pct{part}"] = 100.0 * (1.0 - row[f"accuracy{part}"])
             row["baseline_chance"] = 1.0 / self.model.cfg.n_outputs
             for metric, value in row.items():
                 self.log(f"eval/L{length}/{metric}", value, add_dataloader_idx=False, sync_dist=False)

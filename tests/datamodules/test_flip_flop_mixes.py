@@ -46,3 +46,29 @@ def test_a_tiny_run_reports_read_error_by_mix_and_length(tmp_path):
     again.load_state_dict(module.state_dict())
     fit_quietly(again, datamodule, steps=0).test(again, datamodule=datamodule, verbose=False)
     assert again.figures["64"]["read_error_pct_ffl0.1"] == pytest.approx(module.figures["64"]["read_error_pct_ffl0.1"])
+
+
+def test_past_the_training_length_each_mix_also_scores_only_the_reads_past_it(tmp_path):
+    """At 2x, ``read_error_pct_<mix>`` counts every read of the 64-token sequence, those within the 32 it trained
+    at too; ``..._past_train`` the reads at positions 32..63 only, recomputed here by hand from the same batch."""
+    from poslab.lightning_modules.base import logits_in_way
+    from poslab.lightning_modules.synthetic import mix_seed
+
+    tiny = ["model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.batch_size=8", "task.eval_size=8"]
+    cfg = compose_config(["task=flip_flop", *tiny, "task.eval_batch_size=8", "task.eval_lengths=[32,64]"], tmp_path)
+    datamodule = build_datamodule(cfg)
+    module = build_module(cfg, datamodule)
+    fit_quietly(module, datamodule, steps=2).test(module, datamodule=datamodule, verbose=False)
+    assert "read_error_pct_ffl0.1_past_train" not in module.figures["32"]  # nothing past 1x
+    row = module.figures["64"]
+    assert row["read_error_pct_past_train"] == pytest.approx(100 * (1 - row["accuracy_past_train"]), abs=1e-6)
+    mix = module.mixes["ffl0.1"]
+    tokens, targets = mix.sample(8, 64, torch.Generator().manual_seed(mix_seed(64, 0, 1)))  # place 1, batch 0
+    with torch.no_grad():
+        predicted = logits_in_way(module.model, tokens, None, None, 32).argmax(-1)
+    reads = targets != IGNORE
+    late = reads & (torch.arange(64) >= 32)
+    error = lambda scored: 100.0 * (1 - (predicted[scored] == targets[scored]).float().mean().item())  # noqa: E731
+    assert row["read_error_pct_ffl0.1"] == pytest.approx(error(reads), abs=1e-4)
+    assert row["read_error_pct_ffl0.1_past_train"] == pytest.approx(error(late), abs=1e-4)
+    assert reads.sum() > late.sum() > 0  # two different sets of reads
