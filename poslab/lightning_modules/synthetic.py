@@ -250,7 +250,11 @@ class SyntheticTaskModule(TransformerModule):
             self.progress.advance(self.set_name(length, dataloader_idx), forwards)
 
     def update_mixes(self, length: int, batch_size: int, batch_idx: int, device: torch.device) -> None:
-        """The plain model on a batch of each evaluation mix, drawn from a seed of its own (``mix_seed``)."""
+        """The plain model on a batch of each evaluation mix, drawn from a seed of its own (``mix_seed``): the
+        rank's batch ``batch_idx`` is the run's ``batch_idx x world size + rank``, so DDP ranks draw different
+        batches, together those one process draws."""
+        world, rank = (self.trainer.world_size, self.trainer.global_rank) if self._trainer is not None else (1, 0)
+        batch_idx = batch_idx * world + rank
         for place, mix in enumerate(self.mixes.values()):
             if length < mix.min_length:  # the mix does not fit this length (associative_recall's 4P > length)
                 continue

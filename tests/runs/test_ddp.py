@@ -60,6 +60,22 @@ def test_two_process_ddp_cpu_run_matches_one_process_run_and_writes_one_results_
 
 @pytest.mark.slow
 @pytest.mark.skipif(CORES < 2, reason="trainer=ddp_cpu runs 2 processes: needs 2 CPU cores")
+def test_flip_flop_mixes_under_ddp_are_the_batches_one_process_draws(tmp_path):
+    """Each rank's mix batch b is the run's batch b x 2 + rank: the two ranks draw different batches, together one
+    process's two (before, both drew batch 0). Weights unchanged (lr 0): only the evaluation is compared."""
+    base = ["debug=small", "task=flip_flop", "task.eval_batch_size=8", "task.eval_lengths=[32,64]",
+            "trainer.max_steps=2", "optimizer.lr=0.0", "~callbacks.progress_bar", "~logger", "threads=1"]  # fmt: skip
+    single, ddp, _ = one_and_two_processes(base, tmp_path)
+    a = json.loads((single / "results.json").read_text())["figures"]
+    b = json.loads((ddp / "results.json").read_text())["figures"]
+    mixes = [(n, key) for n, row in a.items() if n.isdigit() for key in row if key.startswith("read_error_pct_ffl")]
+    assert len(mixes) == 6  # two mixes at 32, and at 64 each also past the training length
+    for length, key in mixes:
+        assert abs(a[length][key] - b[length][key]) <= 1e-6, (length, key, a[length][key], b[length][key])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CORES < 2, reason="trainer=ddp_cpu runs 2 processes: needs 2 CPU cores")
 def test_language_model_validation_under_ddp_counts_every_window_once(tmp_path):
     """3 validation windows on 2 ranks: a DistributedSampler would pad rank 1 with a repeated window and the
     reduced loss would differ from one process's; with disjoint shards it is the same (weights unchanged:
