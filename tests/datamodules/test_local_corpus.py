@@ -188,3 +188,20 @@ def test_a_run_names_the_files_it_read_and_says_when_it_trains_on_a_test_split(t
     assert main(["report", "losses", str(tmp_path / "run"), "--output-dir", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert "| trained on a test split (see below) |" in out and f"data: {note}" in out
+
+
+def test_a_segmentation_set_in_the_config_prepares_its_own_cache(tmp_path):
+    """The paragraph and sentence coordinates are in the prepared cache: another corpus.segmentation must not reuse
+    the cache of the first (it once did: the key left the style out)."""
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for i in range(10):  # paragraphs by blank lines, each of two lines
+        (folder / f"n{i}.txt").write_text("".join(f"Line a {p}.\nLine b {p}.\n\n" for p in range(3)))
+    prepared = {}
+    for style in ("blank_lines", "lines"):
+        cfg = compose_config(local(folder, f"corpus.segmentation={style}", tmp_path=tmp_path), tmp_path)
+        (group,) = prepare_corpus(OmegaConf.to_container(cfg.corpus, resolve=True), tmp_path, tmp_path / "cache")
+        prepared[style] = group
+    blank, lines = prepared["blank_lines"], prepared["lines"]
+    assert blank.meta["splits"]["train"]["paragraphs"] * 2 == lines.meta["splits"]["train"]["paragraphs"]
+    assert blank.directory != lines.directory

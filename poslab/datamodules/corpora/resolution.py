@@ -25,7 +25,14 @@ from poslab.datamodules.corpora.documents import (
 )
 from poslab.datamodules.corpora.local import check_local_corpus
 from poslab.datamodules.corpora.provenance import LISTED_FILES, file_sha256, is_test_file, split_of
-from poslab.datamodules.corpora.sources import STDLIB, LocalSource, SourceGroup, format_mismatch, hub_is_offline
+from poslab.datamodules.corpora.sources import (
+    DEFAULT_HUB_SEGMENTATION,
+    STDLIB,
+    LocalSource,
+    SourceGroup,
+    format_mismatch,
+    hub_is_offline,
+)
 from poslab.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -44,11 +51,15 @@ class ResolvedGroup:
     plan: SplitPlan | None = None  # the split of the last pass (documents)
 
     def fingerprint(self) -> list[Any]:
+        # a segmentation style set in the config decides the paragraph and sentence coordinates the cache holds:
+        # in the key (the default, a function of the format, keeps the key it had before it was)
         if self.use_hub:
             hub = self.group.hub
-            return ["hub", hub.path, hub.name, hub.split, hub.field, hub.max_bytes]
+            styled = [] if hub.segmentation == DEFAULT_HUB_SEGMENTATION else [hub.segmentation]
+            return ["hub", hub.path, hub.name, hub.split, hub.field, hub.max_bytes, *styled]
         files = [
             [str(p), p.stat().st_size, p.stat().st_mtime_ns, s.split, s.format, s.field, s.document_start]
+            + ([] if s.segmentation is None else [s.segmentation])
             for s, p in self.files
         ]
         # replace can give other text than strict (which stops instead): its caches are its own; strict's keep

@@ -123,7 +123,10 @@ class HubSource:
     split: str = "train"
     field: str = "text"
     max_bytes: int = 200_000_000  # a stream from the hub is cut here (Wikipedia is tens of GB)
-    segmentation: str = "blank_lines"
+    segmentation: str = "blank_lines"  # DEFAULT_HUB_SEGMENTATION
+
+
+DEFAULT_HUB_SEGMENTATION = HubSource.segmentation
 
 
 @dataclass
