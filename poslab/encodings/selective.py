@@ -16,7 +16,9 @@ As the paper's pseudocode (its Figure 2), per layer::
 scale, as the pseudocode subtracts it from the scaled logits), over NoPE or RoPE (``inner``: the paper's models
 keep their own position encoding; poslab's default is NoPE, so that the term is the only position signal, a named
 choice). The paper's "memory pruning" (dropping masked keys from the context at inference) is not built: the
-figures here are the attention it defines, on full contexts. Tested against a transcription of the pseudocode
+figures here are the attention it defines, on full contexts. The exempt first token is a named deviation too: the
+paper's models begin with a <BOS> (an attention sink); poslab adds none, so the exempt token is whatever byte or
+token opens the window. Tested against a transcription of the pseudocode
 (``tests/encodings/test_selective.py``).
 """
 

@@ -12,8 +12,10 @@ order of the breaking alone: a key far back gets what the keys after it leave.
 
 Computed in log space, as the authors' ``sb_ref`` (shawntan/stickbreaking-attention) and fla's naive reference:
 ``log A = logsigmoid(z) + sum_{j < l < i} logsigmoid(-z[i, l])``, a reversed cumulative sum, in fp32 (fp64 for fp64
-inputs). The authors' models attend to the current token as well (their ``attend_current``): ``attend_current:
-true`` here too; a query at position 0 then has its own key, and never an empty stick. Compared with fla-core
+inputs). ``attend_current: true`` (poslab's default, a named deviation) lets a query break its own key first, so
+a query at position 0 has a key and never an empty stick; the authors' kernel (``sb_attn``) and fla's layer default
+to past keys only (``attend_current: false``, the paper's j < i), which runs as they do. The zoos' reruns ran the
+default (true). Compared with fla-core
 0.6.0's ``naive_stickbreaking_attn`` and a copy of ``sb_ref`` (``tests/encodings/test_stick_breaking.py``).
 """
 

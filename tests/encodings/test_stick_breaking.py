@@ -91,4 +91,4 @@ def test_the_encoding_trains_and_its_weights_are_a_broken_stick():
     with torch.no_grad():
         weights = model(tokens, return_attention=True).attention[0]
     assert torch.all(weights.sum(-1) <= 1 + 1e-6) and torch.all(weights >= 0) and torch.all(weights.triu(1) == 0)
-    assert weights[:, :, 0, 0].min() > 0  # attend_current (the authors'): the first query has its own key
+    assert weights[:, :, 0, 0].min() > 0  # attend_current (poslab's default): the first query has its own key
