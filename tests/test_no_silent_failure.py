@@ -84,6 +84,21 @@ def test_a_change_allowed_on_purpose_resumes(lag_run, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_resume_trains_with_the_optimizer_settings_it_is_given(lag_run, tmp_path):
+    """Optimizer settings may change at a resume (docs/resume.md); Lightning restores the checkpoint's lr, weight
+    decay and schedule base, so they once stayed the old ones, silently. The resumed steps now log the new lr."""
+    import csv
+
+    new = tmp_path / "new"
+    args = [*FAST, *CHECKPOINTS, "encoding=rope", f"ckpt_path={lag_run}", "trainer.max_steps=6"]
+    resumed = run_train([*args, "optimizer.lr=0.0123", f"hydra.run.dir={new}"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    rows = list(csv.DictReader((new / "csv" / "metrics.csv").open()))
+    logged = {int(r["step"]): float(r["train/lr"]) for r in rows if r.get("train/lr")}
+    assert logged and all(lr == pytest.approx(0.0123) for step, lr in logged.items() if step >= 4), logged
+
+
+@pytest.mark.slow
 def test_training_again_into_a_finished_run_stops_and_overwrites_nothing(lag_run, tmp_path):
     before = snapshot(lag_run)
     result = run_train([*FAST, *CHECKPOINTS, "encoding=rope", f"hydra.run.dir={lag_run}"], tmp_path)

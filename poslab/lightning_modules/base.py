@@ -161,6 +161,26 @@ class TransformerModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._rng_states_to_restore = checkpoint.get("rng_states")
 
+    def on_train_start(self) -> None:
+        """The config's optimizer settings over those a restored checkpoint brought back (Lightning restores each
+        group's lr, weight decay, betas and eps and the schedule's base lrs), so a resume with another optimizer
+        setting or schedule length (docs/resume.md: they may change) trains with it from its first step."""
+        cfg, optimizer, scheduler = self.optimizer_config, self.optimizers(), self.lr_schedulers()
+        optimizer = getattr(optimizer, "optimizer", optimizer)  # Lightning's wrapper
+        if not isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
+            return
+        names = self.model.no_weight_decay_parameters()
+        skip = {id(p) for n, p in self.model.named_parameters() if n in names}
+        for group in optimizer.param_groups:
+            group["weight_decay"] = 0.0 if all(id(p) in skip for p in group["params"]) else cfg["weight_decay"]
+            group["eps"] = cfg["eps"]
+            if cfg["betas"] is not None:
+                group["betas"] = tuple(cfg["betas"])
+        scheduler.base_lrs = [float(cfg["lr"])] * len(optimizer.param_groups)
+        for group, base, factor in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas):
+            group["lr"] = base * factor(scheduler.last_epoch)  # the lr the schedule gives this step, as configured
+        scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]  # what get_last_lr() reports
+
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         if self._rng_states_to_restore is not None:
             set_rng_states(self._rng_states_to_restore)

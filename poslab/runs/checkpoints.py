@@ -33,8 +33,10 @@ from poslab.runs.files import AUTO, CHECKPOINT_DIR, LAST_CHECKPOINT, MODEL_FILE
 TRAINING_STATE_KEYS = ("state_dict", "optimizer_states", "lr_schedulers", "loops", "global_step")
 #: where a training checkpoint keeps the resolved config of the run that wrote it (plain values only)
 CONFIG_KEY = "poslab_config"
-#: the sections of a config that define what is trained: a resume must not change them unless told to
-MODEL_DEFINING = ("encoding", "model", "task", "corpus")
+#: the sections of a config that define what is trained: a resume must not change them unless told to (``seed``:
+#: the data stream and the weights' start; a resume under another seed would continue one seed's model on
+#: another's data, and its results.json would count it as the other seed)
+MODEL_DEFINING = ("encoding", "model", "task", "corpus", "seed")
 #: keys of those sections that say where files are, not what is trained (a resume from another directory
 #: resolves them differently), repeat another section (``task.corpus`` is ``corpus``), or say how the model is
 #: computed, not what it is (``model.compile``: the same weights, under the same names; a checkpoint of model/hrope

@@ -58,3 +58,10 @@ def test_task_settings_added_since_the_checkpoint_at_their_defaults_are_no_chang
     varied = compose_config(["encoding=rope", "task=counting", "task.train_lengths=[8,32]"], tmp_path)
     changes = config_changes(saved, OmegaConf.to_container(varied, resolve=True), (), encoding_at_default(varied))
     assert changes == ["task.train_lengths: (not set) → [8, 32]"]
+
+
+def test_a_resume_under_another_seed_is_a_change():
+    saved = {"seed": 0, "encoding": {"name": "rope"}, "optimizer": {"lr": 1e-3}}
+    current = {"seed": 1, "encoding": {"name": "rope"}, "optimizer": {"lr": 5e-4}}  # the optimizer may change
+    assert config_changes(saved, current) == ["seed: 0 → 1"]
+    assert config_changes(saved, current, ["seed"]) == []  # resume_allow_changes=[seed]: on purpose
