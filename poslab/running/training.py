@@ -599,9 +599,11 @@ def run_job_in_own_process(cfg: DictConfig) -> None:
         log.warning("job %d was interrupted (Ctrl-C); resume with: %s", job, resume_command(cfg, multirun=True))
         sys.exit(INTERRUPTED_STATUS)
     if status != 0:
-        message = f"the job's process exited with status {status}; its messages are above and in {output_dir}"
+        killed = f" (killed by signal {-status})" if status < 0 else ""
+        message = f"the job's process exited with status {status}{killed}; its messages are above and in {output_dir}"
         log.error("job %d failed: %s", job, message)
-        write_json_atomic(output_dir / FAILURE_FILE, {"error": message})
+        if not (output_dir / FAILURE_FILE).is_file():  # the job's own record (its error) is the better one
+            write_json_atomic(output_dir / FAILURE_FILE, {"error": message})
 
 
 def _record_failure(cfg: DictConfig, error: BaseException) -> None:

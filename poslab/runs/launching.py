@@ -94,12 +94,22 @@ def gpus_for_job(job: int, devices: Any = 1, gpus: list[str] | None = None) -> l
     return [gpus[(job * d + i) % len(gpus)] for i in range(d)]
 
 
+#: ``POSLAB_SHARED_WORKERS=1``: local_parallel's jobs run inside joblib's worker processes, as before (each job's
+#: imports saved, ~5 s; but a job killed by the kernel, OOM or a signal, takes the whole multirun with it)
+SHARED_WORKERS = "POSLAB_SHARED_WORKERS"
+
+
 def needs_own_process(uses_gpu: bool, world_size: int, launcher_target: str) -> bool:
-    """A local multirun job runs in its own process when it trains on a GPU of several, or with DDP; never
+    """A local multirun job runs in its own process when it trains on a GPU of several, or with DDP, or under
+    local_parallel with jobs at once (joblib: a worker killed mid-job, by the OOM killer or a signal, ends every job
+    of the pool, so each job is a process of its own whose death is its failure alone, unless
+    ``POSLAB_SHARED_WORKERS=1``); never
     inside a job's own process (that would start another), and never under SLURM (submitit starts it)."""
     if os.environ.get(CHILD_MARK) or "submitit" in launcher_target.lower():
         return False
-    return world_size > 1 or (uses_gpu and len(visible_gpus()) > 0)
+    # one job at a time (POSLAB_JOBS=1) runs in this process: a kill there ends the command, as any run's would
+    isolated = "joblib" in launcher_target.lower() and parallel_jobs() > 1 and os.environ.get(SHARED_WORKERS) != "1"
+    return isolated or world_size > 1 or (uses_gpu and len(visible_gpus()) > 0)
 
 
 def run_in_own_process(job: int, overrides: list[str], job_dir: Path, devices: Any) -> int:

@@ -84,3 +84,61 @@ def test_a_multirun_whose_jobs_all_succeed_exits_zero_with_its_summary(tmp_path)
     sweep, result = multirun(tmp_path, "seed=0,1")
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"multirun {sweep}: 2 jobs, 2 success." in result.stdout
+
+
+def processes_with(*parts: str) -> list[int]:
+    """The pids whose command line holds every one of ``parts`` (read from /proc)."""
+    from pathlib import Path
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+        if entry.name.isdigit() and all(part in command for part in parts):
+            found.append(int(entry.name))
+    return found
+
+
+def test_needs_own_process_for_parallel_local_jobs_only(monkeypatch):
+    joblib = "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"
+    monkeypatch.delenv(launching.CHILD_MARK, raising=False)
+    monkeypatch.setenv("POSLAB_JOBS", "2")
+    assert launching.needs_own_process(False, 1, joblib)
+    monkeypatch.setenv(launching.SHARED_WORKERS, "1")  # opted out: inside joblib's workers, as before
+    assert not launching.needs_own_process(False, 1, joblib)
+    monkeypatch.delenv(launching.SHARED_WORKERS)
+    monkeypatch.setenv("POSLAB_JOBS", "1")  # one at a time: in the command's own process
+    assert not launching.needs_own_process(False, 1, joblib)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the job's process in /proc")
+def test_a_job_killed_in_a_parallel_multirun_fails_alone_and_the_others_finish(tmp_path):
+    """local_parallel once ran jobs inside joblib's workers: a worker killed (OOM, a signal) ended every job of the
+    pool. Each job is now a process of its own: killing seed 0's leaves seed 1 to finish, and seed 0 says why."""
+    import signal
+    import time
+
+    from tests.conftest import ROOT, train_environment
+    from tests.script_runs import start_script
+
+    sweep = tmp_path / "sweep"
+    args = ["-m", "hydra/launcher=local_parallel", "task=lag", "debug=small", "seed=0,1", "trainer.max_steps=600",
+            "~callbacks.progress_bar", "threads=1", f"hydra.sweep.dir={sweep}"]  # fmt: skip
+    env = {**train_environment(tmp_path, None, 2), "POSLAB_TEST_EXEC": "1"}
+    process = start_script(ROOT / "train.py", args, tmp_path, env, tmp_path / "console.txt")
+    deadline = time.monotonic() + 120
+    while not (victims := processes_with("hydra.job.num=0", str(sweep))) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert victims, (tmp_path / "console.txt").read_text()[-3000:]
+    time.sleep(3)
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+    process.wait(timeout=600)
+    seed0, seed1 = job_dir(sweep, 0), job_dir(sweep, 1)
+    assert (seed1 / "results.json").is_file(), (tmp_path / "console.txt").read_text()[-3000:]
+    failure = json.loads((seed0 / "failed.json").read_text())["error"]
+    assert "killed by signal 9" in failure
+    assert process.returncode != 0  # the summary says a job failed
