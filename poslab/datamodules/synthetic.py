@@ -960,8 +960,9 @@ class SyntheticDataModule(L.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         assign_rank(self.train_batches, self.trainer, self.batch_size)
-        trained = int(self.trainer.max_steps) * int(self.trainer.accumulate_grad_batches)
-        check_disjoint_streams(self.train_batches.seed, trained, self.eval_seed, self.eval_lengths)
+        if self.trainer is not None:  # the batches it will draw (a datamodule used alone draws as asked)
+            trained = int(self.trainer.max_steps) * int(self.trainer.accumulate_grad_batches)
+            check_disjoint_streams(self.train_batches.seed, trained, self.eval_seed, self.eval_lengths)
         if not self.eval_sets:
             self.eval_sets = [EvaluationSet(self.task, self.eval_size, n, self.eval_seed) for n in self.eval_lengths]
             # a second set per length past training, from another seed: test-time rules are chosen on it and

@@ -294,3 +294,30 @@ def test_a_cache_prepared_with_the_segmentation_before_version_5_is_never_reused
     assert old.directory != new.directory and old.directory.exists()
     with pytest.raises(ConfigError, match="cache version 4, and this poslab reads version 5: delete it"):
         load_prepared(old.directory)
+
+
+def test_documents_of_one_split_key_are_held_out_or_trained_on_whole(tmp_path):
+    """enwiki keeps some articles from two dumps (2016 and 2020 "Algeria"): by document, one version could be held
+    out and the other trained on. With ``split_key: title`` every title is on one side only; without it the same
+    files split by document, as before."""
+    from poslab.datamodules.corpora.resolution import resolve_group
+    from poslab.datamodules.corpora.sources import SourceGroup
+
+    rows = [{"title": f"Article {i % 40}", "text": f"Version {i // 40} of article {i % 40}. " * (5 + i % 7)}
+            for i in range(120)]  # fmt: skip
+    (tmp_path / "wiki").mkdir()
+    (tmp_path / "wiki" / "a.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    titles = [row["title"] for row in rows]
+    sides = {}
+    for key in ("title", None):
+        source = {"pattern": "wiki/*.jsonl", **({"split_key": key} if key else {})}
+        group = resolve_group("fixture", SourceGroup.from_config("main", {"local": [source]}), tmp_path, "strict")
+        plan = group.split_plan(0.2)
+        held = {titles[o] for o in plan.held}
+        trained = {titles[o] for o in range(len(rows)) if o not in plan.held}
+        sides[key] = (held, trained)
+        assert 0.1 < len(plan.held) / len(rows) < 0.3  # about the fraction asked
+    assert sides["title"][0] and not sides["title"][0] & sides["title"][1]  # no title on both sides
+    assert sides[None][0] & sides[None][1]  # by document, some titles are on both
+    with pytest.raises(ConfigError, match="split_key='title' but format='text'"):
+        SourceGroup.from_config("main", {"local": [{"pattern": "x/*.txt", "format": "text", "split_key": "title"}]})

@@ -29,6 +29,17 @@ from poslab.errors import DataError
 def _jsonl_documents(
     path: Path, text_field: str, decode_errors: str, replaced: dict[str, int] | None = None
 ) -> Iterator[str]:
+    yield from (text for text, _ in jsonl_rows(path, text_field, decode_errors, replaced))
+
+
+def jsonl_rows(
+    path: Path,
+    text_field: str,
+    decode_errors: str,
+    replaced: dict[str, int] | None = None,
+    key_field: str | None = None,
+) -> Iterator[tuple[str, str | None]]:
+    """(text, the row's ``key_field`` as a string, or None) for every non-blank document of a JSONL file."""
     for number, line in enumerate(_lines(path, decode_errors, replaced), start=1):
         if not line.strip():
             continue
@@ -52,7 +63,8 @@ def _jsonl_documents(
                 f"point the source's field (corpus.field for corpus=local) at the column holding the text."
             )
         if text.strip():
-            yield text
+            key = row.get(key_field) if key_field is not None else None
+            yield text, None if key is None else str(key)
 
 
 def _lines(path: Path, decode_errors: str, replaced: dict[str, int] | None) -> Iterator[str]:
@@ -147,26 +159,46 @@ class SplitPlan:
     documents: int = 0  # documents the plan chose among (not pinned to a split)
 
 
-def plan_split(group: str, sizes: dict[int, int], fraction: float) -> SplitPlan:
+def split_units(keys: dict[int, str | None]) -> dict[int, list[int]]:
+    """The units of a split: documents with one key (``LocalSource.split_key``) together, under their first
+    ordinal; a document without a key is a unit of its own."""
+    units: dict[int, list[int]] = {}
+    first: dict[str, int] = {}
+    for ordinal in sorted(keys):
+        key = keys[ordinal]
+        unit = ordinal if key is None else first.setdefault(key, ordinal)
+        units.setdefault(unit, []).append(ordinal)
+    return units
+
+
+def plan_split(
+    group: str, sizes: dict[int, int], fraction: float, units: dict[int, list[int]] | None = None
+) -> SplitPlan:
     """Validation documents whose bytes come as near ``fraction`` of the group's as whole documents allow.
 
     Documents are taken in a fixed pseudo-random order (``document_draw``) whenever taking one brings the held-out
     bytes nearer the target, and at least one and at most all but one are held out when there are two or more.
-    One document is split by bytes instead (``SplitPlan.tail_of``; the caller cuts it, as nanoGPT does)."""
+    ``units`` (``split_units``: documents of one split key) are taken or left whole, drawn by their first ordinal;
+    without them (or with fewer than two) every document is its own. One document is split by bytes instead
+    (``SplitPlan.tail_of``; the caller cuts it, as nanoGPT does)."""
     if len(sizes) == 1:
         return SplitPlan("tail", tail_of=next(iter(sizes)), documents=1)
     if not sizes:
         return SplitPlan("documents")
+    if units is None or len(units) < 2:
+        units = {ordinal: [ordinal] for ordinal in sizes}
+    unit_sizes = {unit: sum(sizes[o] for o in members) for unit, members in units.items()}
     target, held, chosen = fraction * sum(sizes.values()), 0, []
-    for ordinal in sorted(sizes, key=lambda o: (document_draw(group, o), o)):
-        if len(chosen) == len(sizes) - 1:
+    for unit in sorted(unit_sizes, key=lambda u: (document_draw(group, u), u)):
+        if len(chosen) == len(unit_sizes) - 1:
             break
-        if abs(held + sizes[ordinal] - target) < abs(held - target):
-            chosen.append(ordinal)
-            held += sizes[ordinal]
-    if not chosen:  # every document alone overshoots the target: the one nearest it
-        chosen = [min(sizes, key=lambda o: (abs(sizes[o] - target), document_draw(group, o)))]
-    return SplitPlan("documents", held=frozenset(chosen), documents=len(sizes))
+        if abs(held + unit_sizes[unit] - target) < abs(held - target):
+            chosen.append(unit)
+            held += unit_sizes[unit]
+    if not chosen:  # every unit alone overshoots the target: the one nearest it
+        chosen = [min(unit_sizes, key=lambda u: (abs(unit_sizes[u] - target), document_draw(group, u)))]
+    documents = frozenset(o for unit in chosen for o in units[unit])
+    return SplitPlan("documents", held=documents, documents=len(sizes))
 
 
 def tail_cut(text: str, fraction: float) -> int:

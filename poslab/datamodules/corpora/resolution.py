@@ -19,8 +19,10 @@ from poslab.datamodules.corpora.documents import (
     SplitPlan,
     hub_documents,
     is_validation,
+    jsonl_rows,
     local_documents,
     plan_split,
+    split_units,
     tail_cut,
 )
 from poslab.datamodules.corpora.local import check_local_corpus
@@ -60,6 +62,7 @@ class ResolvedGroup:
         files = [
             [str(p), p.stat().st_size, p.stat().st_mtime_ns, s.split, s.format, s.field, s.document_start]
             + ([] if s.segmentation is None else [s.segmentation])
+            + ([] if s.split_key is None else [["split_key", s.split_key]])
             for s, p in self.files
         ]
         # replace can give other text than strict (which stops instead): its caches are its own; strict's keep
@@ -92,28 +95,33 @@ class ResolvedGroup:
             out["python_version"] = platform.python_version()
         return out
 
-    def _texts(self) -> Iterator[tuple[str, str, str]]:
-        """(split pin, segmentation style, text) for every document, in a fixed order."""
+    def _texts(self) -> Iterator[tuple[str, str, str, str | None]]:
+        """(split pin, segmentation style, text, split key) for every document, in a fixed order."""
         if self.use_hub:
             hub = self.group.hub
-            yield from (("both", hub.segmentation, text) for text in hub_documents(hub))
+            yield from (("both", hub.segmentation, text, None) for text in hub_documents(hub))
             return
         self.replaced.clear()  # counted afresh on every pass over the files
         self.empty.clear()
         for source, path in self.files:
             style = source.segmentation_style(path)
             count = 0
-            for text in local_documents(source, path, self.decode_errors, self.replaced):
+            if source.split_key is not None:  # checked to be JSONL (SourceGroup.from_config)
+                rows = jsonl_rows(path, source.field, self.decode_errors, self.replaced, source.split_key)
+            else:
+                rows = ((text, None) for text in local_documents(source, path, self.decode_errors, self.replaced))
+            for text, key in rows:
                 count += 1
-                yield source.split, style, text
+                yield source.split, style, text, None if key is None else f"{source.pattern}:{key}"
             if not count:
                 self.empty.append(str(path))
 
-    def _capped(self) -> Iterator[tuple[int, str, str, str]]:
-        """(ordinal, split pin, style, text) up to the group's byte cap (the document that reaches it is the last)."""
+    def _capped(self) -> Iterator[tuple[int, str, str, str, str | None]]:
+        """(ordinal, split pin, style, text, split key) up to the group's byte cap (the document that reaches it is
+        the last)."""
         total, cap = 0, self.group.max_bytes
-        for ordinal, (pin, style, text) in enumerate(self._texts()):
-            yield ordinal, pin, style, text
+        for ordinal, (pin, style, text, key) in enumerate(self._texts()):
+            yield ordinal, pin, style, text, key
             total += byte_length(text)
             if cap is not None and total >= cap:
                 return
@@ -123,8 +131,12 @@ class ResolvedGroup:
         hub's stream keeps the per-document draw."""
         if self.use_hub:
             return SplitPlan("hash")
-        sizes = {ordinal: byte_length(text) for ordinal, pin, _, text in self._capped() if pin == "both"}
-        return plan_split(self.group.name, sizes, validation_fraction)
+        sizes, keys = {}, {}
+        for ordinal, pin, _, text, key in self._capped():
+            if pin == "both":
+                sizes[ordinal], keys[ordinal] = byte_length(text), key
+        units = split_units(keys) if any(key is not None for key in keys.values()) else None
+        return plan_split(self.group.name, sizes, validation_fraction, units)
 
     def documents(self, validation_fraction: float) -> Iterator[CorpusDocument]:
         """Every document of the group with its split, in cache order, up to the group's byte cap (``max_bytes``:
@@ -133,7 +145,7 @@ class ResolvedGroup:
         (training) and its tail (validation, the next ordinal after the group's last)."""
         plan = self.plan = self.split_plan(validation_fraction)
         last = -1
-        for ordinal, pin, style, text in self._capped():
+        for ordinal, pin, style, text, _ in self._capped():
             last = ordinal
             if pin != "both":
                 yield CorpusDocument(pin, ordinal, style, text)

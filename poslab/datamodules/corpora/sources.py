@@ -52,6 +52,9 @@ class LocalSource:
     split: str = "both"  # both: documents split by hash; train / validation: the whole source
     document_start: str | None = None  # text: a regex; a line matching it starts a new document
     segmentation: str | None = None  # paragraph/sentence style (segmentation.STYLES); None: by format
+    # jsonl: a field whose equal values are one unit of the train/held-out split (enwiki's title: an article kept in
+    # several dumps is held out whole or trained on whole, never both); None: each document its own unit
+    split_key: str | None = None
     exclude: list[str] = dataclass_field(default_factory=list)  # directory names (shell patterns) to skip
     include_tests: bool = True  # False: skip test packages (TEST_PACKAGES directories)
     # text in a directory (a pattern ending */*.txt): files without an extension are text too (README, LICENSE,
@@ -149,6 +152,11 @@ class SourceGroup:
                 raise ConfigError(
                     f"corpus source {source.pattern!r} has segmentation={source.segmentation!r}; "
                     f"allowed: {', '.join(STYLES)}."
+                )
+            if source.split_key is not None and source.format not in ("jsonl", "auto"):
+                raise ConfigError(
+                    f"corpus source {source.pattern!r} has split_key={source.split_key!r} but format="
+                    f"{source.format!r}; a split key is a JSONL field: allowed with format jsonl (or auto on .jsonl)."
                 )
             if source.split not in ("both", *SPLITS):
                 raise ConfigError(
