@@ -71,6 +71,9 @@ class BpeTokenizer(Tokenizer):
 
         self.path = path
         self.hf = HFTokenizer.from_file(str(path))
+        # a literal "<|sep|>" in a text is text: never the separator (which the writer appends by id), else the
+        # model would see a false document boundary and bits/byte count its 7 bytes as 1
+        self.hf.encode_special_tokens = True
         self.vocab_size = self.hf.get_vocab_size()
         self.separator = self.hf.token_to_id(BPE_SEPARATOR)
 

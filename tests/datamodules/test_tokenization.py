@@ -42,6 +42,10 @@ def test_bpe_is_trained_on_the_corpus_round_trips_and_is_cached(tmp_path):
     for text in (TEXTS[0], "unseen wörds 😀 and \n\n code()"):
         ids, _ = tokenizer.encode(text)
         assert tokenizer.decode(ids) == text
+    # a literal separator in a text is text (the writer appends the separator by id): no false document boundary,
+    # and its 7 bytes counted as 7
+    ids, _ = tokenizer.encode("a <|sep|> b")
+    assert tokenizer.separator not in ids.tolist() and tokenizer.token_bytes()[ids].sum() == len("a <|sep|> b")
     split = groups[0].splits["train"]
     assert int(split.tokens.max()) < tokenizer.vocab_size
     separators = np.flatnonzero(np.asarray(split.tokens) == tokenizer.separator)
