@@ -392,3 +392,26 @@ def test_results_never_hold_nan(tmp_path):
 
     path = write_json_atomic(tmp_path / "r.json", {"figures": {"val_loss": float("nan"), "x": [1.0, float("inf")]}})
     assert strict_json(path) == {"figures": {"val_loss": None, "x": [1.0, None]}}
+
+
+def test_a_resume_after_skipped_steps_goes_on_from_the_batches_drawn():
+    """A skipped non-finite step draws a batch without a step (manual optimisation counts the steps taken): a resume
+    must go on after every batch drawn, not train the skipped ones again, and keep the skip allowance used."""
+    from poslab.datamodules.synthetic import training_batches_drawn
+    from poslab.running.builders import build_datamodule, build_module
+
+    cfg = compose_config(["debug=small", "optimizer.skip_nonfinite_steps=3"])
+    module = build_module(cfg, build_datamodule(cfg))
+    nan = torch.tensor(float("nan"))
+    module.skip_or_stop(nan)
+    module.skip_or_stop(nan)
+    checkpoint: dict = {}
+    module.on_save_checkpoint(checkpoint)
+    resumed = build_module(cfg, build_datamodule(cfg))
+    resumed.on_load_checkpoint(checkpoint)
+    assert resumed.batches_drawn == 2  # global step 0 + 2 skipped
+    trainer = type("Trainer", (), {"lightning_module": resumed, "global_step": 0})()
+    assert training_batches_drawn(trainer) == 2
+    resumed.skip_or_stop(nan)  # the third of 3 allowed: still skipped, the count went on from the checkpoint
+    with pytest.raises(Exception, match="skipped non-finite steps so far: 3"):
+        resumed.skip_or_stop(nan)

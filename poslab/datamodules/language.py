@@ -46,7 +46,7 @@ from poslab.datamodules.held_out import (
     touches_selection,
 )
 from poslab.datamodules.passkey_phrases import plant_pairs
-from poslab.datamodules.synthetic import assign_rank, batch_generator
+from poslab.datamodules.synthetic import assign_rank, batch_generator, training_batches_drawn
 from poslab.datamodules.tokenization import check_tokenizer
 from poslab.errors import ConfigError
 
@@ -486,7 +486,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         return self.prepare()[0].splits["validation"]
 
     def train_dataloader(self) -> DataLoader:
-        self.train_windows.start = self.trainer.global_step if self.trainer is not None else 0
+        self.train_windows.start = training_batches_drawn(self.trainer)
         return DataLoader(self.train_windows, batch_size=None)
 
     def evaluation_dataloader(self, sliding: bool, sample: str = "test", test_round: str | None = None) -> DataLoader:

@@ -773,6 +773,14 @@ def make_task(name: str, vocab_size: int, **settings: Any) -> Task:
 SyntheticTask = make_task  # its former name, the one ``SyntheticTask(name, vocab_size, k)`` callers use
 
 
+def training_batches_drawn(trainer: L.Trainer | None) -> int:
+    """Where a (resumed) training stream goes on: the batches the module drew so far (``batches_drawn``: its steps
+    and its skipped non-finite ones), 0 without a trainer."""
+    if trainer is None:
+        return 0
+    return int(getattr(trainer.lightning_module, "batches_drawn", trainer.global_step))
+
+
 def assign_rank(batches: IterableDataset, trainer: L.Trainer | None, batch_size: int) -> None:
     """Tell a global-batch dataset which rows are this process's (DDP ranks slice one global batch)."""
     if trainer is None:
@@ -978,7 +986,7 @@ class SyntheticDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         # Batch i depends only on (seed, i): after a resume, continue at the restored step.
-        self.train_batches.start = self.trainer.global_step if self.trainer is not None else 0
+        self.train_batches.start = training_batches_drawn(self.trainer)
         return DataLoader(self.train_batches, batch_size=None)
 
     def test_dataloader(self) -> list[DataLoader]:

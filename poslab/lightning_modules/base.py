@@ -157,9 +157,17 @@ class TransformerModule(L.LightningModule):
     # and a DataLoader iterator draws its base seed from the global torch RNG.
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["rng_states"] = rng_states()
+        checkpoint["nonfinite_steps"] = getattr(self, "_nonfinite_steps", 0)  # skipped: a batch drawn, no step
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._rng_states_to_restore = checkpoint.get("rng_states")
+        self._nonfinite_steps = int(checkpoint.get("nonfinite_steps", 0))
+
+    @property
+    def batches_drawn(self) -> int:
+        """The training batches drawn so far: one a step, and one for each non-finite step skipped (manual
+        optimisation counts only the steps taken), where a resumed data stream goes on."""
+        return int(self.global_step) + getattr(self, "_nonfinite_steps", 0)
 
     def on_train_start(self) -> None:
         """The config's optimizer settings over those a restored checkpoint brought back (Lightning restores each
