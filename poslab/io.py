@@ -6,6 +6,7 @@ import json
 import math
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,21 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
 
 
 def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
+    """The process's umask, read without setting it where the kernel says it (``/proc/self/status``: setting and
+    restoring it, the only portable way, leaves a moment in which another thread creates files with umask 0)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    with _UMASK_LOCK:
+        mask = os.umask(0)
+        os.umask(mask)
     return mask
+
+
+_UMASK_LOCK = threading.Lock()
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:

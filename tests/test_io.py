@@ -46,3 +46,15 @@ def test_a_number_written_as_null_reads_back_as_nan_and_a_finite_one_unchanged(t
     assert saved == {"mean": None, "low": None, "high": 2.5}  # strict JSON: no NaN, no Infinity
     assert math.isnan(number_or_nan(saved["mean"])) and math.isnan(number_or_nan(saved["low"]))
     assert number_or_nan(saved["high"]) == 2.5 and isinstance(number_or_nan(3), float)
+
+
+def test_reading_the_umask_never_changes_it():
+    """Setting the umask to read it (os.umask's only way) leaves a moment where another thread's files get umask 0;
+    the umask is read from /proc where there is one."""
+    from poslab.io import _umask
+
+    old = os.umask(0o027)
+    try:
+        assert _umask() == 0o027 and os.umask(0o027) == 0o027  # read, and still what it was
+    finally:
+        os.umask(old)
