@@ -602,8 +602,21 @@ def run_job_in_own_process(cfg: DictConfig) -> None:
         killed = f" (killed by signal {-status})" if status < 0 else ""
         message = f"the job's process exited with status {status}{killed}; its messages are above and in {output_dir}"
         log.error("job %d failed: %s", job, message)
-        if not (output_dir / FAILURE_FILE).is_file():  # the job's own record (its error) is the better one
+        if not (output_dir / FAILURE_FILE).is_file() and not held_by_another(output_dir):
+            # the job's own record (its error) is the better one; a directory another process holds (the job was
+            # refused for it) is not this job's to write into
             write_json_atomic(output_dir / FAILURE_FILE, {"error": message})
+
+
+def held_by_another(directory: Path) -> bool:
+    """Whether a live process holds ``directory``'s run lock now."""
+    from poslab.runs.guard import RunLock
+
+    try:
+        RunLock(directory).check_free()
+    except RunDirectoryInUse:
+        return True
+    return False
 
 
 def _record_failure(cfg: DictConfig, error: BaseException) -> None:

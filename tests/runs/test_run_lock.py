@@ -182,3 +182,17 @@ def test_a_multirun_into_a_sweep_directory_another_multirun_holds_stops(tmp_path
     assert result.returncode == 2, result.stderr[-3000:]
     assert f"process {holder.pid}" in result.stderr
     assert [p.name for p in sweep.iterdir()] == [LOCK_FILE]  # no job folder, no multirun.yaml
+
+
+def test_a_job_s_parent_writes_no_failure_into_a_directory_another_process_holds(tmp_path):
+    """A job run in its own process and refused for a directory in use exits 2; its parent must then leave that
+    directory alone (no failed.json): it is the holder's."""
+    from poslab.running.training import held_by_another
+    from poslab.runs.guard import RunLock
+
+    lock = RunLock(tmp_path).acquire()
+    try:
+        assert held_by_another(tmp_path)
+    finally:
+        lock.release()
+    assert not held_by_another(tmp_path)
