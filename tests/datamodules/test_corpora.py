@@ -125,6 +125,14 @@ def test_cache_is_reused_when_nothing_changes_and_rebuilt_when_a_setting_or_file
     grown = prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")[0]
     assert grown.directory not in (first, changed.directory)
     assert grown.meta["splits"]["train"]["documents"] + grown.meta["splits"]["validation"]["documents"] == 61
+    # an edit that keeps the file's size and puts its mtime back (cp -p, touch -r) is still another text
+    path = tmp_path / "data" / "en" / "docs.jsonl"
+    stat, data = path.stat(), path.read_bytes()
+    path.write_bytes(data.replace(b"one more document", b"one more DOCUMENT"))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    edited = prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")[0]
+    assert edited.directory != grown.directory
+    assert edited.meta["source_files"] != grown.meta["source_files"]  # the sources' sha256 is the new text's
 
 
 def _prepare_in_process(args: tuple[dict, str, str]) -> str:

@@ -60,7 +60,10 @@ class ResolvedGroup:
             styled = [] if hub.segmentation == DEFAULT_HUB_SEGMENTATION else [hub.segmentation]
             return ["hub", hub.path, hub.name, hub.split, hub.field, hub.max_bytes, *styled]
         files = [
-            [str(p), p.stat().st_size, p.stat().st_mtime_ns, s.split, s.format, s.field, s.document_start]
+            # ctime too: an edit that keeps a file's size and mtime (cp -p, touch -r) still moves its ctime, which
+            # no user call sets, so the cache (and the sources' sha256 it recorded) is never reused for other text
+            [str(p), p.stat().st_size, p.stat().st_mtime_ns, p.stat().st_ctime_ns, s.split, s.format, s.field]
+            + [s.document_start]
             + ([] if s.segmentation is None else [s.segmentation])
             + ([] if s.split_key is None else [["split_key", s.split_key]])
             for s, p in self.files
