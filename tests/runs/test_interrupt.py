@@ -17,9 +17,10 @@ import torch
 
 from tests.conftest import compose_config, run_train, start_train
 
-#: a tiny run that would go on for long: it is stopped by the test
-ARGS = ["task=lag", "encoding=rope", "trainer.max_steps=100000", "callbacks.checkpoint.every_n_train_steps=10",
-        "threads=1", "~logger"]  # fmt: skip
+#: a tiny run that would go on for long: it is stopped by the test (its evaluation sets from a seed its 100,000
+#: batches never reach: at the default task.eval_seed such a run is refused, check_disjoint_streams)
+ARGS = ["task=lag", "encoding=rope", "trainer.max_steps=100000", "task.eval_seed=200000",
+        "callbacks.checkpoint.every_n_train_steps=10", "threads=1", "~logger"]  # fmt: skip
 
 
 def start_training(tmp_path: Path, run_dir: Path) -> tuple[subprocess.Popen, Path]:

@@ -67,7 +67,7 @@ def dead_pid() -> int:
 def test_a_second_run_into_a_running_runs_directory_stops_naming_it_and_writes_nothing(tmp_path):
     run_dir = tmp_path / "D"
     common = ["task=lag", "encoding=rope", *SMALL, f"hydra.run.dir={run_dir}"]
-    first = start_train([*common, "trainer.max_steps=100000", "seed=1"], tmp_path)
+    first = start_train([*common, "trainer.max_steps=100000", "task.eval_seed=200000", "seed=1"], tmp_path)
     try:
         # Hydra has written the first run's config (its lock was taken before that) and training has begun
         wait_for(lambda: "seed 1:" in log_text(run_dir), first)  # the first run has begun: its model is built
