@@ -164,6 +164,11 @@ def length_run(run: FinishedRun, keys: list[str]) -> LengthRun:
     )
 
 
+#: the task.passkey settings that change what a model trains on (key pairs planted in its training windows,
+#: ``LanguageModelDataModule``): runs that differ in them are different models, never seeds of one row
+PASSKEY_TRAINING_SETTINGS = ("task.passkey.train_fraction", "task.passkey.warmup_steps")
+
+
 def load_length_runs(directories: list[str | Path]) -> tuple[list[LengthRun], list[str]]:
     """Every successful language-model run below ``directories`` that has figures by length, and the notes on
     those left out (failed jobs, damaged files, and runs older than the evaluation by length)."""
@@ -173,7 +178,8 @@ def load_length_runs(directories: list[str | Path]) -> tuple[list[LengthRun], li
     keys = differing_settings(
         found.counted, lambda r: (r.result.get("corpus"), r.result.get("label"), extension_of(r.result))
     )
-    keys = [k for k in keys if not k.startswith("task.passkey")]  # the passkey grid is not a model setting
+    # the passkey grid's evaluation settings are not the model's; what plants key pairs in training is
+    keys = [k for k in keys if not k.startswith("task.passkey") or k in PASSKEY_TRAINING_SETTINGS]
     runs, old = [], []
     for finished in found.counted:
         run = length_run(finished, keys)

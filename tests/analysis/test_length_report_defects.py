@@ -333,3 +333,18 @@ def test_text_ranks_are_over_seeds_and_documents_where_every_row_recorded_them(t
     assert [row["rank_interval"] for row in by_seeds] == [[1, 1], [2, 2]]  # the seeds alone: separated
     assert [row["rank_interval"] for row in by_documents] == [[1, 2], [1, 2]]  # with the documents: not
     assert "over seeds and held-out documents" in length_markdown(summary_of(tmp_path / "documents"))
+
+
+def test_runs_trained_with_other_passkey_pairs_are_rows_of_their_own(tmp_path):
+    """task.passkey.train_fraction plants key pairs in training windows: runs that differ in it are other models,
+    never seeds of one row (the passkey settings were all left out of what tells rows apart)."""
+    for seed in (0, 1):
+        for fraction in (0.0, 0.1):
+            run = planted(tmp_path / f"f{fraction}", "rope", seed, rising(2.0 + fraction + 0.01 * seed, 0.1))
+            result = json.loads((run / "results.json").read_text())
+            result["config"]["task"]["passkey"]["train_fraction"] = fraction
+            (run / "results.json").write_text(json.dumps(result))
+    rows = summary_of(tmp_path)["corpora"]["wikitext2"]["rows"]
+    names = sorted(row["name"] for row in rows)
+    assert len(names) == 2 and any("train_fraction" in name for name in names), names
+    assert [row["seeds"] for row in rows] == [2, 2]
