@@ -409,11 +409,16 @@ def position_curve(runs: list[LengthRun]) -> dict[str, Any] | None:
     return curve
 
 
+#: what makes two runs' passkey grids one grid (a mean over seeds of equal weight)
+PASSKEY_GRID = ("distances", "depths", "depth_offsets", "trials", "draws", "key_length")
+
+
 def passkey_mean(runs: list[LengthRun]) -> dict[str, Any] | None:
-    """An encoding's passkey grid, the mean over the seeds that ran the same grid (each way too); None without."""
+    """An encoding's passkey grid, the mean over the seeds that ran the same grid (each way too): the same
+    distances, depths and depth offsets, trials, draws and key length, so every cell is a mean of as many trials
+    as the title says and its chance line is theirs; None without."""
     results = [p for r in runs if isinstance(p := r.result.get("passkey"), dict) and "distances" in p]
-    same = [p for p in results if results and p["distances"] == results[0]["distances"]
-            and p["depths"] == results[0]["depths"]]  # fmt: skip
+    same = [p for p in results if all(p.get(key) == results[0].get(key) for key in PASSKEY_GRID)]
     if not same:
         return None
 

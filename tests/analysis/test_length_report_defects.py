@@ -348,3 +348,17 @@ def test_runs_trained_with_other_passkey_pairs_are_rows_of_their_own(tmp_path):
     names = sorted(row["name"] for row in rows)
     assert len(names) == 2 and any("train_fraction" in name for name in names), names
     assert [row["seeds"] for row in rows] == [2, 2]
+
+
+def test_a_passkey_grid_averages_only_seeds_of_the_same_trials():
+    """Two seeds' grids of 4 and 8 trials a cell once averaged as equals under the first one's "4 trials"; only
+    grids of the same distances, depths, trials, draws and key length are one mean."""
+    from types import SimpleNamespace
+
+    from poslab.analysis.length import passkey_mean
+
+    runs = [SimpleNamespace(result={"passkey": grid(128, [64, 128], trials, value)}) for trials, value in
+            ((4, 0.5), (8, 1.0), (4, 0.25))]  # fmt: skip
+    mean = passkey_mean(runs)
+    assert mean["seeds"] == 2 and mean["trials"] == 4
+    assert mean["exact"][0][0] == pytest.approx((0.5 + 0.25) / 2)
