@@ -32,12 +32,11 @@ from poslab.runs.files import (
     CHECKPOINT_DIR,
     FAILURE_FILE,
     LAST_CHECKPOINT,
-    LOCK_FILE,
     RESULTS_FILE,
     directories_holding,
     saved_test,
 )
-from poslab.runs.guard import RunDirectoryInUse, RunLock
+from poslab.runs.guard import held_by
 from poslab.runs.results import failure_message, run_status, whole_training_seconds
 
 #: what makes a directory a run directory (any one of them)
@@ -117,18 +116,6 @@ def last_written(run_dir: Path) -> float | None:
     """The newest modification time of a file in the run directory."""
     times = [p.stat().st_mtime for p in run_dir.rglob("*") if p.is_file()]
     return max(times) if times else None
-
-
-def held_by(directory: Path) -> dict | None:
-    """What the live process holding ``directory``'s lock recorded (its pid, command, start), or None."""
-    if not (directory / LOCK_FILE).is_file():
-        return None
-    lock = RunLock(directory)
-    try:
-        lock.check_free()
-    except RunDirectoryInUse:
-        return lock.holder()
-    return None
 
 
 def holder_line(directory: Path, width: int = 200) -> str | None:

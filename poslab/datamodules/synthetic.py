@@ -48,6 +48,8 @@ from poslab.errors import ConfigError
 IGNORE = -100  # target value of unscored positions (cross_entropy's ignore_index)
 #: the selection sets' seed is the evaluation seed plus this: sequences of their own, never a test set's
 SELECTION_SEED_OFFSET = 1_000_003
+#: batch i of a run with seed s draws from generator seed ``s x TRAIN_SEED_STRIDE + i`` (``batch_generator``)
+TRAIN_SEED_STRIDE = 1_000_003
 
 
 def lag_targets(tokens: Tensor, k: int) -> Tensor:
@@ -793,7 +795,7 @@ def assign_rank(batches: IterableDataset, trainer: L.Trainer | None, batch_size:
 
 def batch_generator(seed: int, index: int) -> torch.Generator:
     """An RNG for batch ``index`` of a run with ``seed``, independent of every other batch."""
-    return torch.Generator().manual_seed(seed * 1_000_003 + index)
+    return torch.Generator().manual_seed(seed * TRAIN_SEED_STRIDE + index)
 
 
 def check_disjoint_streams(seed: int, batches: int, eval_seed: int, lengths: Sequence[int]) -> None:
@@ -801,7 +803,7 @@ def check_disjoint_streams(seed: int, batches: int, eval_seed: int, lengths: Seq
     i is ``batch_generator(seed, i)``, the test set at length L seed ``eval_seed + L`` and its selection set
     ``eval_seed + SELECTION_SEED_OFFSET + L``, so a long enough run (seed 0: from batch 12,377 at the default
     ``eval_seed`` 12345) would train on the very sequences it is tested on."""
-    first = seed * 1_000_003
+    first = seed * TRAIN_SEED_STRIDE
     for name, offset in (("test", 0), ("selection", SELECTION_SEED_OFFSET)):
         for length in lengths:
             index = eval_seed + offset + length - first

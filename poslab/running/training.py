@@ -35,7 +35,7 @@ from poslab.runs import launching
 from poslab.runs.checkpoints import AtomicCheckpointIO, resolve_checkpoint, save_model
 from poslab.runs.files import AUTO, CHECKPOINT_DIR, FAILURE_FILE, LAST_CHECKPOINT, LOCK_FILE, MODEL_FILE, RESULTS_FILE
 from poslab.runs.folders import earlier_folder_note
-from poslab.runs.guard import RunDirectoryInUse, holding_run_directory, stop
+from poslab.runs.guard import RunDirectoryInUse, held_by, holding_run_directory, stop
 
 log = logging.getLogger("poslab")
 
@@ -602,21 +602,10 @@ def run_job_in_own_process(cfg: DictConfig) -> None:
         killed = f" (killed by signal {-status})" if status < 0 else ""
         message = f"the job's process exited with status {status}{killed}; its messages are above and in {output_dir}"
         log.error("job %d failed: %s", job, message)
-        if not (output_dir / FAILURE_FILE).is_file() and not held_by_another(output_dir):
+        if not (output_dir / FAILURE_FILE).is_file() and held_by(output_dir) is None:
             # the job's own record (its error) is the better one; a directory another process holds (the job was
             # refused for it) is not this job's to write into
             write_json_atomic(output_dir / FAILURE_FILE, {"error": message})
-
-
-def held_by_another(directory: Path) -> bool:
-    """Whether a live process holds ``directory``'s run lock now."""
-    from poslab.runs.guard import RunLock
-
-    try:
-        RunLock(directory).check_free()
-    except RunDirectoryInUse:
-        return True
-    return False
 
 
 def _record_failure(cfg: DictConfig, error: BaseException) -> None:

@@ -56,11 +56,8 @@ def evaluation_state_name(rank: int = 0, world_size: int = 1) -> str:
 def saved_test(checkpoints: Path) -> str | None:
     """How far the test saved in a run's ``checkpoints`` folder got (DDP: rank 0's file), or why it cannot be read;
     None where none is saved (``poslab runs``). Loads torch only where a file is there."""
-    saved = [
-        checkpoints / evaluation_state_name(0, n)
-        for n in (1, 2)
-        if (checkpoints / evaluation_state_name(0, n)).is_file()
-    ]
+    candidates = (checkpoints / evaluation_state_name(0, world) for world in (1, 2))  # one process; DDP rank 0
+    saved = [path for path in candidates if path.is_file()]
     if not saved:
         return None
     import torch  # a run in its test: rare, and torch is slow to import for a listing

@@ -230,3 +230,17 @@ def holding_run_directory(directory: str | Path) -> Iterator[None]:
     finally:
         if lock is not None:
             release_run_directory(directory)
+
+
+def held_by(directory: Path) -> dict | None:
+    """What the live process holding ``directory``'s run lock recorded (its pid, command, start), or None."""
+    from poslab.runs.files import LOCK_FILE
+
+    if not (Path(directory) / LOCK_FILE).is_file():
+        return None
+    lock = RunLock(Path(directory))
+    try:
+        lock.check_free()
+    except RunDirectoryInUse:
+        return lock.holder()
+    return None

@@ -187,12 +187,11 @@ def test_a_multirun_into_a_sweep_directory_another_multirun_holds_stops(tmp_path
 def test_a_job_s_parent_writes_no_failure_into_a_directory_another_process_holds(tmp_path):
     """A job run in its own process and refused for a directory in use exits 2; its parent must then leave that
     directory alone (no failed.json): it is the holder's."""
-    from poslab.running.training import held_by_another
-    from poslab.runs.guard import RunLock
+    from poslab.runs.guard import RunLock, held_by
 
     lock = RunLock(tmp_path).acquire()
     try:
-        assert held_by_another(tmp_path)
+        assert held_by(tmp_path) is not None
     finally:
         lock.release()
-    assert not held_by_another(tmp_path)
+    assert held_by(tmp_path) is None
