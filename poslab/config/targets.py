@@ -42,6 +42,7 @@ MOVED_MODULES = {
 #: its model, resuming it, comparing it with newer runs) rather than with the newer default
 ADDED_ENCODING_SETTINGS: dict[str, dict[str, Any]] = {
     "sinusoid": {"embedding_scale": 1.0},  # before: tokens added as they were (docs/absolute_scale.md)
+    "randomized_rope": {"layer_draws": "shared"},  # before: one draw of positions for every layer
 }
 
 

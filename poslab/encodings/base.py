@@ -249,7 +249,7 @@ class PositionEncoding(nn.Module):
     length_floors: ClassVar[dict[str, int]] = {}
     #: settings that, left null, are tied to the *training* length ``L`` (the context, or the longest training
     #: length of a synthetic task), as their papers tie them: ``(scale, offset)`` gives ``int(scale * L) + offset``
-    #: (T5's ``max_distance``: ``L``; CoPE's ``max_pos``: ``L + 1``, the authors' ``block_size + 1``; FIRE's
+    #: (T5's ``max_distance``: ``max(L - 1, buckets // 2 + 1)``; CoPE's ``max_pos``: ``L + 1``, the authors' ``block_size + 1``; FIRE's
     #: threshold: ``L / 2``), or a ``TrainLengthRule``, a function of ``L`` and the settings filled before it (T5's
     #: buckets). Filled in order before ``validate`` (``fill_length_settings``); a model built with no training
     #: length (a test, a benchmark) takes the longest length as its training length.

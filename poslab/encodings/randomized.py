@@ -14,6 +14,11 @@ The reference: DeepMind's ``randomized_positional_encodings`` (``models/position
   training row draws its own from a generator seeded by ``coordinates["row_seed"]`` (``uses_row_seeds``: a
   function of run seed, step and global row), so the draws do not depend on the number of DDP processes or on
   a resume, and a batch sees many subsets per step (without a row seed, e.g. called directly: torch's RNG).
+- draws by layer (``layer_draws``): the reference's attention module calls ``hk.next_rng_key()`` in every layer,
+  so each layer rotates by a subset of its own (queries and keys of a layer share it). ``per_layer`` (the
+  default) does the same: layer ``l`` of a row draws from ``layer_seed(row seed, l)``, layer 0 from the row seed
+  itself. ``shared``, a named deviation, draws once for every layer: what poslab did before the setting existed
+  (the rerun of issues 37/38 ran so; ``poslab.config.targets.ADDED_ENCODING_SETTINGS`` reads older runs so).
 - evaluation (``eval_positions``): the reference has no training flag, so it samples in evaluation too, with the
   evaluation loop's rng. poslab follows it by default (``sampled``): RoPE sees only distances, and those of a
   sorted sample (neighbours about ``max_position / T`` apart) are what training showed, whereas ``0..T-1`` puts
@@ -37,6 +42,7 @@ that every rotary encoding is measured alike, not because they are expected to h
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -50,8 +56,18 @@ from poslab.encodings.rotary import RotaryEncoding
 from poslab.errors import ConfigError
 
 EVAL_POSITIONS = ("sampled", "arange")
+LAYER_DRAWS = ("per_layer", "shared")
 #: seed of the subset drawn in evaluation with eval_positions=sampled
 EVAL_SEED = 0
+
+
+def layer_seed(seed: int, layer: int) -> int:
+    """The seed of layer ``layer``'s draw from a row's (or an evaluation draw's) ``seed``: the seed itself at layer 0,
+    a hash of both elsewhere (no two (seed, layer) pairs of a run share a draw by arithmetic coincidence)."""
+    if layer == 0:
+        return int(seed)
+    digest = hashlib.blake2b(f"{int(seed)}:{layer}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1  # below 2**63: a torch.Generator seed
 
 
 def sorted_sample(length: int, max_position: int, generator: torch.Generator | None, device: torch.device) -> Tensor:
@@ -79,16 +95,19 @@ class RandomizedRopeEncoding(RotaryEncoding):
         max_position: int,  # null in the YAML: filled in (length_settings, length_floors)
         eval_positions: str,
         eval_draws: int,
+        layer_draws: str,
         **rotary: Any,
     ) -> None:
         super().__init__(shape, **rotary)  # base, pairing, rotary_dim
         self.max_position, self.eval_positions = int(max_position), eval_positions
         self.eval_draws, self.eval_draw = int(eval_draws), 0
+        self.layer_draws = layer_draws
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         super().validate(settings, shape, max_length)
         check_choice("encoding.eval_positions", settings["eval_positions"], EVAL_POSITIONS)
+        check_choice("encoding.layer_draws", settings["layer_draws"], LAYER_DRAWS)
         check_whole("encoding.eval_draws", settings["eval_draws"], 1, "position draws evaluation averages over")
         max_position = settings["max_position"]
         whole = isinstance(max_position, int) or (isinstance(max_position, float) and max_position.is_integer())
@@ -99,8 +118,8 @@ class RandomizedRopeEncoding(RotaryEncoding):
                 f"[0, max_position) (the paper: 2048, beyond every test length)."
             )
 
-    def positions(self, token_embeddings: Tensor, inputs: PositionInputs) -> Tensor:
-        """``[B, T]`` sampled positions in training, ``[1, T]`` in evaluation (fp32)."""
+    def positions(self, token_embeddings: Tensor, inputs: PositionInputs, layer: int = 0) -> Tensor:
+        """Layer ``layer``'s positions: ``[B, T]`` sampled in training, ``[1, T]`` in evaluation (fp32)."""
         rows, length = inputs.tokens.shape
         device = inputs.tokens.device
         if length > self.max_position:
@@ -111,7 +130,7 @@ class RandomizedRopeEncoding(RotaryEncoding):
         if not self.training:
             if self.eval_positions == "arange":
                 return inputs.positions
-            generator = torch.Generator(device=device).manual_seed(EVAL_SEED + self.eval_draw)
+            generator = torch.Generator(device=device).manual_seed(layer_seed(EVAL_SEED + self.eval_draw, layer))
             return sorted_sample(length, self.max_position, generator, device)[None]
         seeds = inputs.coordinates.get("row_seed")
         if seeds is None:  # called outside the training module: torch's RNG
@@ -119,10 +138,21 @@ class RandomizedRopeEncoding(RotaryEncoding):
         generator = torch.Generator(device=device)
         return torch.stack(
             [
-                sorted_sample(length, self.max_position, generator.manual_seed(int(seed)), device)
+                sorted_sample(length, self.max_position, generator.manual_seed(layer_seed(seed, layer)), device)
                 for seed in seeds[:, 0].tolist()
             ]
         )
+
+    def begin(self, token_embeddings: Tensor, inputs: PositionInputs) -> tuple[Tensor, Any]:
+        """The positions of every layer: one tensor (``shared``, or ``arange`` in evaluation), or one per layer."""
+        if self.layer_draws == "shared" or (not self.training and self.eval_positions == "arange"):
+            return token_embeddings, self.positions(token_embeddings, inputs)
+        return token_embeddings, [
+            self.positions(token_embeddings, inputs, layer) for layer in range(self.shape.n_layers)
+        ]
+
+    def layer_positions(self, layer: int, hidden: Tensor, state: Any, inputs: PositionInputs) -> Tensor | None:
+        return state[layer] if isinstance(state, list) else state
 
     def evaluation_draws(self) -> int:
         return self.eval_draws if self.eval_positions == "sampled" else 1  # arange draws nothing
@@ -136,6 +166,8 @@ class RandomizedRopeEncoding(RotaryEncoding):
             self.eval_draw = 0
 
     def label(self) -> str:
+        # layer_draws stays out of the label: runs recorded before it (read as shared) keep the label they
+        # recorded; reports tell the two apart by the setting's column
         label = f"{super().label()}:{self.max_position}"
         return (
             label

@@ -231,12 +231,64 @@ def test_randomized_rotates_by_the_sampled_positions_and_paths_agree():
     assert not torch.allclose(sdpa(x, seeds).logits, sdpa.eval()(x).logits, atol=1e-4)  # evaluation: another draw
 
 
+def layer_positions(enc: PositionEncoding, inputs: PositionInputs) -> list[Tensor]:
+    hidden = torch.zeros(*inputs.tokens.shape, D_MODEL)
+    _, state = enc.begin(hidden, inputs)
+    return [enc.layer_positions(layer, hidden, state, inputs) for layer in range(enc.shape.n_layers)]
+
+
+def test_randomized_draws_per_layer_as_the_authors_code():
+    """The reference calls hk.next_rng_key() in each layer's attention: every layer rotates by its own subset
+    (queries and keys alike); ``layer_draws: shared`` (the named deviation) draws once for all layers."""
+    inputs = PositionInputs.from_tokens(tokens(), {"row_seed": torch.tensor([[4], [8]])})
+    assert type(encoding("randomized_rope")).yaml_settings()["layer_draws"] == "per_layer"  # the authors'
+    own = encoding("randomized_rope", n_layers=3, max_position=MAX_POSITION, layer_draws="per_layer").train()
+    per_layer = layer_positions(own, inputs)
+    for positions in per_layer:  # each a sorted sample of distinct positions in range
+        assert positions.shape == (2, T) and torch.all(positions[:, 1:] > positions[:, :-1])
+        assert positions.min() >= 0 and positions.max() < MAX_POSITION
+    assert not torch.equal(per_layer[0], per_layer[1]) and not torch.equal(per_layer[1], per_layer[2])
+    assert torch.equal(layer_positions(own, inputs)[2], per_layer[2])  # a function of (row seed, layer)
+    shared = encoding("randomized_rope", n_layers=3, max_position=MAX_POSITION, layer_draws="shared").train()
+    drawn = layer_positions(shared, inputs)
+    assert drawn[0] is drawn[1] is drawn[2] and torch.equal(drawn[0], per_layer[0])
+    # the layers' rotations differ, so a layer's transform is not the layer before's
+    hidden = torch.zeros(2, T, D_MODEL)
+    _, state = own.begin(hidden, inputs)
+    first = own.query_key_transform(LayerContext(0, hidden, state, inputs), None)
+    second = own.query_key_transform(LayerContext(1, hidden, state, inputs), first)
+    q, _ = random_qk()
+    assert second is not first and not torch.allclose(first.queries(q), second.queries(q))
+    # evaluation: each layer its own fixed draw, the same on every call; arange is the same in every layer
+    evaluated = layer_positions(own.eval(), inputs)
+    assert evaluated[0].shape == (1, T) and not torch.equal(evaluated[0], evaluated[1])
+    assert all(torch.equal(a, b) for a, b in zip(evaluated, layer_positions(own, inputs)))
+    arange = encoding(
+        "randomized_rope", n_layers=3, max_position=MAX_POSITION, eval_positions="arange", layer_draws="per_layer"
+    ).eval()
+    assert all(torch.equal(p, torch.arange(float(T))[None]) for p in layer_positions(arange, inputs))
+    assert shared.label() == own.label() == "randomized_rope:256"  # told apart by the setting's column
+
+
+def test_randomized_runs_recorded_before_layer_draws_read_as_shared():
+    """A results.json or checkpoint from before the setting ran one draw for all layers: read so, not as the
+    new default, so that reports set it apart from per-layer runs and a resume keeps what it trained."""
+    from poslab.config.targets import with_added_settings
+
+    assert encoding("randomized_rope").layer_draws == "shared"  # an encoding section without it: recorded before
+    recorded = {"encoding": {"name": "randomized_rope", "max_position": 2048}}
+    assert with_added_settings(recorded)["encoding"]["layer_draws"] == "shared"
+    given = {"encoding": {"name": "randomized_rope", "layer_draws": "per_layer"}}
+    assert with_added_settings(given)["encoding"]["layer_draws"] == "per_layer"
+
+
 @pytest.mark.parametrize(
     ("settings", "fragment"),
     [
         ({"max_position": 32}, r"encoding.max_position=32 must be an integer at least .* max_length=64"),
         ({"max_position": 100.5}, r"encoding.max_position=100.5 must be an integer"),
         ({"eval_positions": "linear"}, r"encoding.eval_positions"),
+        ({"layer_draws": "per_head"}, r"encoding.layer_draws.*per_layer.*shared"),
     ],
 )
 def test_randomized_bad_settings(settings, fragment):
