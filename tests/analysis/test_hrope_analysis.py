@@ -56,6 +56,8 @@ def test_fake_merge_and_split_change_only_the_paragraph_index():
         assert np.all(np.abs(after - before)[~crossing] == 0) and np.all(np.abs(after - before)[crossing] == 1)
     with pytest.raises(ValueError, match="not a paragraph boundary"):
         fake_merge(doc.paragraph, 2)
+    # an index that steps by 2 at a boundary (no corpus here makes one: documents.py) is still merged there
+    assert fake_merge(np.array([0, 0, 2, 2, 3]), 2).tolist() == [0, 0, 0, 0, 1]
     with pytest.raises(ValueError, match="not inside a paragraph"):
         fake_split(doc.paragraph, 5)
 

@@ -180,7 +180,7 @@ def test_the_report_of_a_multirun_is_the_pinned_report(tmp_path, monkeypatch):
 
 def test_the_tables_of_the_write_ups_runs_are_the_pinned_tables():
     """The 60 runs of docs/hrope/allocation read back from their JSON (no run directories: bits/byte and steps
-    n/a; no document replicates: the bootstrap columns n/a)."""
+    n/a; no document replicates: every interval over seeds only, said so, and no verdict)."""
     analyses = [RunAnalysis.from_summary(s) for s in json.loads(DOCS_RUNS.read_text())]
     found = claims(analyses)
     parts = [
@@ -261,7 +261,7 @@ def assert_close_tree(found: Any, expected: Any, path: str = "") -> None:
 def test_summaries_of_runs_analysed_apart_merge_into_the_report_of_all_of_them(tmp_path, monkeypatch, capsys):
     """The runs of a multirun analysed in two halves (as two sessions would, each while its checkpoints exist), then
     ``--from HALF1/hrope.json HALF2/hrope.json --output-dir DIR``: the arms and comparisons of analysing all of them
-    at once, the secondary seeds-then-documents interval included (each entry keeps its document replicates)."""
+    at once, the intervals over seeds and documents included (each entry keeps its document replicates)."""
     from poslab.cli import main
 
     root, analyses = pinned_runs(tmp_path)
@@ -280,7 +280,8 @@ def test_summaries_of_runs_analysed_apart_merge_into_the_report_of_all_of_them(t
     merged = json.loads((merged_dir / "hrope.json").read_text())
     expected = json.loads(together.files["hrope.json"])
     assert merged["merged_from"] == halves and sorted(e["run_dir"] for e in merged["runs"]) == runs
-    assert any(bound is not None for arm in expected["arms"] for bound in arm["U*"]["bootstrap_seeds_documents"])
+    assert all(arm["U*"]["over"] == "seeds and documents" and arm["U*"]["low"] is not None for arm in expected["arms"])
+    assert all(arm["interventions"]["same_pairs"]["merge"]["over"] == "seeds and documents" for arm in expected["arms"])
     assert_close_tree(merged["arms"], expected["arms"])
     assert_close_tree(merged["comparisons"], expected["comparisons"])
     capsys.readouterr()

@@ -1,7 +1,7 @@
 """The hRoPE analyses' readings: what "cross-paragraph attention" means under an intervention, the U* readings
-of the robustness table, and the intervals over seeds (Student-t over seeds, paired by seed on one corpus, Welch's
-across corpora; the secondary bootstrap over seeds then documents). Each on planted values whose answer is
-known."""
+of the robustness table, and the intervals over seeds and documents (seed term + document term with a t on
+seeds − 1 df; paired by seed and document resample on one corpus, Welch's across corpora; the t-interval over
+seeds alone beside them). Each on planted values whose answer is known."""
 
 from __future__ import annotations
 
@@ -16,12 +16,18 @@ import torch
 from poslab.analysis.hrope.attention import intervention_readings, pair_statistics
 from poslab.analysis.hrope.compute import analyze_documents
 from poslab.analysis.hrope.documents import Document, fake_merge, fake_split, merge_boundary, split_position
+from poslab.analysis.hrope.intervals import (
+    SEEDS_ONLY,
+    over_seeds_documents,
+    paired_seeds_documents,
+    welch_seeds_documents,
+)
 from poslab.analysis.hrope.readings import INTERVENTION_READINGS, u_readings
 from poslab.analysis.hrope.render import comparison_table, depth_cell, render_summary, robustness_tables
 from poslab.analysis.hrope.runs import Depth, RunAnalysis, RunFacts
 from poslab.analysis.hrope.seeds import arm_summaries, claims
 from poslab.analysis.hrope.well import Well, well_from
-from poslab.analysis.stats import Estimate, nested_interval, seed_difference
+from poslab.analysis.stats import Estimate, crossed_interval, resample_weights, seed_difference
 from tests.analysis.test_hrope_analysis import document, planted_attention
 
 
@@ -154,16 +160,61 @@ def test_the_trend_fitted_on_same_paragraph_pairs_ignores_the_cross_paragraph_pa
     assert np.allclose(well.residual[1:12], -0.5, atol=1e-9)
 
 
-def test_the_interval_over_seeds_and_documents_holds_the_spread_of_seeds():
-    rng = np.random.default_rng(0)
-    tight = [Estimate.of(v, v + 0.01 * rng.standard_normal(500)) for v in (-0.6, -0.3, 0.0)]
-    mean, (low, high) = nested_interval(tight)
-    assert mean == pytest.approx(-0.3)
-    # documents alone say +-0.02 per seed; the seeds spread 0.6: the interval spans most of it
-    assert low < -0.45 and high > -0.15 and low > -0.61 and high < 0.01
-    one = nested_interval(tight[:1])
-    assert one[0] == pytest.approx(-0.6) and one[1][1] - one[1][0] < 0.06
-    assert math.isnan(nested_interval([Estimate(0.1, (0.0, 0.2))])[1][0])  # no replicates: no interval
+def test_the_interval_over_seeds_and_documents_adds_the_documents_to_the_seed_scatter():
+    """Three seeds spread 0.3 apart on shared documents whose resamples move every seed by the same 0.01 (sd): the
+    document term is that variance, not a third of it (the seeds read the same documents), and the interval is the
+    t over 2 df on the two terms together, never narrower than the t-interval over the seeds alone."""
+    noise = 0.01 * np.random.default_rng(0).standard_normal(500)
+    runs = {seed: Estimate.of(v, v + noise) for seed, v in enumerate((-0.6, -0.3, 0.0))}
+    crossed = over_seeds_documents(runs)
+    assert crossed.seed_term == pytest.approx(0.09 / 3) and crossed.document_term == pytest.approx(
+        np.var(noise, ddof=1)
+    )
+    half = 4.303 * math.sqrt(0.09 / 3 + np.var(noise, ddof=1))
+    assert (crossed.interval.low, crossed.interval.high) == pytest.approx((-0.3 - half, -0.3 + half))
+    assert crossed.interval.low < crossed.seeds_only.low and crossed.interval.high > crossed.seeds_only.high
+    assert crossed.df == 2 and crossed.resamples == 500 and crossed.over == "seeds and documents"
+    # resamples drawn apart for each seed would average out: their document term is a third
+    apart = {s: Estimate.of(e.value, e.value + np.roll(noise, 150 * s)) for s, e in runs.items()}
+    assert over_seeds_documents(apart).document_term < crossed.document_term / 2
+    # no replicates (a summary written before they were kept): no interval over seeds and documents, said so
+    bare = over_seeds_documents({s: Estimate(e.value, (0.0, 0.0)) for s, e in runs.items()})
+    assert bare.over == SEEDS_ONLY and not bare.interval.has_interval and bare.seeds_only.has_interval
+    one = over_seeds_documents({0: runs[0]})
+    assert one.interval.n == 1 and not one.interval.has_interval
+
+
+def test_the_document_term_is_the_crossed_tables_for_a_mean_over_documents():
+    """For a figure that is a mean over documents, the interval is ``stats.crossed_interval``'s on the seeds x
+    documents table (its stated equivalent): the same seed term, and the document term within the bootstrap's
+    error (the resamples of a mean vary as the documents' column means do)."""
+    rng = np.random.default_rng(3)
+    documents = 40
+    table = 0.2 * rng.standard_normal((3, 1))[:, :1] + 0.5 * rng.standard_normal((1, documents))
+    table = table + 0.05 * rng.standard_normal((3, documents))
+    weights = resample_weights(documents, 4000, 1)  # one set of resamples for every seed, as the analysis draws
+    runs = {s: Estimate.of(row.mean(), weights @ row / documents) for s, row in enumerate(table)}
+    crossed, reference = over_seeds_documents(runs), crossed_interval(table)
+    assert crossed.seed_term == pytest.approx(reference.seed_term)
+    assert crossed.document_term == pytest.approx(reference.document_term * (documents - 1) / documents, rel=0.1)
+
+
+def test_a_difference_paired_by_resample_cancels_what_a_document_does_to_both_arms():
+    """Two arms on the same documents: what a resample does to both cancels replicate by replicate, so the paired
+    interval is the t-interval over the per-seed differences; across corpora (Welch's) the two groups' document
+    terms add."""
+    noise = 0.05 * np.random.default_rng(1).standard_normal(400)
+    a = {s: Estimate.of(v, v + noise) for s, v in enumerate((-0.50, -0.48, -0.53))}
+    b = {s: Estimate.of(v, v + noise) for s, v in enumerate((-0.30, -0.31, -0.29))}
+    paired = paired_seeds_documents(a, b)
+    assert (
+        paired.document_term == pytest.approx(0.0, abs=1e-15) and paired.test == "paired over 3 seeds and the documents"
+    )
+    assert (paired.interval.low, paired.interval.high) == pytest.approx((paired.seeds_only.low, paired.seeds_only.high))
+    assert paired.difference().side == -1
+    welch = welch_seeds_documents(a, b)
+    assert welch.document_term == pytest.approx(2 * np.var(noise, ddof=1)) and welch.test.startswith("Welch over")
+    assert welch.interval.high - welch.interval.low > 2 * (paired.interval.high - paired.interval.low)
 
 
 def test_a_difference_paired_by_seed_cancels_what_a_seed_does_to_both_arms():
@@ -183,12 +234,17 @@ def test_a_difference_paired_by_seed_cancels_what_a_seed_does_to_both_arms():
 
 
 def test_the_interval_over_seeds_is_the_t_interval_the_referee_computes():
-    """rand_axial's U* on OpenWebText with a seed sd of 0.17: a t-interval over 3 seeds is ±0.42."""
-    cell = depth_cell([-0.50, -0.33, -0.16])
-    assert cell == "−0.33 [−0.75, +0.09] sd 0.17 (3)"
-    assert depth_cell([-0.30]) == "−0.30 (1)" and depth_cell([math.nan]) == "n/a"
+    """rand_axial's U* on OpenWebText with a seed sd of 0.17: a t-interval over 3 seeds is ±0.42, the documents held
+    fixed (runs without document replicates: said "seeds only")."""
+    bare = lambda values: [Estimate(v, (math.nan, math.nan)) for v in values]
+    assert depth_cell(bare([-0.50, -0.33, -0.16])) == "−0.33 [−0.75, +0.09] sd 0.17 (3) (seeds only)"
+    assert depth_cell(bare([-0.30])) == "−0.30 (1)" and depth_cell(bare([math.nan])) == "n/a"
     # seeds that split into two outcomes are listed one by one
-    assert depth_cell([-0.02, -0.05, -0.90]).endswith("(3) (split: −0.02 / −0.05 / −0.90)")
+    assert depth_cell(bare([-0.02, -0.05, -0.90])).endswith("(3) (seeds only) (split: −0.02 / −0.05 / −0.90)")
+    # with document replicates the documents' share is added: sd 0.01 per resample, shared by the seeds
+    noise = 0.01 * np.random.default_rng(0).standard_normal(500)
+    cell = depth_cell([Estimate.of(v, v + noise) for v in (-0.50, -0.33, -0.16)])
+    assert cell == "−0.33 [−0.75, +0.09] sd 0.17 (3)"  # the seeds' 0.0096 dwarfs the documents' 0.0001
 
 
 def fake_analysis(tmp_path, encoding: str, corpus: str, seed: int, depths: dict[str, float], shuffle: float,
@@ -221,33 +277,32 @@ def test_the_report_says_under_which_readings_a_claim_holds_and_compares_each_sh
         runs.append(fake_analysis(tmp_path, "hrope_axial", "python_code", seed, hrope, 0.04, "interleaved", 1.9))
         runs.append(fake_analysis(tmp_path, "rope", "python_code", seed, dict.fromkeys(names, -0.3), 0.04))
     text = robustness_tables(runs)
-    assert "Code: hrope_axial:split deeper than rand_axial:split (paired over 3 seeds; the difference's 95% " \
-        "interval below 0): holds under main, no_log_n, no_key_0, same_paragraph_trend; not under log_trend" \
-        in text  # fmt: skip
-    assert "the shuffle moves hrope_axial:split's U* beyond RoPE's (paired over 3 seeds; the difference's 95% " \
-        "interval excludes 0): holds under all 5 readings" in text  # fmt: skip
+    rule = "paired over 3 seeds and the documents; the difference's 95% interval over seeds and documents"
+    assert f"Code: hrope_axial:split deeper than rand_axial:split ({rule} below 0): holds under main, no_log_n, " \
+        "no_key_0, same_paragraph_trend; not under log_trend" in text  # fmt: skip
+    assert f"the shuffle moves hrope_axial:split's U* beyond RoPE's ({rule} excludes 0): holds under all 5 " \
+        "readings" in text  # fmt: skip
     # rand_axial's shuffle equals RoPE's in every seed: an interval of no width decides nothing (docs/verdicts.md)
-    assert "the shuffle moves rand_axial:split's U* beyond RoPE's (paired over 3 seeds; the difference's 95% " \
-        "interval excludes 0): holds under none" in text  # fmt: skip
+    assert f"the shuffle moves rand_axial:split's U* beyond RoPE's ({rule} excludes 0): holds under none" in text
+    assert f"the shuffle moves hrope_axial:split's U* beyond rand_axial:split's ({rule} excludes 0)" in text
     table = render_summary(arm_summaries(runs)).splitlines()
     degenerate = "[degenerate: all 3 seeds equal]"  # bits/byte the same in every seed: said, not a [2.00, 2.00]
     row = next(line for line in table if line.startswith(f"| hrope_axial:split | Code | 3 | 2.000 {degenerate} |"))
     cells = [c.strip() for c in row.split("|")[1:-1]]
-    # t-intervals over 3 seeds: mean ± t(2) 4.303 x sd / sqrt(3); sd 0.02 (U*), 0.01 (ΔU*, and ΔU* minus RoPE's)
-    assert cells[4] == "−0.78 [−0.83, −0.73]" and cells[5] == "+0.11 [+0.09, +0.13]"
-    assert cells[6] == "+0.07 [+0.05, +0.09]"  # ΔU* minus RoPE's, paired by seed
-    # the secondary bootstrap, seeds and documents crossed, carries the document noise (sd 0.01 per replicate)
-    # beside the seeds' spread (0.10 to 0.12)
-    arm_low, arm_high = (float(v.replace("−", "-")) for v in cells[-1].strip("[]").split(","))
-    assert arm_low < 0.095 and arm_high > 0.125
+    # over seeds and documents: mean ± t(2) 4.303 x sqrt(sd² / 3 + 0.01²) (U*: sd 0.02, ΔU*: sd 0.01; every run's
+    # resamples move it by the same noise of sd 0.01, which cancels in ΔU* minus RoPE's, paired by resample)
+    assert cells[5] == "−0.78 [−0.85, −0.71]" and cells[6] == "+0.11 [+0.06, +0.16]"
+    assert cells[7] == "+0.07 [+0.05, +0.09]"  # ΔU* minus RoPE's, paired by seed and resample
+    assert cells[-2:] == ["−0.78 [−0.83, −0.73]", "+0.11 [+0.09, +0.13]"]  # over seeds only: t(2) x sd / sqrt(3)
+    assert cells[4] == "+0.000 [+0.000, +0.000]"  # bits/byte − RoPE's, over seeds only
     assert any(line.startswith(f"| hrope_axial:interleaved | Code | 3 | 1.900 {degenerate} |") for line in table)
     assert any(line.startswith("| rope | Code | 3 |") and "| — |" in line for line in table)
     compared = comparison_table(claims(runs))
-    # −0.27 ± 4.303 x 0.03 / sqrt(3); t = −0.27 / (0.03 / sqrt(3)) = −15.59
-    assert "| Code: hrope_axial:split deeper than rand_axial:split | −0.27 [−0.34, −0.20] | paired over 3 seeds " \
-        "| −15.59 | deeper |" in compared  # fmt: skip
-    assert "beyond RoPE's | +0.00 [+0.00, +0.00] | paired over 3 seeds | n/a | n/a (degenerate: every seed the same " \
-        "difference) |" in compared  # fmt: skip
+    # −0.27 ± 4.303 x 0.03 / sqrt(3) (the documents cancel); t = −0.27 / (0.03 / sqrt(3)) = −15.59
+    assert "| Code: hrope_axial:split deeper than rand_axial:split | −0.27 [−0.34, −0.20] | −0.27 [−0.34, −0.20] | " \
+        "paired over 3 seeds and the documents | −15.59 | deeper |" in compared  # fmt: skip
+    assert "beyond RoPE's | +0.00 [+0.00, +0.00] | +0.00 [+0.00, +0.00] | paired over 3 seeds and the documents | " \
+        "n/a | n/a (degenerate: every seed and resample the same difference) |" in compared  # fmt: skip
 
 
 def test_deeper_by_seed_means_alone_is_not_separated(tmp_path):
@@ -264,14 +319,46 @@ def test_deeper_by_seed_means_alone_is_not_separated(tmp_path):
     assert versus.differences["main"].interval.mean == pytest.approx(-0.1)
     assert versus.verdict() == "not separated" and not versus.holds("main")
     corpora = found["hrope_axial: deeper on Code than on WikiText-2"]
-    assert corpora.differences["main"].test.startswith("Welch, ")
-    t, df = corpora.differences["main"].t, corpora.differences["main"].df
-    assert t == pytest.approx(-0.3 / math.sqrt(0.09 / 3 + 0.0004 / 3)) and 2.0 < df < 2.1
+    difference = corpora.differences["main"].difference()
+    assert difference.test.startswith("Welch over seeds and the documents, ")
+    # each group's seed variance / 3 and its document term (the shared noise: sd 0.01, 1e-4)
+    documents = np.var(0.01 * np.random.default_rng(0).standard_normal(300), ddof=1)
+    assert difference.t == pytest.approx(-0.3 / math.sqrt(0.09 / 3 + 0.0004 / 3 + 2 * documents))
+    assert 2.0 < difference.df < 2.1
     assert corpora.verdict() == "not separated"  # t −1.7 on 2 df
-    assert "Code: hrope_axial deeper than rand_axial (paired over 3 seeds; the difference's 95% interval below " \
-        "0): holds under none" in robustness_tables(runs)  # fmt: skip
+    rule = "paired over 3 seeds and the documents; the difference's 95% interval over seeds and documents below 0"
+    assert f"Code: hrope_axial deeper than rand_axial ({rule}): holds under none" in robustness_tables(runs)
     summary = {(s["arm"], s["corpus"]): s for s in arm_summaries(runs)}
     depth = summary[("hrope_axial", "Code")]["U*"]
     assert depth["per_seed"] == [-0.9, -0.3, -0.6] and depth["n"] == 3 and not depth["split"]
-    assert depth["mean"] == pytest.approx(-0.6) and depth["high"] - depth["mean"] == pytest.approx(4.303 * 0.3 / 3**0.5)
+    assert depth["over"] == "seeds and documents" and depth["seeds_only"]["n"] == 3
+    assert depth["mean"] == pytest.approx(-0.6)
+    assert depth["high"] - depth["mean"] == pytest.approx(4.303 * math.sqrt(0.09 / 3 + documents))
+    assert depth["seeds_only"]["high"] - depth["mean"] == pytest.approx(4.303 * 0.3 / 3**0.5)
     json.dumps(summary[("hrope_axial", "Code")], allow_nan=False)  # the arms' JSON holds no NaN
+
+
+def test_a_run_without_document_replicates_decides_no_claim(tmp_path):
+    """Runs read back from a summary that kept no document replicates (written before they were): their figures are
+    over seeds only, said so, and no claim gets a verdict from them (docs/verdicts.md: over seeds and documents)."""
+    names = [r.name for r in u_readings("linear")]
+    runs = []
+    for seed in range(3):
+        runs.append(
+            fake_analysis(tmp_path, "hrope_axial", "python_code", seed, dict.fromkeys(names, -0.9 + 0.01 * seed), 0.1)
+        )
+        runs.append(fake_analysis(tmp_path, "rand_axial", "python_code", seed, dict.fromkeys(names, -0.3), 0.1))
+    bare = [RunAnalysis.from_summary(r.summary()) for r in runs]  # an hrope_runs.json entry: no replicates
+    claim = {c.text: c for c in claims(bare)}["Code: hrope_axial deeper than rand_axial"]
+    assert claim.verdict() == "n/a (no document replicates: over seeds only)" and not claim.holds("main")
+    assert claim.differences["main"].seeds_only.high < 0  # over seeds alone it would separate
+    row = "| n/a (no document replicates) | −0.59 [−0.61, −0.57] | paired over 3 seeds | n/a |"
+    assert row in comparison_table([claim])
+    summary = {(s["arm"], s["corpus"]): s for s in arm_summaries(bare)}[("hrope_axial", "Code")]
+    assert summary["U*"]["over"] == "seeds only" and summary["U*"]["low"] is None
+    assert "(seeds only)" in render_summary([summary])
+    kept = [RunAnalysis.from_summary(json.loads(json.dumps(r.entry()))) for r in runs]  # the summary's entries
+    assert {c.text: c for c in claims(kept)}["Code: hrope_axial deeper than rand_axial"].verdict() == "deeper"
+    back = kept[0]
+    assert len(back.depths["no_key_0"].depth.replicates) == 300  # every reading's replicates are kept
+    assert len(back.interventions["persistent_mass"]["merge"].replicates) == 300

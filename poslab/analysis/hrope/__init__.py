@@ -14,7 +14,9 @@ least squares, and the residual is what distance alone does not explain. The tre
 The trend is fitted *together with one offset per paragraph displacement* (same-paragraph pairs are the
 reference, offset 0): fitted alone over all pairs, the trend would absorb part of the well, since
 displacement grows with distance (a planted well of depth -0.9 came back as -0.51); fitted jointly, the mean
-residual at each displacement is exactly its offset, the attention change at a fixed token distance.
+residual at each displacement is exactly its offset, the attention change at a fixed token distance. So U* is not
+the write-up's estimator (a linear trend fitted alone, no ``+log n``): its values are not the write-up's U*, and a
+claim about the write-up's U* magnitudes is not testable with it (docs/hrope.md, Decisions).
 
 **The well.** For pairs in different paragraphs (displacement ``k`` = number of paragraph boundaries between
 key and query, ``k >= 1``), the mean residual per ``k``; ``U*`` is its most negative point among displacements
@@ -41,11 +43,16 @@ order, the first (token 0, the attention sink) and the last (truncated by the wi
 window needs four paragraphs; indices are renumbered in the new order and U* recomputed on those documents.
 Reported: ``ΔU* = U*(shuffled) - U*`` on the same documents, with a paired bootstrap interval over documents.
 
-**Over seeds** (``poslab.analysis.hrope.seeds``) the seed is the unit of replication: a figure's interval is
-the Student-t interval over the seed values (``poslab.analysis.stats.Interval``), and comparisons are seed-level
-differences (paired by seed on one corpus, Welch's across corpora). The intervals over documents here serve the
-per-run table, and ``nested_interval`` (seeds and documents crossed: one document resample for every seed) a
-secondary column: with 3 seeds any bootstrap under-covers the seed scatter.
+**Over seeds and documents** (``poslab.analysis.hrope.seeds``, ``poslab.analysis.hrope.intervals``): every run of
+a corpus reads the same held-out documents and resamples them the same way, so a figure over an arm's seeds is a
+seeds x documents design, crossed. Its interval, which the verdicts read (docs/verdicts.md): the seed mean ± t(S −
+1) x sqrt(seed term + document term), the seed term the seeds' variance / S, the document term the variance of the
+seed mean over the shared document resamples (each run's bootstrap replicates, kept in the summary); two arms on
+one corpus are compared on their per-seed and per-resample differences (paired), two corpora by Welch's on the two
+groups' terms. The t-interval over seeds alone (``Interval.of``: the documents held fixed) is printed beside it as
+a secondary figure, and is all there is for a figure without document replicates (bits/byte; summaries written
+before the replicates were kept), which is said so and decides no verdict. The intervals over documents of one run
+serve the per-run table.
 
 **Readings of U*** (``u_readings``): the main one above, and four changes for robustness: without ``+log n``,
 key 0 left out, the trend fitted on same-paragraph pairs only, the other trend form.
@@ -53,8 +60,9 @@ key 0 left out, the trend fitted on same-paragraph pairs only, the other trend f
 **The package, in three layers.** Compute (needs the model): ``documents`` (windows, interventions, shuffles),
 ``attention`` (the forward pass and the pair sums), ``well`` (the fit and U*), ``compute`` (the batches, the
 run, the summary ``hrope.json``). Plain data shared by all: ``readings``, ``runs`` (``RunAnalysis`` and its JSON
-entry), ``seeds`` (figures and comparisons over seeds). Render (the summary alone): ``render`` (tables, CSV, the
-report), ``plots`` (PNGs). The command: ``report`` (``poslab analyze hrope``, ``--from hrope.json``). Every
-interval, test and bootstrap is ``poslab.analysis.stats``'s. The modules are imported by name (nothing is
+entry), ``intervals`` (over seeds and documents), ``seeds`` (figures and comparisons over seeds and documents).
+Render (the summary alone): ``render`` (tables, CSV, the report), ``plots`` (PNGs). The command: ``report``
+(``poslab analyze hrope``, ``--from hrope.json``). Every interval over seeds and documents is ``intervals``'s,
+every other interval, test and bootstrap ``poslab.analysis.stats``'s. The modules are imported by name (nothing is
 re-exported here), so the render layer never loads torch.
 """

@@ -39,7 +39,7 @@ from poslab.analysis.hrope.documents import (
 )
 from poslab.analysis.hrope.readings import INTERVENTION_READINGS, INTERVENTIONS, Reading, u_readings
 from poslab.analysis.hrope.runs import Depth, RunAnalysis, RunFacts
-from poslab.analysis.hrope.seeds import arm_summaries, claims
+from poslab.analysis.hrope.seeds import summary_figures
 from poslab.analysis.hrope.well import Well, bootstrap_depths, well_from
 from poslab.analysis.output import training_steps
 from poslab.analysis.stats import Estimate, bootstrap_mean, resample_weights
@@ -314,14 +314,15 @@ def hrope_summary(
     analyses: list[RunAnalysis], settings: dict[str, Any], left_out: Sequence[tuple[str, str]] = ()
 ) -> dict[str, Any]:
     """The one summary of a report (``hrope.json``): the settings, the runs left out (run, status), each run's
-    entry (``RunAnalysis.entry``), the figures over each arm's seeds with the bootstrap over seeds then documents
-    (which needs the document resamples, gone once the summary is written) and the write-up's comparisons."""
+    entry (``RunAnalysis.entry``, with its document replicates), and the figures over each arm's seeds and the
+    documents and the write-up's comparisons (``seeds.summary_figures``), computed from the entries as the render
+    layer computes them again from the summary."""
+    entries = [a.entry() for a in analyses]
     return {
         "settings": settings,
         "left_out": [{"run_dir": str(run), "status": status} for run, status in left_out],
-        "runs": [a.entry() for a in analyses],
-        "arms": arm_summaries(analyses),
-        "comparisons": [c.as_dict() for c in claims(analyses)],
+        "runs": entries,
+        **summary_figures([RunAnalysis.from_summary(entry) for entry in entries]),
     }
 
 

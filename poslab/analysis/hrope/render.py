@@ -4,10 +4,10 @@ printed report and its files: ``hrope_table.md`` (every table via ``poslab.analy
 of the summary kept for their readers (docs/hrope, docs/reproduction): ``hrope_runs.json`` (the runs' entries
 as before) and ``hrope_arms.json`` (per arm and corpus, and the comparisons). No model, no run directory.
 
-The runs come back as ``RunAnalysis.from_summary``; the figures over seeds that rest on per-seed values alone
-(t-intervals, paired and Welch differences: no random draws) are recomputed from them by
-``poslab.analysis.hrope.seeds``, and the bootstrap over seeds and documents, which needs the document resamples
-gone after compute, is read from the summary's ``arms``.
+The runs come back as ``RunAnalysis.from_summary``, with the document replicates their entries keep; every
+figure over seeds and documents (``poslab.analysis.hrope.intervals``: no random draws) is computed again from them
+by ``poslab.analysis.hrope.seeds`` (``summary_figures``), and the summary's ``arms`` and ``comparisons`` are
+rewritten with them, so a summary written by an earlier version renders with the current intervals.
 
 Changed in the split: ``hrope_runs.csv`` lines end in ``\n`` (the one CSV writer's), not ``\r\n``.
 """
@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from poslab.analysis.hrope.intervals import SEEDS_DOCUMENTS, SEEDS_ONLY, Crossed, over_seeds_documents
 from poslab.analysis.hrope.plots import plot_wells
 from poslab.analysis.hrope.readings import INTERVENTION_READINGS, INTERVENTIONS, u_readings
 from poslab.analysis.hrope.runs import RunAnalysis
@@ -35,9 +36,10 @@ from poslab.analysis.hrope.seeds import (
     ordered_corpora,
     ordered_models,
     shuffle_of,
+    summary_figures,
 )
 from poslab.analysis.output import REFERENCE_LABEL, AnalysisResult, sample_notes, steps_cell
-from poslab.analysis.stats import Interval, split_seeds
+from poslab.analysis.stats import Estimate, Interval, split_seeds
 from poslab.analysis.tables import csv_text, markdown_table
 
 #: the write-up's U* table (three seeds, 8 layers x 512)
@@ -63,24 +65,17 @@ def fmt_ci(value: float, ci: tuple[float, float], digits: int = 2) -> str:
     return f"{fmt(value, digits)} [{fmt(ci[0], digits)}, {fmt(ci[1], digits)}]"
 
 
-#: how the secondary bootstrap columns were drawn, by the arms' ``bootstrap_design`` (``seeds.arm_summary``); a
-#: summary written before it was recorded drew one document resample per seed
-BOOTSTRAP_NOTES = {
-    "crossed": "a bootstrap over seeds and documents, crossed (one document resample for every seed of a "
-    "replicate: they read the same documents; secondary: with 3 seeds it under-covers the seed scatter).",
-    None: "a bootstrap over seeds, then documents within each seed (secondary: with 3 seeds it under-covers the "
-    "seed scatter).",
-}
-
-
-def intervals_note(arms: list[dict[str, Any]]) -> str:
-    """How the report's intervals over seeds are made (printed under the summary table)."""
-    designs = {arm.get("bootstrap_design") for arm in arms}
-    design = designs.pop() if len(designs) == 1 else None
+def intervals_note() -> str:
+    """How the report's intervals are made (printed under the summary table)."""
     return (
-        "Intervals: Student-t over seeds (the seed is the unit of replication; every run of a corpus reads the same "
-        f"held-out documents); seeds that split into two outcomes (a jump over {SPLIT_GAP} in U* or ΔU*) are listed "
-        f"one by one. The last two columns: {BOOTSTRAP_NOTES.get(design, BOOTSTRAP_NOTES[None])}"
+        "Intervals: 95%, over seeds and held-out documents (poslab/analysis/hrope/intervals.py): the seed mean ± "
+        "t(seeds − 1) × sqrt(seed term + document term), the seed term the seeds' variance / seeds (their scatter "
+        "on these documents), the document term the variance of the seed mean over the documents' bootstrap "
+        "resamples (the same resamples in every run of a corpus: seeds and documents crossed); A − B on one corpus "
+        'paired by seed and by resample, across corpora Welch\'s. The verdicts read these. "seeds only": the '
+        "Student-t interval over the seeds alone, the documents held fixed (secondary); a figure whose runs keep no "
+        "document replicates (bits/byte: the summary has no per-document losses) has only it, and says so. Seeds "
+        f"that split into two outcomes (a jump over {SPLIT_GAP} in U* or ΔU*) are listed one by one."
     )
 
 
@@ -98,22 +93,37 @@ def split_note(values: list[float], digits: int = 2) -> str:
     return " (split: " + " / ".join(fmt(v, digits) for v in values) + ")"
 
 
-def seed_cell(values: list[float], digits: int = 2) -> str:
-    """A figure over seeds: mean [95% t-interval over seeds], and the per-seed values where the seeds split."""
-    finite = [v for v in values if math.isfinite(v)]
-    note = split_note(values, digits) if split_seeds(finite, SPLIT_GAP) else ""
-    return interval_cell(Interval.of(finite), digits) + note
+#: said after a cell whose interval is over seeds only (its runs keep no document replicates)
+SEEDS_ONLY_MARK = " (seeds only)"
 
 
-def depth_cell(values: list[float]) -> str:
-    """The U* table's cell: ``−0.48 [−0.90, −0.06] sd 0.17 (3)`` (t-interval over seeds); one seed ``−0.30 (1)``."""
+def crossed_cell(crossed: Crossed, values: list[float], digits: int = 2, spread: bool = False,
+                 mark: bool = True) -> str:  # fmt: skip
+    """A figure over seeds: mean [95% interval over seeds and documents] (``mark``: "(seeds only)" after the
+    t-interval over seeds where the runs keep no document replicates), ``spread``: the seeds' sd and their number,
+    and the per-seed values where the seeds split."""
+    interval = crossed.shown
     finite = [v for v in values if math.isfinite(v)]
-    interval = Interval.of(finite)
     if interval.n == 0:
         return "n/a"
-    spread = f" sd {np.std(finite, ddof=1):.2f}" if interval.n > 1 else ""
-    note = split_note(values) if split_seeds(finite, SPLIT_GAP) else ""
-    return f"{interval_cell(interval)}{spread} ({interval.n}){note}"
+    cell = interval_cell(interval, digits)
+    if spread:
+        cell += (f" sd {np.std(finite, ddof=1):.{digits}f}" if interval.n > 1 else "") + f" ({interval.n})"
+    if mark and not crossed.has_documents and interval.has_interval:
+        cell += SEEDS_ONLY_MARK
+    return cell + (split_note(values, digits) if split_seeds(finite, SPLIT_GAP) else "")
+
+
+def estimates_cell(estimates: list[Estimate], digits: int = 2, spread: bool = False, mark: bool = True) -> str:
+    """``crossed_cell`` of the runs' estimates of one figure (one per seed, in the group's order)."""
+    crossed = over_seeds_documents(dict(enumerate(estimates)))
+    return crossed_cell(crossed, [e.value for e in estimates], digits, spread, mark)
+
+
+def depth_cell(estimates: list[Estimate]) -> str:
+    """The U* table's cell: ``−0.48 [−0.90, −0.06] sd 0.17 (3)`` (the interval over seeds and documents; over
+    seeds only where the runs keep no document replicates, said so); one seed ``−0.30 (1)``."""
+    return estimates_cell(estimates, spread=True)
 
 
 def interval_from(saved: dict[str, Any]) -> Interval:
@@ -122,8 +132,8 @@ def interval_from(saved: dict[str, Any]) -> Interval:
 
 
 def depth_table(analyses: list[RunAnalysis]) -> str:
-    """The write-up's layout: models x corpora, U* (seed mean [95% t-interval over seeds] sd (seeds)); the
-    write-up's values in columns of their own, labelled as a reference, for the corpora it has."""
+    """The write-up's layout: models x corpora, U* (seed mean [95% interval over seeds and documents] sd (seeds));
+    the write-up's values in columns of their own, labelled as a reference, for the corpora it has."""
     groups = grouped(analyses)
     corpora = ordered_corpora(groups)
     models = ordered_models({m for m, _ in groups})
@@ -135,47 +145,69 @@ def depth_table(analyses: list[RunAnalysis]) -> str:
         cells = [model]
         for corpus in corpora:
             runs = groups.get((model, corpus), [])
-            cells.append(depth_cell([r.well.depth for r in runs]) if runs else "—")
+            cells.append(depth_cell([r.main.depth for r in sorted(runs, key=lambda r: r.seed)]) if runs else "—")
         cells += [fmt(references[model].get(corpus)) for corpus in referenced]
         rows.append(cells)
     return markdown_table(header, rows)
 
 
-def figure_cell(figure: dict[str, Any], digits: int = 2) -> str:
-    """A ``seed_figure`` as a cell: mean [95% t-interval over seeds], with the per-seed values where they split."""
+def figure_cell(figure: dict[str, Any], digits: int = 2, mark: bool = True) -> str:
+    """A ``seeds.figure`` as a cell: mean [95% interval over seeds and documents], or the t-interval over seeds
+    followed by "(seeds only)" (``mark``) where the runs keep no document replicates; the per-seed values where
+    the seeds split."""
     values = [math.nan if v is None else v for v in figure["per_seed"]]
-    return interval_cell(interval_from(figure), digits) + (split_note(values, digits) if figure["split"] else "")
+    over = figure.get("over", SEEDS_ONLY)
+    interval = interval_from(figure if over == SEEDS_DOCUMENTS else figure.get("seeds_only", figure))
+    cell = interval_cell(interval, digits)
+    if over != SEEDS_DOCUMENTS and mark and interval.has_interval:
+        cell += SEEDS_ONLY_MARK
+    return cell + (split_note(values, digits) if figure["split"] else "")
 
 
-def bootstrap_cell(figure: dict[str, Any]) -> str:
-    low, high = figure["bootstrap_seeds_documents"]
-    return "n/a" if low is None or high is None else f"[{fmt(low)}, {fmt(high)}]"
+def seeds_only_cell(figure: dict[str, Any], digits: int = 2) -> str:
+    """The secondary cell: the t-interval over seeds alone (the documents fixed)."""
+    return interval_cell(interval_from(figure["seeds_only"]), digits)
+
+
+def has_documents(figures: list[dict[str, Any] | None]) -> bool:
+    """Whether any of a column's figures is over seeds and documents (else its header says "seeds only")."""
+    return any(f is not None and f.get("over") == SEEDS_DOCUMENTS for f in figures)
 
 
 def render_summary(summaries: list[dict[str, Any]]) -> str:
-    """Per arm and corpus, seed means with 95% t-intervals over seeds: validation bits/byte, U*, the shuffle test
-    (ΔU*, and ΔU* minus RoPE's, paired by seed), the interventions under every reading; last, the secondary
-    bootstrap over seeds and documents for U* and ΔU*. The allocation study's table, from the summary's
-    ``arms`` (``seeds.arm_summaries``)."""
-    header = ["arm", "corpus", "seeds", "val bits/byte", "U*", "ΔU* shuffle", "ΔU* − RoPE's"]
-    for reading in INTERVENTION_READINGS:
-        header += [f"merge: {READING_LABELS[reading]}", f"split: {READING_LABELS[reading]}"]
-    header += ["U*: bootstrap seeds, documents", "ΔU* shuffle: bootstrap seeds, documents"]
+    """Per arm and corpus: validation bits/byte and its difference from RoPE's (over seeds only: no per-document
+    losses), then U*, the shuffle test (ΔU*, and ΔU* minus RoPE's, paired by seed and resample) and the
+    interventions under every reading, each with its 95% interval over seeds and documents; last, the t-intervals
+    over seeds alone of U* and ΔU* (secondary). The allocation study's table, from the summary's ``arms``
+    (``seeds.arm_summaries``). A column none of whose runs keep document replicates says "(seeds only)" in its
+    header; in a column that has them, a cell without says it."""
+    interventions = [(reading, kind) for reading in INTERVENTION_READINGS for kind in INTERVENTIONS]
+    with_documents = {
+        (reading, kind): has_documents([s["interventions"][reading][kind] for s in summaries])
+        for reading, kind in interventions
+    }
+    header = ["arm", "corpus", "seeds", "val bits/byte (seeds only)", "− RoPE's (seeds only)", "U*", "ΔU* shuffle"]
+    header.append("ΔU* − RoPE's")
+    for reading, kind in interventions:
+        mark = "" if with_documents[(reading, kind)] else SEEDS_ONLY_MARK
+        header.append(f"{kind}: {READING_LABELS[reading]}{mark}")
+    header += ["U*: seeds only", "ΔU* shuffle: seeds only"]
     rows = []
     for s in summaries:
-        versus = s["shuffle_change_minus_rope"]
+        bpb_versus, versus = s.get("val_bpb_minus_rope"), s["shuffle_change_minus_rope"]
         cells = [
             s["arm"],
             s["corpus"],
             str(len(s["seeds"])),
-            interval_from(s["val_bpb"]).cell(3),
+            interval_from(s["val_bpb"]["seeds_only"]).cell(3),
+            "—" if bpb_versus is None else interval_cell(interval_from(bpb_versus["seeds_only"]), 3),
             figure_cell(s["U*"]),
             figure_cell(s["shuffle_change"]),
-            "—" if versus is None else interval_cell(interval_from(versus["difference"])),
+            "—" if versus is None else figure_cell({**versus, "per_seed": [], "split": False}),
         ]
-        for reading in INTERVENTION_READINGS:
-            cells += [figure_cell(s["interventions"][reading][kind], 3) for kind in INTERVENTIONS]
-        cells += [bootstrap_cell(s["U*"]), bootstrap_cell(s["shuffle_change"])]
+        for reading, kind in interventions:
+            cells.append(figure_cell(s["interventions"][reading][kind], 3, mark=with_documents[(reading, kind)]))
+        cells += [seeds_only_cell(s["U*"]), seeds_only_cell(s["shuffle_change"])]
         rows.append(cells)
     return markdown_table(header, rows)
 
@@ -212,38 +244,49 @@ def per_run_table(analyses: list[RunAnalysis]) -> str:
 
 
 def comparison_table(found: list[Claim]) -> str:
-    """The claims under the main reading: A − B with its 95% interval over seeds, the test, t, the verdict."""
+    """The claims under the main reading: A − B with its 95% interval over seeds and documents, the t-interval over
+    seeds alone beside it (secondary), the test, t, the verdict (read on the first)."""
     if not found:
         return "(none: the runs have no pair of arms or corpora to compare)"
     rows = []
     for claim in found:
         d = claim.differences["main"]
-        t = "n/a" if math.isnan(d.t) else f"{d.t:+.2f}".replace("-", "−").replace("inf", "∞")
-        rows.append([claim.text, interval_cell(d.interval), d.test, t, claim.verdict()])
-    return markdown_table(["comparison", "A − B [95% CI]", "test", "t", "verdict"], rows)
+        difference = d.difference()
+        t = "n/a" if math.isnan(difference.t) else f"{difference.t:+.2f}".replace("-", "−").replace("inf", "∞")
+        shown = interval_cell(d.interval) if d.has_documents else "n/a (no document replicates)"
+        rows.append([claim.text, shown, interval_cell(d.seeds_only), d.test, t, claim.verdict()])
+    header = ["comparison", "A − B [95% CI over seeds and documents]", "over seeds only", "test", "t", "verdict"]
+    return markdown_table(header, rows)
 
 
 def robustness_tables(analyses: list[RunAnalysis], trend: str = "linear", found: list[Claim] | None = None) -> str:
-    """U* and the shuffle test under every reading of ``u_readings`` (t-intervals over seeds), and which of the
-    write-up's claims (``claims``, or ``found``) hold under which readings (one that holds under one only is
-    said to). A claim holds where its seed-level difference's interval lies on its side of 0."""
+    """U* and the shuffle test under every reading of ``u_readings`` (intervals over seeds and documents where the
+    runs keep the reading's document replicates, else over seeds only, said so), and which of the write-up's
+    claims (``claims``, or ``found``) hold under which readings (one that holds under one only is said to). A
+    claim holds where its difference's interval lies on its side of 0."""
     groups = grouped(analyses)
     readings = list(analyses[0].depths)
     header = ["arm", "corpus", *readings]
     u_rows, shuffle_rows = [], []
     for corpus in ordered_corpora(groups):
         for arm in ordered_models({m for m, c in groups if c == corpus}):
-            runs = groups[(arm, corpus)]
-            u_rows.append([arm, corpus, *(depth_cell([depth_of(name)(r) for r in runs]) for name in readings)])
-            shuffle_rows.append([arm, corpus, *(seed_cell([shuffle_of(name)(r) for r in runs]) for name in readings)])
+            runs = sorted(groups[(arm, corpus)], key=lambda r: r.seed)
+            depths = (estimates_cell([depth_of(n)(r) for r in runs], spread=True) for n in readings)
+            u_rows.append([arm, corpus, *depths])
+            shuffle_rows.append([arm, corpus, *(estimates_cell([shuffle_of(n)(r) for r in runs]) for n in readings)])
     found = claims(analyses) if found is None else found
-    lines = [f"- {c.text} ({c.rule}): {holds_under({name: c.holds(name) for name in readings})}" for c in found]
+    lines = []
+    for c in found:
+        seeds_only = [name for name in readings if not c.over_documents(name)]
+        note = f" ({', '.join(seeds_only)}: over seeds only)" if seeds_only else ""
+        held = holds_under({name: c.holds(name, seeds_only=True) for name in readings})
+        lines.append(f"- {c.text} ({c.rule}): {held}{note}")
     return "\n\n".join(
         [
-            "U* (seed mean [95% t-interval over seeds] sd (seeds)) under each reading: "
+            "U* (seed mean [95% interval over seeds and documents] sd (seeds)) under each reading: "
             + "; ".join(f"{r.name}: {r.description}" for r in u_readings(trend)),
             markdown_table(header, u_rows),
-            "ΔU* shuffle (seed mean [95% t-interval over seeds]) under each reading:",
+            "ΔU* shuffle (seed mean [95% interval over seeds and documents]) under each reading:",
             markdown_table(header, shuffle_rows),
             "Claims under each reading:\n"
             + ("\n".join(lines) if lines else "(none: the runs have no pair of arms to compare)"),
@@ -360,19 +403,21 @@ def report_text(summary: dict[str, Any], analyses: list[RunAnalysis], figures: t
     not_applicable = intervention_note(analyses)
     return "\n\n".join(
         [
-            f"## U* (seed mean [95% t-interval over seeds] sd (seeds); the write-up's values in the "
+            f"## U* (seed mean [95% interval over seeds and documents] sd (seeds); the write-up's values in the "
             f"{REFERENCE_LABEL} columns)",
             depth_table(analyses),
             "\n".join(sample_lines(analyses)),
-            "## Per arm: bits/byte, U*, shuffle test, interventions (seed mean [95% t-interval over seeds])",
+            "## Per arm: bits/byte, U*, shuffle test, interventions "
+            "(seed mean [95% interval over seeds and documents])",
             render_summary(summary["arms"]),
             f"Shuffle: {shuffle} permuted; ΔU* = U*(shuffled) − U* on the same documents; ΔU* − RoPE's: under the "
             "same shuffles of the same documents, paired by seed. Interventions (after minus before): "
             + "; ".join(f"{READING_LABELS[k]}: {v}" for k, v in INTERVENTION_READINGS.items())
             + " (log attention for same pairs, attention mass for the other two). "
-            + intervals_note(summary["arms"]),
+            + intervals_note(),
             *([not_applicable] if not_applicable else []),
-            "## Comparisons (main reading; A − B over seeds: paired by seed on one corpus, Welch's across corpora)",
+            "## Comparisons (main reading; A − B over seeds and documents: paired by seed and resample on one corpus, "
+            "Welch's across corpora)",
             comparison_table(found),
             "## U* robustness",
             robustness_tables(analyses, trend, found),
@@ -385,8 +430,10 @@ def report_text(summary: dict[str, Any], analyses: list[RunAnalysis], figures: t
 
 
 def render_hrope(summary: dict[str, Any], directory: Path) -> AnalysisResult:
-    """The report and its files from ``summary`` alone, for ``directory``."""
+    """The report and its files from ``summary`` alone, for ``directory``: its arms and comparisons computed again
+    from its runs (``seeds.summary_figures``), as the summary it writes holds them."""
     analyses = [RunAnalysis.from_summary(entry) for entry in summary["runs"]]
+    summary = {**summary, **summary_figures(analyses)}
     result = AnalysisResult("hrope", "", directory)
     wells = result.add_figure("hrope_well.png", plot_wells(analyses))
     shuffled = result.add_figure("hrope_shuffle.png", plot_wells(analyses, shuffled=True))

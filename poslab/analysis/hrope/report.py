@@ -2,16 +2,15 @@
 
 Each run is analysed on its own held-out documents (``poslab.analysis.hrope.compute``); runs are then grouped by
 arm (the encoding, and its frequency allocation when the runs have several) and corpus, and their seeds
-summarised (``poslab.analysis.hrope.seeds``, with ``poslab.analysis.stats``): the seed is the unit of
-replication, so every figure over seeds is the seed mean with its 95% Student-t interval over the seeds
-(``Interval.of``), and per-seed values are printed beside it where the seeds split (``split_seeds``). Every run
-of a corpus reads the same held-out documents, so the t-interval treats them as fixed; the hierarchical bootstrap
-over seeds then documents (``nested_interval``) is a secondary column that carries the document noise too (with
-3 seeds it under-covers the seed scatter: secondary only). Comparisons are judged on seed-level differences: two
-arms on one corpus share data under a seed (training batch i is a function of (seed, i); the same held-out
-documents), so they are paired by seed (``paired_difference``); two corpora share nothing, so Welch's t
-(``welch``). A comparison whose interval holds 0 is "not separated". Each seed's own interval over documents is
-in the per-run table.
+summarised (``poslab.analysis.hrope.seeds``, ``poslab.analysis.hrope.intervals``). Every run of a corpus reads the
+same held-out documents and draws the same document resamples, so every figure over seeds is the seed mean with its
+95% interval over seeds and documents (crossed: seed term + document term, t on seeds − 1 df), which the verdicts
+read (docs/verdicts.md), beside the Student-t interval over the seeds alone (the documents held fixed; secondary);
+per-seed values are printed where the seeds split (``split_seeds``). Comparisons are judged on that interval of
+A − B: two arms on one corpus share data under a seed (training batch i is a function of (seed, i); the same
+held-out documents and resamples), so they are paired by seed and by resample; two corpora share nothing, so
+Welch's. A comparison whose interval holds 0 is "not separated". Each seed's own interval over documents is in
+the per-run table.
 
 Written to ``--output-dir`` (default: the first multirun directory's ``analysis/hrope/``, or
 ``RUN_DIR/analysis/hrope/`` for one run) by ``poslab.analysis.hrope.render``: ``hrope.json`` (the one summary:
@@ -21,7 +20,7 @@ per-seed values, the intervals, and every comparison with its test and verdict),
 ``hrope_well.png``, ``hrope_shuffle.png``; each run's own figures also go to its loggers. ``--from hrope.json``
 renders the same files again from the summary alone (no model, no run directory; nothing logged), beside it by
 default; ``--from A/hrope.json B/hrope.json --output-dir DIR`` merges the summaries of runs analysed apart into
-the report of all of them (each entry keeps its U* and ΔU* document replicates for the secondary interval).
+the report of all of them (each entry keeps its document replicates for the intervals over seeds and documents).
 """
 
 from __future__ import annotations

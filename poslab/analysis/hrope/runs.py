@@ -140,31 +140,57 @@ class RunAnalysis:
 
     def entry(self) -> dict[str, Any]:
         """The run's entry in the report's summary: ``summary()``, its run directory's facts, and the document
-        replicates of U* and ΔU* behind the secondary interval over seeds then documents, so that summaries of
-        runs analysed apart merge into the report they would make together (``compute.merged_summary``)."""
+        replicates behind the intervals over seeds and documents (``poslab.analysis.hrope.intervals``): U* and ΔU*
+        under the main reading (``U*``, ``shuffle_change``), under the other readings (``readings``) and every
+        intervention reading (``interventions``), so that the report renders again from the summary alone and
+        summaries of runs analysed apart merge into the report they would make together
+        (``compute.merged_summary``). Entries written before some of them were kept lack those (their figures are
+        then over seeds only)."""
         main = self.main
-        replicates = {"U*": saved_replicates(main.depth), "shuffle_change": saved_replicates(main.shuffle_change)}
+        others = {
+            name: {"U*": saved_replicates(d.depth), "shuffle_change": saved_replicates(d.shuffle_change)}
+            for name, d in self.depths.items()
+            if name != "main"
+        }
+        interventions = {
+            reading: {kind: saved_replicates(estimate) for kind, estimate in by_kind.items()}
+            for reading, by_kind in self.interventions.items()
+        }
+        replicates = {
+            "U*": saved_replicates(main.depth),
+            "shuffle_change": saved_replicates(main.shuffle_change),
+            "readings": others,
+            "interventions": interventions,
+        }
         return {**self.summary(), "run_files": self.facts.as_dict(), "replicates": replicates}
 
     @classmethod
     def from_summary(cls, summary: dict[str, Any]) -> RunAnalysis:
         """A RunAnalysis back from its summary entry (``entry``, or ``summary``: an ``hrope_runs.json`` entry,
-        whose facts are then unknown), without bootstrap replicates; an entry written before the readings existed
-        gives the main reading and same-pairs interventions only."""
+        whose facts and document replicates are then unknown), with the document replicates the entry keeps; an
+        entry written before the readings existed gives the main reading and same-pairs interventions only."""
         readings = summary.get("readings") or {"main": summary}
         depths = {name: saved_depth(summary, name, r) for name, r in readings.items()}
         replicates = summary.get("replicates") or {}
-        for key, attribute in (("U*", "depth"), ("shuffle_change", "shuffle_change")):
-            if replicates.get(key):  # entries written before they were kept: no secondary interval
-                estimate = getattr(depths["main"], attribute)
-                saved = np.array([math.nan if v is None else v for v in replicates[key]], dtype=float)
-                setattr(depths["main"], attribute, Estimate(estimate.value, estimate.interval, saved))
+        kept = {"main": replicates, **(replicates.get("readings") or {})}
+        for name, depth in depths.items():  # entries written before they were kept: over seeds only
+            for key, attribute in (("U*", "depth"), ("shuffle_change", "shuffle_change")):
+                saved = (kept.get(name) or {}).get(key)
+                if saved:
+                    setattr(depth, attribute, with_replicates(getattr(depth, attribute), saved))
         saved = summary.get("interventions") or {
             "same_pairs": {k: summary[f"{k}_change"] for k in INTERVENTIONS}
             | {f"{k}_ci": summary[f"{k}_ci"] for k in INTERVENTIONS}
         }
+        kept_interventions = replicates.get("interventions") or {}
         interventions = {
-            reading: {kind: saved_estimate(values[kind], values.get(f"{kind}_ci")) for kind in INTERVENTIONS}
+            reading: {
+                kind: with_replicates(
+                    saved_estimate(values[kind], values.get(f"{kind}_ci")),
+                    (kept_interventions.get(reading) or {}).get(kind),
+                )
+                for kind in INTERVENTIONS
+            }
             for reading, values in saved.items()
         }
         return cls(
@@ -181,6 +207,14 @@ class RunAnalysis:
             intervened=summary.get("intervened", "paragraph"),
             facts=RunFacts.from_dict(summary.get("run_files") or {}),
         )
+
+
+def with_replicates(estimate: Estimate, saved: list[float | None] | None) -> Estimate:
+    """``estimate`` with the document replicates of a summary entry (None: nan), or as it is without any."""
+    if not saved:
+        return estimate
+    replicates = np.array([math.nan if v is None else v for v in saved], dtype=float)
+    return Estimate(estimate.value, estimate.interval, replicates)
 
 
 def saved_estimate(value: float | None, ci: Any) -> Estimate:

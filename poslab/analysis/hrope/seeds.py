@@ -1,9 +1,10 @@
-"""The hRoPE report over seeds: runs grouped by arm (the encoding, with its frequency allocation when the runs
-have several) and corpus, each figure over an arm's seeds (``seed_figure``: per-seed values, the seed mean and its
-95% Student-t interval), the secondary bootstrap over seeds then documents, and the write-up's comparisons
-(``claims``: seed-level differences, paired by seed on one corpus, Welch's across corpora). Torch-free: the
-compute layer writes these figures into the summary, and the render layer regroups the runs it reads back. The
-statistics themselves (intervals, tests, bootstraps) are ``poslab.analysis.stats``'s.
+"""The hRoPE report over seeds and documents: runs grouped by arm (the encoding, with its frequency allocation when
+the runs have several) and corpus, each figure over an arm's seeds and the held-out documents they share
+(``figure``: per-seed values, the seed mean, its 95% interval over seeds and documents and the t-interval over
+seeds alone beside it; ``poslab.analysis.hrope.intervals``), and the write-up's comparisons (``claims``: A − B over
+seeds and documents, paired by seed and document resample on one corpus, Welch's across corpora), each judged on
+its interval over seeds and documents (docs/verdicts.md). Torch-free: the render layer computes them again from the
+runs of the summary (their values and document replicates).
 """
 
 from __future__ import annotations
@@ -14,9 +15,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from poslab.analysis.hrope.intervals import (
+    Crossed,
+    over_seeds_documents,
+    paired_estimates,
+    paired_seeds_documents,
+    welch_seeds_documents,
+)
 from poslab.analysis.hrope.readings import INTERVENTION_READINGS, INTERVENTIONS
 from poslab.analysis.hrope.runs import RunAnalysis
-from poslab.analysis.stats import Difference, Estimate, Interval, nested_interval, seed_difference, split_seeds
+from poslab.analysis.stats import Estimate, split_seeds
 
 #: how the write-up names the corpora (wikitext2_offline: trained on enwiki, evaluated on WikiText-2 test)
 CORPUS_LABELS = {
@@ -89,59 +97,60 @@ def rope_runs(groups: dict[tuple[str, str], list[RunAnalysis]], corpus: str) -> 
     return groups.get(("rope", corpus), [])
 
 
-def by_seed(runs: list[RunAnalysis], value: Callable[[RunAnalysis], float]) -> dict[int, float]:
+def by_seed(runs: list[RunAnalysis], value: Callable[[RunAnalysis], Estimate]) -> dict[int, Estimate]:
     """Seed -> ``value`` of its run (a seed analysed twice in one group counts once: its last run)."""
     return {r.seed: value(r) for r in runs}
 
 
-def depth_of(reading: str) -> Callable[[RunAnalysis], float]:
-    return lambda r: r.depths[reading].depth.value
+def depth_of(reading: str) -> Callable[[RunAnalysis], Estimate]:
+    return lambda r: r.depths[reading].depth
 
 
-def shuffle_of(reading: str) -> Callable[[RunAnalysis], float]:
-    return lambda r: r.depths[reading].shuffle_change.value
+def shuffle_of(reading: str) -> Callable[[RunAnalysis], Estimate]:
+    return lambda r: r.depths[reading].shuffle_change
 
 
-def intervention_of(reading: str, kind: str) -> Callable[[RunAnalysis], float]:
-    return lambda r: r.interventions[reading][kind].value
+def intervention_of(reading: str, kind: str) -> Callable[[RunAnalysis], Estimate]:
+    return lambda r: r.interventions[reading][kind]
 
 
-def seed_figure(runs: list[RunAnalysis], value: Callable[[RunAnalysis], float]) -> dict[str, Any]:
+def bits_per_byte(run: RunAnalysis) -> Estimate:
+    """A run's validation bits/byte, without document replicates (the summary keeps no per-document losses): its
+    figures over seeds are over seeds only, and said so."""
+    return Estimate(run.facts.val_bpb, (math.nan, math.nan))
+
+
+def figure(runs: list[RunAnalysis], value: Callable[[RunAnalysis], Estimate]) -> dict[str, Any]:
     """JSON for a figure over seeds: per-seed values (the order of the group's ``seeds``), the seed mean with its
-    95% t-interval over seeds, and whether the seeds split into two outcomes."""
-    values = [value(r) for r in runs]
+    95% interval over seeds and documents (``over``: "seeds and documents", or "seeds only" where the runs keep no
+    document replicates: no bounds then) and the t-interval over seeds alone (``seeds_only``), and whether the
+    seeds split into two outcomes."""
+    estimates = [value(r) for r in runs]
+    values = [e.value for e in estimates]
     finite = [v for v in values if math.isfinite(v)]
+    crossed = over_seeds_documents({r.seed: e for r, e in zip(runs, estimates)})
     per_seed = [v if math.isfinite(v) else None for v in values]
-    return {"per_seed": per_seed, **Interval.of(finite).as_dict(), "split": split_seeds(finite, SPLIT_GAP)}
+    return {"per_seed": per_seed, **crossed.as_dict(), "split": split_seeds(finite, SPLIT_GAP)}
 
 
-def bootstrap_list(estimates: list[Estimate]) -> list[float | None]:
-    """The secondary interval (``nested_interval``: seeds, then documents); none under 2 seeds, where it would
-    be an interval over documents alone (as ``stats.hierarchical_bootstrap``)."""
-    if sum(math.isfinite(e.value) for e in estimates) < 2:
-        return [None, None]
-    return [v if math.isfinite(v) else None for v in nested_interval(estimates)[1]]
+def versus(a: list[RunAnalysis], b: list[RunAnalysis], value: Callable[[RunAnalysis], Estimate]) -> dict[str, Any]:
+    """A − B on one corpus, paired by seed and document resample, as JSON (``intervals.Crossed.as_dict``)."""
+    return paired_seeds_documents(by_seed(a, value), by_seed(b, value)).as_dict()
 
 
 def arm_summary(runs: list[RunAnalysis], rope: list[RunAnalysis]) -> dict[str, Any]:
-    """One arm on one corpus (``runs``, sorted by seed): every figure over its seeds (``seed_figure``), the
-    secondary bootstrap over seeds and documents (crossed) for U* and ΔU*, and ΔU* minus RoPE's, paired by seed."""
-    versus = (
-        seed_difference(by_seed(runs, shuffle_of("main")), by_seed(rope, shuffle_of("main")), paired=True)
-        if rope
-        else None
-    )
+    """One arm on one corpus (``runs``, sorted by seed): every figure over its seeds and the documents
+    (``figure``), and its bits/byte and ΔU* minus RoPE's, paired by seed (and document resample)."""
     return {
         "seeds": [r.seed for r in runs],
-        "bootstrap_design": "crossed",  # seeds and documents (stats.nested_replicates); absent: drawn per seed
-        "val_bpb": seed_figure(runs, lambda r: r.facts.val_bpb),
-        "U*": seed_figure(runs, depth_of("main"))
-        | {"bootstrap_seeds_documents": bootstrap_list([r.main.depth for r in runs])},
-        "shuffle_change": seed_figure(runs, shuffle_of("main"))
-        | {"bootstrap_seeds_documents": bootstrap_list([r.main.shuffle_change for r in runs])},
-        "shuffle_change_minus_rope": None if versus is None else versus.as_dict(),
+        "intervals": "seeds and documents",  # t on S − 1 df, seed term + document term (hrope.intervals)
+        "val_bpb": figure(runs, bits_per_byte),
+        "val_bpb_minus_rope": versus(runs, rope, bits_per_byte) if rope else None,
+        "U*": figure(runs, depth_of("main")),
+        "shuffle_change": figure(runs, shuffle_of("main")),
+        "shuffle_change_minus_rope": versus(runs, rope, shuffle_of("main")) if rope else None,
         "interventions": {
-            reading: {kind: seed_figure(runs, intervention_of(reading, kind)) for kind in INTERVENTIONS}
+            reading: {kind: figure(runs, intervention_of(reading, kind)) for kind in INTERVENTIONS}
             for reading in INTERVENTION_READINGS
         },
     }
@@ -160,58 +169,108 @@ def arm_summaries(analyses: list[RunAnalysis]) -> list[dict[str, Any]]:
     return summaries
 
 
+def summary_figures(analyses: list[RunAnalysis]) -> dict[str, Any]:
+    """The summary's figures over seeds and documents, from its runs (``RunAnalysis.from_summary`` of each entry:
+    their values and document replicates, as the summary keeps them, so that the report computed and the report
+    rendered again from the summary agree): the arms (``arm_summaries``) and the comparisons (``claims``)."""
+    return {"arms": arm_summaries(analyses), "comparisons": [c.as_dict() for c in claims(analyses)]}
+
+
 #: verdicts on a difference A − B whose 95% interval lies below 0, holds 0, lies above 0
 DEEPER = ("deeper", "not separated", "shallower")
 BEYOND = ("below RoPE's", "not separated", "above RoPE's")
+#: the verdict of a claim whose runs keep no document replicates (summaries written before they were kept)
+NO_DOCUMENTS = "n/a (no document replicates: over seeds only)"
+
+
+def side(interval: Any) -> int:
+    """-1: the interval lies below 0; +1: above 0; 0: it holds 0, has no bounds, or has no width (degenerate)."""
+    if not interval.has_interval or interval.degenerate or not interval.excludes(0.0):
+        return 0
+    return -1 if interval.high < 0 else 1
 
 
 @dataclass(frozen=True)
 class Claim:
-    """One of the write-up's comparisons, judged under every U* reading on a seed-level difference A − B."""
+    """One of the write-up's comparisons, judged under every U* reading on A − B over seeds and documents."""
 
     text: str
     want: int  # the side of 0 the difference's interval must lie on for the claim to hold (0: either side)
     words: tuple[str, str, str]  # the verdict when the interval lies below 0, holds 0, lies above 0
-    differences: dict[str, Difference]  # reading -> A − B
+    differences: dict[str, Crossed]  # reading -> A − B (over seeds and documents; over seeds only inside)
 
     @property
     def rule(self) -> str:
-        side = {-1: "below 0", 0: "excludes 0", 1: "above 0"}[self.want]
-        return f"{self.differences['main'].test}; the difference's 95% interval {side}"
+        where = {-1: "below 0", 0: "excludes 0", 1: "above 0"}[self.want]
+        return f"{self.differences['main'].test}; the difference's 95% interval over seeds and documents {where}"
 
-    def holds(self, reading: str) -> bool:
-        side = self.differences[reading].side
-        return side != 0 and self.want in (0, side)
+    def over_documents(self, reading: str) -> bool:
+        """Whether ``reading``'s difference has an interval over seeds and documents (its runs keep replicates)."""
+        return self.differences[reading].has_documents
+
+    def holds(self, reading: str, seeds_only: bool = False) -> bool:
+        """Whether ``reading``'s difference lies on the claim's side of 0, on its interval over seeds and documents
+        (none: it does not hold); ``seeds_only`` (the robustness lines, which say so): on the t-interval over seeds
+        where the runs keep no document replicates for the reading."""
+        difference = self.differences[reading]
+        interval = difference.shown if seeds_only else difference.interval
+        where = side(interval)
+        return where != 0 and self.want in (0, where)
 
     def verdict(self, reading: str = "main") -> str:
         difference = self.differences[reading]
+        if not difference.seeds_only.has_interval:
+            return "n/a (too few seeds)"
+        if not difference.has_documents:
+            return NO_DOCUMENTS
         if difference.interval.degenerate:
-            return "n/a (degenerate: every seed the same difference)"
-        return self.words[difference.side + 1] if difference.interval.has_interval else "n/a (too few seeds)"
+            return "n/a (degenerate: every seed and resample the same difference)"
+        return self.words[side(difference.interval) + 1]
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "claim": self.text,
             "holds_when": self.rule,
             "readings": {
-                name: d.as_dict() | {"verdict": self.verdict(name), "holds": self.holds(name)}
+                name: {"test": d.test, "difference": d.as_dict(), "verdict": self.verdict(name)}
+                | {"holds": self.holds(name)}
                 for name, d in self.differences.items()
             },
         }
 
 
+def readings_of(runs: list[RunAnalysis]) -> list[str]:
+    return list(runs[0].depths)
+
+
 def compared(
-    a: list[RunAnalysis], b: list[RunAnalysis], value: Callable[[str], Callable[[RunAnalysis], float]], paired: bool
-) -> dict[str, Difference]:
-    """A − B under every reading (the readings of A's first run)."""
-    return {name: seed_difference(by_seed(a, value(name)), by_seed(b, value(name)), paired) for name in a[0].depths}
+    a: list[RunAnalysis], b: list[RunAnalysis], value: Callable[[str], Callable[[RunAnalysis], Estimate]], paired: bool
+) -> dict[str, Crossed]:
+    """A − B under every reading (the readings of A's first run): paired by seed and document resample (one
+    corpus), or Welch's (two corpora)."""
+    difference = paired_seeds_documents if paired else welch_seeds_documents
+    return {name: difference(by_seed(a, value(name)), by_seed(b, value(name))) for name in readings_of(a)}
+
+
+def gap_between_corpora(
+    arm: tuple[list[RunAnalysis], list[RunAnalysis]], other: tuple[list[RunAnalysis], list[RunAnalysis]]
+) -> dict[str, Crossed]:
+    """(A − B on one corpus) − (A − B on another), each paired by seed and resample, the two Welch's: whether A's
+    gap to B depends on the corpus."""
+    found = {}
+    for name in readings_of(arm[0]):
+        one = paired_estimates(by_seed(arm[0], depth_of(name)), by_seed(arm[1], depth_of(name)))
+        two = paired_estimates(by_seed(other[0], depth_of(name)), by_seed(other[1], depth_of(name)))
+        found[name] = welch_seeds_documents(one, two)
+    return found
 
 
 def claims(analyses: list[RunAnalysis]) -> list[Claim]:
-    """The write-up's comparisons the runs allow: hrope_axial deeper than rand_axial on a corpus, and the shuffle
-    moving an arm's U* beyond RoPE's (paired by seed: one corpus), then BiPE against hRoPE (``bipe_claims``);
-    hrope_axial deeper on one corpus than on the next in the write-up's order (Code, WikiText-2, OpenWebText;
-    Welch's: two corpora share no data)."""
+    """The write-up's comparisons the runs allow: on each corpus, hrope_axial deeper than rand_axial, the shuffle
+    moving an arm's U* beyond RoPE's and hrope_axial's beyond rand_axial's (paired by seed and document resample),
+    then BiPE against hRoPE (``bipe_claims``); across corpora (Welch's: two corpora share no data), hrope_axial
+    deeper on one corpus than on the next in the write-up's order (Code, WikiText-2, OpenWebText), and its gap to
+    rand_axial on one corpus against another (any two: the write-up's "spread" of U* over the corpora)."""
     groups = grouped(analyses)
     corpora = ordered_corpora(groups)
     found = []
@@ -226,19 +285,35 @@ def claims(analyses: list[RunAnalysis]) -> list[Claim]:
             for arm in (a for a in arms if a != "rope"):
                 differences = compared(groups[(arm, corpus)], groups[("rope", corpus)], shuffle_of, paired=True)
                 found.append(Claim(f"{corpus}: the shuffle moves {arm}'s U* beyond RoPE's", 0, BEYOND, differences))
+        for arm in (a for a in arms if a.startswith("hrope_axial")):
+            control = arm.replace("hrope_axial", "rand_axial", 1)
+            if control in arms:
+                differences = compared(groups[(arm, corpus)], groups[(control, corpus)], shuffle_of, paired=True)
+                words = (f"below {control}'s", "not separated", f"above {control}'s")
+                found.append(Claim(f"{corpus}: the shuffle moves {arm}'s U* beyond {control}'s", 0, words, differences))
         found += bipe_claims(groups, corpus, arms)
     for arm in (m for m in ordered_models({m for m, _ in groups}) if m.startswith("hrope_axial")):
         present = [c for c in corpora if (arm, c) in groups]
         for deeper, shallower in zip(present, present[1:]):
             differences = compared(groups[(arm, deeper)], groups[(arm, shallower)], depth_of, paired=False)
             found.append(Claim(f"{arm}: deeper on {deeper} than on {shallower}", -1, DEEPER, differences))
+        control = arm.replace("hrope_axial", "rand_axial", 1)
+        both = [c for c in present if (control, c) in groups]
+        for number, one in enumerate(both):
+            for two in both[number + 1 :]:
+                differences = gap_between_corpora(
+                    (groups[(arm, one)], groups[(control, one)]), (groups[(arm, two)], groups[(control, two)])
+                )
+                words = (f"gap deeper on {one}", "not separated", f"gap deeper on {two}")
+                text = f"{arm} − {control}: the gap on {one} against on {two}"
+                found.append(Claim(text, 0, words, differences))
     return found
 
 
 def bipe_claims(groups: dict[tuple[str, str], list[RunAnalysis]], corpus: str, arms: list[str]) -> list[Claim]:
-    """BiPE against hRoPE on one corpus (issue 38), paired by seed: each hrope_axial arm's U* and shuffle change
-    minus each BiPE arm's, two-sided (no direction was fixed before the runs: the comparison says which is
-    deeper, and whether the shuffle moves one more)."""
+    """BiPE against hRoPE on one corpus (issue 38), paired by seed and document resample: each hrope_axial arm's U*
+    and shuffle change minus each BiPE arm's, two-sided (no direction was fixed before the runs: the comparison
+    says which is deeper, and whether the shuffle moves one more)."""
     found = []
     for bipe in (a for a in arms if a.startswith("bipe")):
         for arm in (a for a in arms if a.startswith("hrope_axial")):
