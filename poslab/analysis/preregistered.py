@@ -5,9 +5,11 @@ it is read at, the source of its direction) and the summaries ``report length --
 wrote, and gives one row per claim and corpus (language models: every corpus the summary holds, each its own
 verdict) or per claim at its task (synthetic tasks): the paired difference A - B at the registered multiple, its 95%
 interval, the seeds and the verdict the report gave (``stats.direction_verdict``). Nothing is recomputed: the
-verdicts are the reports', read at the registered place only, so the table cannot pick a kinder multiple. A claim
-the summary lacks (its report was run without that ``--claim``) or a multiple it did not score is a row that says so.
-Rendering (``preregistered_markdown``, ``preregistered_figure``) reads the summary alone.
+verdicts are the reports', read at the registered place only, so the table cannot pick a kinder multiple. A multiple
+the summary did not score, or a side without runs, is not testable, and the row says why. A claim the summary lacks
+(its report was run without that ``--claim``) has **no verdict** (``verdict`` null): "not computed" is a note on the
+row, tallied apart from docs/verdicts.md's categories, never one of them. Rendering (``preregistered_markdown``,
+``preregistered_figure``) reads the summary alone.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from poslab.analysis.tables import csv_text, markdown_table
 from poslab.errors import UsageError
 
 DEFAULT_REGISTRY = Path("docs") / "preregistered_claims.md"
+#: the note of a row whose report was run without its claim: no verdict
+NOT_COMPUTED = "not computed: the report was run without this --claim"
 #: a registry table row: | `claim` | read at | source of the direction |
 ROW = re.compile(r"^\| `([^`]+)` \| ([^|]+?) \| ([^|]+?) \|\s*$", re.M)
 PLACE = re.compile(r"^(?:(\w+), )?(\d+x)$")
@@ -64,8 +68,8 @@ def read_registry(text: str, name: str = "the registry") -> list[Registered]:
 def reading(found: dict[str, Any] | None, figure: dict[str, Any] | None) -> dict[str, Any]:
     """A report's claim at one place, as this table keeps it, or why there is none there."""
     empty = {"mean": None, "low": None, "high": None, "n": 0}
-    if found is None:
-        return {**empty, "verdict": "not computed", "why": "the report was run without this --claim"}
+    if found is None:  # no verdict at all: the claim was not checked, which docs/verdicts.md has no category for
+        return {**empty, "verdict": None, "why": NOT_COMPUTED}
     if found.get("missing"):
         return {**empty, "verdict": "not testable", "why": "no runs of " + ", ".join(found["missing"])}
     if figure is None:
@@ -114,17 +118,24 @@ def difference_text(row: dict[str, Any]) -> str:
     return Interval.from_dict(row).cell() + (f" ({row['why']})" if row["why"] else "")
 
 
+def tally(rows: list[dict[str, Any]]) -> str:
+    """The verdicts counted by docs/verdicts.md's categories, then the rows without one (not computed) apart."""
+    counts = Counter(row["verdict"] for row in rows if row["verdict"] is not None)
+    said = ", ".join(f"{verdict} {n}" for verdict, n in sorted(counts.items())) or "none"
+    unread = sum(row["verdict"] is None for row in rows)
+    apart = f" No verdict (not computed: the report was run without the claim): {unread} rows." if unread else ""
+    return f"Verdicts as docs/verdicts.md: {said}.{apart}"
+
+
 def preregistered_markdown(summary: dict[str, Any]) -> str:
     header = ["claim", "read at", "A - B [95%]", "seeds", "verdict", "source of the direction"]
-    table = [[f"`{r['claim']}`", f"{r['place']}, {r['multiple']}", difference_text(r), str(r["n"]), r["verdict"],
-              r["source"]] for r in summary["rows"]]  # fmt: skip
-    counts = Counter(row["verdict"] for row in summary["rows"])
-    tally = ", ".join(f"{verdict} {n}" for verdict, n in sorted(counts.items()))
+    table = [[f"`{r['claim']}`", f"{r['place']}, {r['multiple']}", difference_text(r), str(r["n"]),
+              r["verdict"] or "", r["source"]] for r in summary["rows"]]  # fmt: skip
     return "\n".join([
         "### Pre-registered claims, each read at its one place", "",
         f"Registry: {summary['registry']}; language models: {summary['length']} (bits/byte, A - B; every corpus its "
-        f"own verdict); synthetic tasks: {summary['zoo']} (the claim's figure). Verdicts as docs/verdicts.md: "
-        f"{tally}.", "", markdown_table(header, table),
+        f"own verdict); synthetic tasks: {summary['zoo']} (the claim's figure). {tally(summary['rows'])}", "",
+        markdown_table(header, table),
     ])  # fmt: skip
 
 

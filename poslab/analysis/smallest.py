@@ -5,6 +5,12 @@ gives, per task, encoding, figure and evaluation length, the smallest size whose
 threshold, and each seed's own smallest (their spread is the reading's uncertainty: a threshold on a mean has no
 interval of its own).
 
+Seeds per size: a seed mean is read only at a size every seed ran at (a mean over fewer seeds than the other sizes'
+is not the same figure); a size some seed lacks (a sweep still running) is not read, and the table names it with the
+seeds it lacks. A seed's own smallest is the first size it reaches the threshold at among the sizes it ran; a
+size below it that the seed did not run at is named beside it (its smallest may be that one), never read as a
+failure.
+
 Figures and thresholds (docs/diagnostic_tasks.md): MQAR ``accuracy_pairs<P>`` >= 0.99 for every number of pairs P;
 state tracking ``sequence_accuracy`` >= 0.9; any other task its ``accuracy`` >= 0.99. Compute here, one summary
 JSON (``smallest.json``); ``smallest_markdown`` renders it alone.
@@ -77,10 +83,18 @@ def cells(runs: list[FinishedRun]) -> dict[tuple, dict[int, dict[int, float]]]:
     return found
 
 
+def missing_seeds(by_size: dict[int, dict[int, float]]) -> dict[int, list[int]]:
+    """The sizes some seed has no run at, with the seeds each lacks (of every seed any size has)."""
+    seeds = {seed for values in by_size.values() for seed in values}
+    return {size: sorted(seeds - set(values)) for size, values in sorted(by_size.items()) if seeds - set(values)}
+
+
 def smallest(by_size: dict[int, dict[int, float]], threshold: float) -> tuple[int | None, dict[int, int | None]]:
-    """(the smallest size whose seed mean reaches ``threshold``, each seed's own smallest), None where none does."""
+    """(the smallest size every seed ran at whose seed mean reaches ``threshold``, each seed's own smallest among
+    the sizes it ran at), None where none does."""
     sizes = sorted(by_size)
-    solved = next((s for s in sizes if mean(by_size[s].values()) >= threshold), None)
+    incomplete = missing_seeds(by_size)
+    solved = next((s for s in sizes if s not in incomplete and mean(by_size[s].values()) >= threshold), None)
     seeds = sorted({seed for values in by_size.values() for seed in values})
     own = {seed: next((s for s in sizes if by_size[s].get(seed, -1.0) >= threshold), None) for seed in seeds}
     return solved, own
@@ -96,26 +110,56 @@ def smallest_summary(directory: str | Path) -> dict[str, Any]:
         solved, own = smallest(by_size, threshold)
         rows.append({"task": task, "encoding": encoding, "setting": f"model.{setting}", "figure": figure,
                      "threshold": threshold, "length": length, "sizes": sorted(by_size), "smallest": solved,
+                     "seeds_by_size": {str(size): sorted(values) for size, values in sorted(by_size.items())},
+                     "missing_seeds": {str(size): seeds for size, seeds in missing_seeds(by_size).items()},
                      "per_seed": {str(seed): size for seed, size in own.items()}})  # fmt: skip
     return {"report": "smallest", "rows": rows, "notes": found.notes()}
 
 
+def seeds_text(row: dict[str, Any]) -> str:
+    """``3 at each``, or each size's seed count with the seeds it lacks."""
+    counts = {size: len(seeds) for size, seeds in row["seeds_by_size"].items()}
+    if not row["missing_seeds"]:
+        return f"{next(iter(counts.values()), 0)} at each"
+    lacks = lambda size: f" (no seed {', '.join(map(str, row['missing_seeds'][size]))})"  # noqa: E731
+    return ", ".join(f"{size}: {n}{lacks(size) if size in row['missing_seeds'] else ''}" for size, n in counts.items())
+
+
+def smallest_text(row: dict[str, Any]) -> str:
+    """The seed-mean smallest (``none of`` the sizes read), and the sizes below it not read (some seed lacks them)."""
+    read = [size for size in row["sizes"] if str(size) not in row["missing_seeds"]]
+    found = row["smallest"]
+    text = str(found) if found is not None else f"none of {', '.join(map(str, read))}"
+    unread = [size for size in row["sizes"] if str(size) in row["missing_seeds"] and (found is None or size < found)]
+    return text + (f" ({', '.join(map(str, unread))} not read: not every seed ran there)" if unread else "")
+
+
+def seed_smallest_text(row: dict[str, Any], seed: str) -> str:
+    """A seed's own smallest, with the smaller sizes it has no run at (its smallest may be one of them)."""
+    found = row["per_seed"][seed]
+    lacking = [int(size) for size, seeds in row["missing_seeds"].items() if int(seed) in seeds]
+    lacking = [size for size in lacking if found is None or size < found]
+    text = str(found) if found is not None else "none"
+    return text + (f" (no run at {', '.join(map(str, lacking))})" if lacking else "")
+
+
 def smallest_markdown(summary: dict[str, Any]) -> str:
-    shown = lambda size, sizes: str(size) if size is not None else f"none of {', '.join(map(str, sizes))}"  # noqa: E731
     table = [
         [r["task"], r["encoding"], f"{r['figure']} >= {r['threshold']}", str(r["length"]), r["setting"],
-         shown(r["smallest"], r["sizes"]), ", ".join(shown(s, []) if s else "none" for s in r["per_seed"].values())]
+         seeds_text(r), smallest_text(r), ", ".join(seed_smallest_text(r, seed) for seed in r["per_seed"])]
         for r in summary["rows"]
     ]  # fmt: skip
-    header = ["task", "encoding", "figure", "length", "size", "smallest (seed mean)", "each seed's smallest"]
+    header = ["task", "encoding", "figure", "length", "size", "seeds", "smallest (seed mean)", "each seed's smallest"]
     text = "\n".join(["### The smallest model that solves each task", "", markdown_table(header, table)])
     return text + ("\n\n" + "\n".join(summary["notes"]) if summary["notes"] else "")
 
 
 def smallest_csv(summary: dict[str, Any]) -> str:
-    header = ["task", "encoding", "figure", "threshold", "length", "setting", "smallest", "per_seed"]
+    header = ["task", "encoding", "figure", "threshold", "length", "setting", "smallest", "per_seed", "missing_seeds"]
     rows = [[r["task"], r["encoding"], r["figure"], r["threshold"], r["length"], r["setting"], r["smallest"],
-             " ".join(f"{seed}:{size}" for seed, size in r["per_seed"].items())] for r in summary["rows"]]  # fmt: skip
+             " ".join(f"{seed}:{size}" for seed, size in r["per_seed"].items()),
+             " ".join(f"{size}:{'+'.join(map(str, seeds))}" for size, seeds in r["missing_seeds"].items())]
+            for r in summary["rows"]]  # fmt: skip
     return csv_text(header, rows)
 
 

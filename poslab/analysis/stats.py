@@ -36,7 +36,9 @@ evaluation windows inside one run are not independent replicates of it. Hence:
   percentile bootstrap over seeds, which poslab used before, under-covers at 3 seeds and can exclude it).
   :func:`mean_rank_intervals` -- a mean rank over tasks with known coverage: every task's rank interval at once
   (Bonferroni over the tasks), their lows and highs averaged. :func:`rank_cell` prints a place as every report
-  does.
+  does (a table's only method as ``only row``, not as a comparison that separated). :func:`shared_seed_means`:
+  the seeds every method has and each method's mean over them, the mean a place is computed on (a table ordered by
+  it agrees with its rank column).
 * :func:`t_quantile_at` / :func:`t_cdf` -- Student's t at any level and fractional df (no scipy).
 * :func:`roc_auc` -- how well a score separates two classes (the increments' word boundaries): Mann-Whitney U.
 * :func:`best_auc_given` -- the in-sample ceiling of ``roc_auc`` over every score that is a function of a
@@ -44,8 +46,9 @@ evaluation windows inside one run are not independent replicates of it. Hence:
 * :func:`split_seeds` / :func:`seeds_cell` -- where seeds split into two outcomes (one seed learns a task, two
   do not) a mean and an interval describe no run that happened; reports print the per-seed values instead.
 * :class:`SeedCell` / :func:`over_seeds` / :func:`seed_cell_text` -- one figure of a table over its seeds: the
-  values by seed with their interval (and whether they split), JSON-ready for a report's summary, and its cell
-  read back from that summary alone (a report's render layer).
+  values by seed with their interval (and whether they split: on an accuracy's scale, or for a length in tokens
+  more than one doubling apart, ``doublings``), JSON-ready for a report's summary, and its cell read back from that
+  summary alone (a report's render layer).
 
 scipy is not a dependency: Student-t quantiles come from a table (1-10 degrees of freedom) and a
 Cornish-Fisher expansion beyond (accurate to 3 decimals).
@@ -116,7 +119,10 @@ class Interval:
 
     @classmethod
     def of(cls, values: Iterable[float], bounds: tuple[float, float] | None = None) -> Interval:
-        """Mean and 95% Student-t interval over ``values`` (one per seed), NaNs dropped, clipped to ``bounds``."""
+        """Mean and 95% Student-t interval over ``values`` (one per seed), NaNs dropped, clipped to ``bounds``.
+
+        ``bounds`` clip the interval, not the values: they must hold every value (accuracies in 0..1; an effective
+        length within the lengths every seed was counted over), or the mean can fall outside its own interval."""
         values = _finite(values)
         if not values:
             return cls(math.nan, math.nan, math.nan, 0)
@@ -232,6 +238,15 @@ def _shared_seed_ids(scores: Mapping[str, Mapping[int, float]]) -> list[int]:
     return sorted(set.intersection(*per_method)) if per_method else []
 
 
+def shared_seed_means(scores: Mapping[str, Mapping[int, float]]) -> tuple[list[int], dict[str, float]]:
+    """The seeds every method has a figure for (``_shared_seed_ids``) and each method's mean over them: the mean a
+    task's rank is computed on (``_task_point_ranks``), so a table ordered by it agrees with its rank column;
+    where the methods share no seed, each method's mean over its own seeds."""
+    seeds = _shared_seed_ids(scores)
+    _, matrix = _score_matrix(scores, seeds or None)
+    return seeds, {m: float(v) for m, v in zip(scores, _seed_means(matrix))}
+
+
 def _score_matrix(
     scores: Mapping[str, Mapping[int, float]], seeds: list[int] | None = None
 ) -> tuple[list[int], np.ndarray]:
@@ -312,6 +327,9 @@ class SeedCell:
 
     by_seed: dict[int, float]
     bounds: tuple[float, float] | None = None
+    #: a length in tokens: seeds split where they lie more than one doubling apart (``split_seeds`` on log2 of the
+    #: lengths, gap 1), not 0.25 tokens apart as the accuracies' gap would say
+    doublings: bool = False
 
     @property
     def interval(self) -> Interval:
@@ -319,10 +337,12 @@ class SeedCell:
 
     @property
     def split(self) -> bool:
+        if self.doublings:
+            return split_seeds([math.log2(v) for v in _finite(self.by_seed.values()) if v > 0], gap=1.0)
         return split_seeds(list(self.by_seed.values()))
 
-    def text(self) -> str:
-        return seed_cell_text(self.as_dict())
+    def text(self, digits: int = 3) -> str:
+        return seed_cell_text(self.as_dict(), digits, seed_digits=0 if self.doublings else 2)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: the interval, every seed's value (NaN as None) and the split; ``seed_cell_text`` reads it."""
@@ -330,12 +350,12 @@ class SeedCell:
         return {**self.interval.as_dict(), "per_seed": per_seed, "split": self.split}
 
 
-def seed_cell_text(cell: Mapping[str, Any], digits: int = 3) -> str:
-    """A table's cell of a ``SeedCell.as_dict`` (read back from a summary): the per-seed values in seed order where
-    the seeds split, else the mean with its interval (``Interval.cell``)."""
+def seed_cell_text(cell: Mapping[str, Any], digits: int = 3, seed_digits: int = 2) -> str:
+    """A table's cell of a ``SeedCell.as_dict`` (read back from a summary): the per-seed values in seed order
+    (``seed_digits`` decimals) where the seeds split, else the mean with its interval (``Interval.cell``)."""
     if cell.get("split"):
         per_seed = sorted((int(seed), value) for seed, value in cell["per_seed"].items())
-        return f"{seeds_cell([number_or_nan(v) for _, v in per_seed])} (split)"
+        return f"{seeds_cell([number_or_nan(v) for _, v in per_seed], seed_digits)} (split)"
     return Interval.from_dict(cell).cell(digits)
 
 
@@ -724,12 +744,17 @@ class RankInterval:
 
 #: why a rank interval can have no width: the place is certain at the interval's level
 RESOLVED_PLACE = "degenerate: every paired comparison separated"
+#: a place with nothing to compare it with: one method alone
+ONLY_ROW = "only row"
 
 
-def rank_cell(rank: float, low: float, high: float, digits: int = 0) -> str:
+def rank_cell(rank: float, low: float, high: float, digits: int = 0, methods: int | None = None) -> str:
     """A place and its interval as every report prints it: ``3 [2-5]`` (whole places), ``4.50 [2.33, 6.00]`` (a mean
-    rank, ``digits`` > 0), and a zero-width interval said as such with its reason (``RESOLVED_PLACE``)."""
+    rank, ``digits`` > 0), a zero-width interval said as such with its reason (``RESOLVED_PLACE``), and a place
+    with no other method to compare (``methods`` 1) as ``ONLY_ROW``, not as a comparison that separated."""
     place = f"{rank:.{digits}f}"
+    if methods == 1:
+        return f"{place} [{ONLY_ROW}]"
     if low == high:
         return f"{place} [{RESOLVED_PLACE}]"
     return (

@@ -22,17 +22,23 @@ What is measured (``poslab.lightning_modules.synthetic``; the statistics are ``p
   before selection sets existed: chosen on the test set, and marked so).
 - **Effective length**: the largest evaluated length at which the accuracy (past training, as the columns) stays
   at or above 85% of the 1x accuracy, every shorter length too (``poslab.analysis.effective_length``), per seed
-  then over seeds with its interval.
+  then over seeds with its interval. Counted over the lengths of every run of the task (each length any run has,
+  up to the longest every run has; a length a run lacks stops its count). A seed whose 1x accuracy is at the floor
+  (within ``FLOOR_MARGIN`` of the task's best trivial baseline, or below it) learned nothing to keep and has no
+  effective length: left out of the mean, and the cell says how many seeds were not learned ("not learned" where
+  none was). Its seeds split where they lie more than one doubling apart.
 - **Intervals**: mean over seeds with a 95% Student-t interval; where seeds split into two outcomes the per-seed
-  values instead. **Ranks**: within a task by the seed-mean score, with a 95% interval for each encoding's place
-  (not for every place at once) from the paired
-  differences over seeds (every encoding sees the same data under a seed; ``stats.rank_intervals``: Bonferroni
-  over each encoding's comparisons, so it always holds the rank); overall, the mean rank over the ranked tasks
-  with an interval of known coverage (``stats.mean_rank_intervals``: every task's rank interval at once, by
-  Bonferroni over the tasks, lows and highs averaged; it replaced a percentile bootstrap that under-covers),
-  the groups of places the data do not separate, and the places each encoding takes when one
-  task is left out. Plain ``counting`` (answers that grow with the length) is left out of the overall ranking;
-  ``counting`` with ``program_length`` (filler) is ranked.
+  values instead. **Ranks**: within a task by the mean score over the seeds every row of the task has (rows with
+  fewer seeds, a sweep still running: the table says so; the rows are ordered by that rank, then that mean), with
+  a 95% interval for each encoding's place (not for every place at once) from the paired differences over seeds
+  (every encoding sees the same data under a seed; ``stats.rank_intervals``: Bonferroni over each encoding's
+  comparisons, so it always holds the rank; a task's only row says so, not "separated"); overall, the mean rank
+  over the ranked tasks with an interval of known coverage (``stats.mean_rank_intervals``: every task's rank
+  interval at once, by Bonferroni over the tasks, lows and highs averaged; it replaced a percentile bootstrap that
+  under-covers; ties broken by the mean over tasks of those shared-seed scores, the ``mean score`` column), the
+  groups of places the data do not separate, and the places each encoding takes when one task is left out. Plain
+  ``counting`` (answers that grow with the length) is left out of the overall ranking; ``counting`` with
+  ``program_length`` (filler) is ranked.
 
 Files: ``zoo.md`` (every table), ``zoo.csv`` (one row per run, every figure by multiple), ``zoo.json``,
 ``zoo_accuracy.png`` (small multiples: a row per task, a column per family of methods, the baseline in each
@@ -49,7 +55,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from poslab.analysis.effective_length import effective_length
+from poslab.analysis.effective_length import effective_length, evaluated_lengths
 from poslab.analysis.extrapolation import is_grid_result
 from poslab.analysis.output import training_steps
 from poslab.analysis.stats import (
@@ -59,6 +65,7 @@ from poslab.analysis.stats import (
     not_separated,
     rank_intervals,
     seed_tables,
+    shared_seed_means,
 )
 from poslab.errors import MissingRunError
 from poslab.runs.files import RESULTS_FILE
@@ -104,10 +111,21 @@ class ZooRun:
         return mean(self.past(m) for m in multiples) if multiples else math.nan
 
     @property
-    def effective_length(self) -> float:
-        """In tokens: the largest length within 85% of the 1x accuracy (``effective_length``)."""
-        scores = {m * self.train_length: self.past(m) for m in self.figures}
-        return effective_length(scores, self.train_length)
+    def by_length(self) -> dict[int, float]:
+        """The accuracy the effective length reads, by length in tokens: 1x over every position, past it beyond."""
+        return {m * self.train_length: self.past(m) for m in self.figures}
+
+    def effective_length(self, lengths: Sequence[int], floor: dict[str, float] | None = None) -> float:
+        """In tokens: the largest of ``lengths`` within 85% of the 1x accuracy (``effective_length``); NaN where the
+        1x accuracy is at ``floor`` (the 1x baselines: ``not_learned``)."""
+        if self.not_learned(floor):
+            return math.nan
+        return effective_length(self.by_length, self.train_length, lengths=lengths)
+
+    def not_learned(self, floor: dict[str, float] | None) -> bool:
+        """A 1x accuracy at the floor of the 1x baselines (``at_floor``): the run learned nothing to keep."""
+        one_x = self.past(1)
+        return bool(floor) and one_x == one_x and at_floor(one_x, floor)
 
     @property
     def variants(self) -> list[str]:
@@ -168,6 +186,8 @@ class Row:
     rules: dict[int, Rule]
     draw_sd: dict[int, float] = field(default_factory=dict)  # randomized positions: mean sd over draws
     effective: SeedCell = field(default_factory=lambda: SeedCell({}))  # effective length in tokens, by seed
+    not_learned: list[int] = field(default_factory=list)  # seeds whose 1x is at the floor: no effective length
+    shared_mean: float = math.nan  # the score's mean over the seeds every row of the task has: what ranks it
     rank: float = math.nan
     rank_interval: tuple[int, int] = (0, 0)
     flagged: bool = False
@@ -205,7 +225,15 @@ def score_multiples(runs: Sequence[ZooRun]) -> tuple[int, ...]:
     return tuple(m for m in EXTRAPOLATION if all(m in r.figures for r in runs))
 
 
-def encoding_row(encoding: str, runs: list[ZooRun], scored_at: tuple[int, ...]) -> Row:
+def encoding_row(
+    encoding: str,
+    runs: list[ZooRun],
+    scored_at: tuple[int, ...],
+    lengths: Sequence[int] = (),
+    floor: dict[str, float] | None = None,
+) -> Row:
+    """One encoding's row; its effective length counted over ``lengths`` (the task's: ``evaluated_lengths``), a
+    seed whose 1x is at ``floor`` (the 1x baselines) left out of it."""
     multiples = sorted(set.intersection(*(set(r.figures) for r in runs)))
     past = [m for m in multiples if m > 1]
     rules = {m: rule for m in past if (rule := choose_rule(runs, m)) is not None}
@@ -220,50 +248,64 @@ def encoding_row(encoding: str, runs: list[ZooRun], scored_at: tuple[int, ...]) 
         scaled={m: cell_of(runs, lambda r, m=m: r.past(m, "accuracy_log_scaled")) for m in past},
         rules=rules,
         draw_sd={m: v for m, v in draw_sd.items() if v == v},
-        # clipped to the evaluated lengths: no seed can reach below 1x or past the longest
+        # clipped to the lengths counted over: no seed can reach below 1x or past the longest
         effective=SeedCell(
-            {r.seed: r.effective_length for r in runs},
-            (runs[0].train_length, max(multiples, default=1) * runs[0].train_length),
+            {r.seed: r.effective_length(lengths, floor) for r in runs},
+            (runs[0].train_length, max(lengths, default=runs[0].train_length)),
+            doublings=True,
         ),
+        not_learned=sorted(r.seed for r in runs if r.not_learned(floor)),
     )
 
 
 def task_rows(runs: list[ZooRun]) -> list[Row]:
-    """The rows of one task's table, best first by the seed-mean score (ties: by 1x), each with its rank (by the
-    mean over the seeds every row has; equal means share the better one), its rank interval and its 1x
-    flag."""
+    """The rows of one task's table, each with its rank (by the mean score over the seeds every row has; equal
+    means share the better one), its rank interval and its 1x flag, ordered by that rank, then by that mean, then
+    by the 1x accuracy: the order and the rank column agree even where rows have different seeds."""
     groups: dict[str, list[ZooRun]] = defaultdict(list)
     for run in runs:
         groups[run.encoding].append(run)
     scored_at = score_multiples(runs)
-    rows = [encoding_row(encoding, members, scored_at) for encoding, members in groups.items()]
-    rows.sort(key=lambda r: (-_or_low(r.score.interval.mean), -_or_low(r.one_x.interval.mean)))
+    lengths = evaluated_lengths(run.by_length for run in runs)  # every row's effective length on the same lengths
+    floor = baselines(runs).get(1)
+    rows = [encoding_row(encoding, members, scored_at, lengths, floor) for encoding, members in groups.items()]
+    scores = {row.encoding: row.score.by_seed for row in rows}
     # each row's rank interval from paired differences over the shared seeds (stats.rank_intervals): it always holds
     # the rank, which the percentile bootstrap over 3 seeds did not (issue 37)
-    places = rank_intervals(seed_tables({row.encoding: row.score.by_seed for row in rows}))
+    places = rank_intervals(seed_tables(scores))
+    shared = shared_seed_means(scores)[1]
     best_one_x = max(_or_low(row.one_x.interval.mean) for row in rows)
     for row in rows:
         place = places[row.encoding]
         row.rank, row.rank_interval = place.rank, (place.low, place.high)
+        row.shared_mean = shared[row.encoding]
         row.flagged = _or_low(row.one_x.interval.mean) < LEARNED_FRACTION * best_one_x
+    rows.sort(key=lambda r: (r.rank, -_or_low(r.shared_mean), -_or_low(r.one_x.interval.mean)))
     return rows
+
+
+def shared_seeds(rows: list[Row]) -> list[int]:
+    """The seeds every row of a task has a score for: what its ranks and its order are computed on."""
+    return shared_seed_means({row.encoding: row.score.by_seed for row in rows})[0]
 
 
 def _or_low(value: float) -> float:
     return value if value == value else -1.0
 
 
-def baselines(runs: list[ZooRun]) -> dict[int, dict[str, float]]:
+def baselines(runs: list[ZooRun], past: bool = True) -> dict[int, dict[str, float]]:
     """The baselines of a task's evaluation sets by multiple (1x over every position, past it over the positions
-    past training): chance, the best constant and the task's rules. The sets depend on the evaluation seed only,
+    past training, as the zoo's accuracy; ``past=False``: over every position at every multiple, as the figure
+    ``accuracy``): chance, the best constant and the task's rules. The sets depend on the evaluation seed only,
     so every run of the task has the same ones; the mean guards against a run with other sets."""
     found: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
         for multiple, row in run.figures.items():
+            past_part = past and multiple > 1
             for key, value in row.items():
-                if key.startswith("baseline_") and (multiple == 1) != key.endswith(PAST):
+                if key.startswith("baseline_") and key.endswith(PAST) == past_part:
                     found[multiple][key.removeprefix("baseline_").removesuffix(PAST)].append(value)
-            if "baseline_chance" in row and multiple > 1:
+            if "baseline_chance" in row and past_part:  # chance is the same over any positions
                 found[multiple]["chance"].append(row["baseline_chance"])
     return {m: {name: mean(values) for name, values in sorted(rows.items())} for m, rows in sorted(found.items())}
 
@@ -333,8 +375,8 @@ def overall_ranking(tables: dict[str, list[Row]], excluded: dict[str, str]) -> R
     mean_rank = mean_rank_intervals(per_task)
     scores: dict[str, list[float]] = defaultdict(list)
     for task in tasks:
-        for row in tables[task]:
-            scores[row.encoding].append(row.score.interval.mean)
+        for row in tables[task]:  # the mean over the task's shared seeds: what its rank is computed on
+            scores[row.encoding].append(row.shared_mean)
     order = sorted(mean_rank, key=lambda e: (mean_rank[e][0], -_or_low(mean(scores[e]))))
     return Ranking(
         order=order,
@@ -403,7 +445,7 @@ def zoo_summary(
         "excluded_from_ranking": ranking.excluded,
         "train_seconds": {e: {"runs": len(v), "mean": mean(v), "total": sum(v)} for e, v in seconds.items()},
         "tasks": {
-            task: {"baselines": floors[task], "rows": [row_summary(row) for row in rows]}
+            task: {"baselines": floors[task], "shared_seeds": shared_seeds(rows), "rows": list(map(row_summary, rows))}
             for task, rows in tables.items()
         },
     }
@@ -419,6 +461,7 @@ def row_summary(row: Row) -> dict[str, Any]:
         "flagged_1x": row.flagged,
         "past_train": {f"{m}x": cell.as_dict() for m, cell in row.past.items()},
         "score": row.score.as_dict(),
+        "score_shared_seeds": None if row.shared_mean != row.shared_mean else row.shared_mean,  # what ranks it
         "score_multiples": list(row.score_multiples),
         "log_scaled_past_train": {f"{m}x": cell.as_dict() for m, cell in row.scaled.items()},
         "rule": {
@@ -426,5 +469,5 @@ def row_summary(row: Row) -> dict[str, Any]:
             for m, rule in row.rules.items()
         },
         "draw_sd_past_train": {f"{m}x": value for m, value in row.draw_sd.items()},
-        "effective_length": row.effective.as_dict(),
+        "effective_length": {**row.effective.as_dict(), "not_learned": row.not_learned},
     }

@@ -10,7 +10,7 @@ from typing import Any
 from poslab.analysis.plotting import constant_note, length_axis, plt
 from poslab.analysis.stats import Interval, rank_cell
 from poslab.analysis.tables import csv_text, markdown_table
-from poslab.analysis.zoo import Ranking, Row, ZooRun, best_baseline, score_multiples
+from poslab.analysis.zoo import Ranking, Row, ZooRun, best_baseline, score_multiples, shared_seeds
 
 #: the families of the accuracy figure's columns, by encoding name (the label's first part); others: "other"
 FAMILIES: dict[str, tuple[str, ...]] = {
@@ -43,7 +43,8 @@ def overall_table(ranking: Ranking, n_tasks: int) -> str:
     for place, encoding in enumerate(ranking.order, 1):
         rank, low, high = ranking.mean_rank[encoding]
         out = ranking.leave_one_out.get(encoding)
-        cells = [place, encoding, rank_cell(rank, low, high, 2), f"{out[0]}-{out[1]}" if out else "n/a"]
+        cells = [place, encoding, rank_cell(rank, low, high, 2, len(ranking.order))]
+        cells.append(f"{out[0]}-{out[1]}" if out else "n/a")
         rows.append([*cells, f"{ranking.mean_score[encoding]:.3f}", f"{ranking.tasks[encoding]}/{n_tasks}"])
     lines = ["### Overall", "", markdown_table(header, rows)]
     groups = [group for group in ranking.groups if len(group) > 1]
@@ -59,9 +60,33 @@ def score_header(rows: list[Row]) -> str:
     return f"score ({', '.join(f'{m}x' for m in scored_at) or 'no length past training'}, past)"
 
 
+def effective_text(row: Row) -> str:
+    """The effective length's cell: mean [95%] in tokens (or each seed's, where they split), with how many seeds
+    were not learned (1x at the floor: no effective length); "not learned" where none was."""
+    if len(row.not_learned) == row.seeds:
+        return "not learned"
+    note = f" ({len(row.not_learned)} of {row.seeds} seeds not learned)" if row.not_learned else ""
+    return row.effective.text(0) + note
+
+
+def seeds_note(rows: list[Row]) -> list[str]:
+    """Where rows have different seeds (a sweep still running), what the ranks and the order are computed on."""
+    by_count: dict[int, list[str]] = {}
+    for row in rows:
+        by_count.setdefault(row.seeds, []).append(row.encoding)
+    if len(by_count) < 2:
+        return []
+    usual = max(by_count, key=lambda n: (len(by_count[n]), n))  # the count most rows have: not named one by one
+    shown = lambda n: f"the other {len(by_count[n])}" if n == usual and len(by_count[n]) > 1 else ", ".join(by_count[n])
+    counts = "; ".join(f"{n}: {shown(n)}" for n in sorted(by_count))
+    shared = shared_seeds(rows)
+    on = f"the {len(shared)} seeds every row has ({', '.join(map(str, shared))})" if shared else "no seed every row has"
+    return ["", f"Rows have different seeds ({counts}): the ranks and this order use {on}; each cell its row's own."]
+
+
 def task_table(task: str, rows: list[Row], train_length: int, floor: dict[int, dict[str, float]]) -> str:
     """Rank with its interval, 1x (flagged under 0.9 of the best), past-training accuracy at each multiple beside
-    the best baseline's, the score; then the baselines and the test-time table."""
+    the best baseline's, the score, the effective length; then the baselines and the test-time table."""
     multiples = sorted({m for row in rows for m in row.past})
     header = ["rank [95%]", "encoding", "seeds", f"1x ({train_length})"]
     header += [f"{m}x ({m * train_length}) past {train_length}" for m in multiples] + [score_header(rows)]
@@ -69,11 +94,11 @@ def task_table(task: str, rows: list[Row], train_length: int, floor: dict[int, d
     table = []
     for row in rows:
         low, high = row.rank_interval
-        cells = [rank_cell(row.rank, low, high), row.encoding, row.seeds]
+        cells = [rank_cell(row.rank, low, high, methods=len(rows)), row.encoding, row.seeds]
         cells.append(row.one_x.text() + (" !" if row.flagged else ""))
         cells += [row.past[m].text() if m in row.past else "n/a" for m in multiples]
-        table.append([*cells, row.score.text(), row.effective.interval.cell(0)])
-    lines = [f"### {task} (trained at {train_length})", "", markdown_table(header, table)]
+        table.append([*cells, row.score.text(), effective_text(row)])
+    lines = [f"### {task} (trained at {train_length})", "", markdown_table(header, table), *seeds_note(rows)]
     if any(row.flagged for row in rows):
         lines += ["", "! : 1x accuracy under 0.9 of the task's best: the task was not learned at the training length."]
     lines += ["", baseline_table(floor, train_length), "", scaled_table(rows, train_length)]
@@ -157,9 +182,13 @@ def claims_table(claims: list[dict[str, Any]]) -> str:
             for multiple, cell in by_multiple.items():
                 difference = Interval.from_dict(cell).cell()
                 verdict = cell["verdict"] + (f" ({cell['why']})" if cell.get("why") else "")
-                table.append([claim["claim"], claim["figure"], task, multiple, difference, str(cell["n"]), verdict])
+                seeds = str(cell["n"]) if cell.get("of", cell["n"]) == cell["n"] else f"{cell['n']} of {cell['of']}"
+                table.append([claim["claim"], claim["figure"], task, multiple, difference, seeds, verdict])
     header = ["claim", "figure", "task", "multiple", "A - B [95%]", "seeds", "verdict"]
-    note = "Paired on the seeds both have (a task's runs of one seed see the same data); one seed: not testable."
+    note = (
+        "Paired on the seeds both have the figure for (a task's runs of one seed see the same data; `4 of 5`: a "
+        "seed one side lacks it at is left out); fewer than 2: not testable."
+    )
     return "\n".join(
         ["### Claims (A - B, paired; verdicts as docs/verdicts.md)", "", markdown_table(header, table), "", note]
     )
@@ -250,9 +279,17 @@ def draw_baselines(ax: Any, floor: dict[int, dict[str, float]], train_length: in
     ax.plot(lengths, chance, ":", color="grey", lw=1)
 
 
+def scored_lengths(tables: dict[str, list[Row]]) -> str:
+    """The multiples the tasks' scores average (``zoo.score_multiples``): ``2x, 4x, 8x``, or each task's own."""
+    found = {tuple(rows[0].score_multiples) for rows in tables.values() if rows}
+    if len(found) != 1:
+        return "each task's own lengths"
+    return ", ".join(f"{m}x" for m in found.pop()) or "no length past training"
+
+
 def plot_heatmap(tables: dict[str, list[Row]], order: list[str]) -> Any:
-    """The extrapolation score (mean accuracy past the training length at 2x-8x) of each encoding (rows,
-    overall order) on each task."""
+    """The extrapolation score (mean accuracy past the training length at the task's score multiples, 2x, 4x and
+    8x where every run has them) of each encoding (rows, overall order) on each task."""
     import numpy as np
 
     tasks = list(tables)
@@ -272,7 +309,7 @@ def plot_heatmap(tables: dict[str, list[Row]], order: list[str]) -> Any:
                 colour = "black" if values[i, j] > 0.6 else "white"
                 ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=7, color=colour)
     bar = fig.colorbar(image, ax=ax)
-    bar.set_label("mean accuracy past the\ntraining length, 2x-8x", fontsize=8)
+    bar.set_label(f"mean accuracy past the\ntraining length, {scored_lengths(tables)}", fontsize=8)
     even = constant_note(values)
     ax.set_title("position zoo: extrapolation score" + (f"\n{even}" if even else ""))
     return fig

@@ -59,7 +59,7 @@ def test_the_narrowest_width_that_solves_each_pair_count(tmp_path):
     )
     assert {r["setting"] for r in rows.values()} == {"model.d_model"}
     text = report_smallest(tmp_path).report
-    assert "| associative_recall | rope | accuracy_pairs8 >= 0.99 | 32 | model.d_model | none of 32, 64, 128 |" in text
+    assert "| rope | accuracy_pairs8 >= 0.99 | 32 | model.d_model | 3 at each | none of 32, 64, 128 |" in text
 
 
 def test_the_fewest_layers_that_track_state_at_each_length(tmp_path):
@@ -114,3 +114,23 @@ def test_two_configurations_at_one_size_and_seed_are_refused_not_merged(tmp_path
         MissingRunError, match=r"both associative_recall with encoding rope at model.d_model=32, seed 0"
     ):
         smallest_summary(tmp_path)
+
+
+def test_a_size_not_every_seed_ran_at_is_not_read_and_a_missing_run_is_not_a_failure(tmp_path):
+    """Width 64 has seed 0 only (a sweep still running): its "seed mean" is seed 0's alone, so 64 would read as the
+    smallest; it is not read, and said so. Seed 2 has no run at 64: its own smallest (128) may be 64, said beside it,
+    not read as a failure at 64."""
+    values = {32: {0: 1.0, 1: 1.0, 2: 0.5}, 64: {0: 1.0}, 128: {0: 1.0, 1: 0.97, 2: 1.0}}
+    for width, by_seed in values.items():
+        for seed, value in by_seed.items():
+            plant(tmp_path, "associative_recall", "rope", seed, width, 2, {32: {"accuracy_pairs4": value}})
+    row = smallest_summary(tmp_path)["rows"][0]
+    assert row["smallest"] == 128 and row["per_seed"] == {"0": 32, "1": 32, "2": 128}
+    assert row["seeds_by_size"] == {"32": [0, 1, 2], "64": [0], "128": [0, 1, 2]}
+    assert row["missing_seeds"] == {"64": [1, 2]}
+    text = report_smallest(tmp_path).report
+    assert (
+        "| 32: 3, 64: 1 (no seed 1, 2), 128: 3 | 128 (64 not read: not every seed ran there) | "
+        "32, 32, 128 (no run at 64) |"
+    ) in text
+    assert smallest({32: {0: 0.5, 1: 0.5}, 64: {0: 1.0}}, 0.99) == (None, {0: 64, 1: None})

@@ -84,3 +84,65 @@ def test_a_place_where_neither_side_beats_the_trivial_baseline_is_not_testable(t
     assert copy["4x"]["verdict"] == "reproduced" and "why" not in copy["4x"]
     text = report_zoo(tmp_path, ["path>rope"]).report
     assert "not testable (both at the floor: the best trivial baseline is 0.650)" in text
+
+
+def with_figures(directory, task: str, label: str, seed: int, figures: dict[int, dict[str, float]]) -> None:
+    """Add ``figures`` (length -> {figure: value}) to a planted run's results.json."""
+    path = directory / f"{task}_{label}_{seed}" / "results.json"
+    result = json.loads(path.read_text())
+    for length, row in figures.items():
+        result["figures"][str(length)].update(row)
+    path.write_text(json.dumps(result))
+
+
+def test_a_named_accuracy_figure_is_held_against_its_own_baselines(tmp_path):
+    """Naming the figure must not bypass the floor. Planted baselines at 64: chance 0.5, constant 0.6 over every
+    position (0.65 past training). ``@accuracy`` at 2x: both sides under the constant (0.6 + 0.01), path a little
+    higher in every seed: not testable. ``@accuracy_pairs4`` (another set of sequences: chance alone, 0.5): 0.58
+    against 0.55 is above it, and the verdict stands; 0.505 against 0.50 is not. ``@sequence_accuracy``: chance
+    over the whole sequence (0.5 ** 64, about 0): 0.005 against 0.0 is at the floor, 0.3 against 0.1 is not."""
+    for seed, noise in enumerate((0.0, 0.01, 0.02, 0.005)):
+        # path's differences from rope vary by seed (2 x noise - noise): intervals with width, above 0
+        planted_run(tmp_path, "copy", "path", seed, dict(zip(LENGTHS, (1.0, 0.58 + 2 * noise, 0.9, 0.9))))
+        planted_run(tmp_path, "copy", "rope", seed, dict(zip(LENGTHS, (1.0, 0.55 + noise, 0.5, 0.5))))
+        sides = {"path": (0.58 + 2 * noise, 0.502 + noise / 5, 0.005 + noise / 5, 0.3 + 2 * noise),
+                 "rope": (0.55 + noise, 0.50 + noise / 10, 0.0, 0.1 + noise)}  # fmt: skip
+        for label, (pairs, low_pairs, sequence, high_sequence) in sides.items():
+            with_figures(tmp_path, "copy", label, seed, {
+                64: {"accuracy_pairs4": pairs, "accuracy_pairs8": low_pairs, "sequence_accuracy": sequence},
+                128: {"sequence_accuracy": high_sequence},
+            })  # fmt: skip
+    figures = ("accuracy", "accuracy_pairs4", "accuracy_pairs8", "sequence_accuracy")
+    texts = [f"path>rope@{figure}" for figure in figures]
+    found = {text: claim["tasks"]["copy"] for text, claim in claims_of(tmp_path, *texts).items()}
+    accuracy = found["path>rope@accuracy"]["2x"]
+    assert 0 < accuracy["low"] < accuracy["high"] and accuracy["verdict"] == "not testable"
+    assert accuracy["why"] == "both at the floor: the best trivial baseline is 0.600"  # every position's constant
+    assert found["path>rope@accuracy"]["4x"]["verdict"] == "not testable"  # 0.9 and 0.5 are equal in every seed
+    assert found["path>rope@accuracy_pairs4"]["2x"]["verdict"] == "reproduced"  # over chance: the constant is not its
+    pairs8 = found["path>rope@accuracy_pairs8"]["2x"]
+    assert pairs8["verdict"] == "not testable" and pairs8["why"].endswith("is 0.500")
+    assert found["path>rope@sequence_accuracy"]["2x"]["verdict"] == "not testable"
+    assert found["path>rope@sequence_accuracy"]["4x"]["verdict"] == "reproduced"
+
+
+def test_a_seed_without_the_figure_leaves_out_its_seed_not_the_claim(tmp_path):
+    """Seed 4 of path predates the figure: the claim is paired on seeds 0-3 (4 of 5), not dropped from the task;
+    with one seed left on both sides it is not testable and says why."""
+    for seed in range(5):
+        planted_run(tmp_path, "flip_flop", "path", seed, dict(zip(LENGTHS, (1.0, 0.9, 0.9, 0.9))))
+        planted_run(tmp_path, "flip_flop", "rope", seed, dict(zip(LENGTHS, (1.0, 0.6, 0.6, 0.6))))
+        if seed != 4:
+            with_figures(tmp_path, "flip_flop", "path", seed, {64: {"read_error_pct_ffl0.98": 1.0 + seed}})
+        with_figures(tmp_path, "flip_flop", "rope", seed, {64: {"read_error_pct_ffl0.98": 30.0 + 2 * seed}})
+        if seed == 0:  # only seed 0 of path has the figure at 128
+            with_figures(tmp_path, "flip_flop", "path", seed, {128: {"read_error_pct_ffl0.98": 2.0}})
+        with_figures(tmp_path, "flip_flop", "rope", seed, {128: {"read_error_pct_ffl0.98": 40.0}})
+    result = report_zoo(tmp_path, ["path<rope@read_error_pct_ffl0.98"])
+    cells = json.loads(result.files["zoo.json"])["claims"][0]["tasks"]["flip_flop"]
+    assert cells["2x"]["n"] == 4 and cells["2x"]["of"] == 5 and cells["2x"]["verdict"] == "reproduced"
+    assert cells["2x"]["mean"] == pytest.approx(-29.0 - 1.5)
+    assert cells["4x"]["n"] == 1 and cells["4x"]["verdict"] == "not testable"
+    assert cells["4x"]["why"] == "1 seed with the figure on both sides"
+    assert "| path<rope@read_error_pct_ffl0.98 | read_error_pct_ffl0.98 | flip_flop | 2x |" in result.report
+    assert "| 4 of 5 | reproduced |" in result.report
