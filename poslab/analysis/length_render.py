@@ -3,6 +3,7 @@ summary (``length.json``) alone: no runs, no model, so ``poslab report length --
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from poslab.analysis.plotting import length_axis, plain_number, plt, powers_of_two
@@ -60,13 +61,13 @@ def sample_line(summary: dict[str, Any]) -> str:
 EFFECTIVE = "effective length (bpb <= 1.05x 1x's)"
 
 
-def place_cell(row: dict[str, Any]) -> str:
+def place_cell(row: dict[str, Any], methods: int | None = None) -> str:
     """``3 [2-5]``: the rank and its interval (from paired differences: it always holds the rank); ``-`` for a row
-    that is not ranked (a test-time variant)."""
+    that is not ranked (a test-time variant); ``1 [only row]`` where ``methods`` (the rows ranked with it) is 1."""
     if row.get("rank") is None:
         return "-"
     interval = row.get("rank_interval")
-    return rank_cell(row["rank"], *interval) if interval else f"{row['rank']}"
+    return rank_cell(row["rank"], *interval, methods=methods) if interval else f"{row['rank']}"
 
 
 def rank_note(rows: list[dict[str, Any]]) -> str:
@@ -82,6 +83,10 @@ def rank_note(rows: list[dict[str, Any]]) -> str:
     )
 
 
+def _stride_key(row: dict[str, Any]) -> Any:
+    return row.get("stride") if row["way"] == "sliding" else None
+
+
 def bpb_table(corpus: str, summary: dict[str, Any], ranked: list[int]) -> str:
     """Bits per byte by multiple (seed mean [95% t-interval]), the score over the multiples every row shares, and
     the rank with its interval among the rows of the same stride, best first."""
@@ -90,12 +95,14 @@ def bpb_table(corpus: str, summary: dict[str, Any], ranked: list[int]) -> str:
     score_header = f"score: mean of {', '.join(f'{m}x' for m in shared)}" if shared else "score: no multiple shared"
     header = ["rank [95%]", "encoding", "stride", *multiples, score_header, EFFECTIVE, "seeds"]
     table = []
+    ranked_by_stride = Counter(_stride_key(row) for row in rows if row.get("rank") is not None)
     for row in rows:
         stride = "" if row["way"] != "sliding" else str(row.get("stride"))
+        methods = ranked_by_stride[_stride_key(row)]  # rows are ranked among those of their stride
         score = Interval.from_dict(row["score"]).cell()
         effective = "" if not row.get("effective_length") else Interval.from_dict(row["effective_length"]).cell(0)
         cells = [*interval_cells(row["bpb"], multiples), score, effective, row["seeds"]]
-        table.append([place_cell(row), row["name"], stride, *cells])
+        table.append([place_cell(row, methods), row["name"], stride, *cells])
     groups = summary["not_separated"]
     shown = "; ".join(", ".join(group) for group in groups) if groups else "none (every place separated)"
     title = f"### {corpus}: bits per byte (trained at {summary['train_length']} tokens; lower is better)"

@@ -362,3 +362,22 @@ def test_a_passkey_grid_averages_only_seeds_of_the_same_trials():
     mean = passkey_mean(runs)
     assert mean["seeds"] == 2 and mean["trials"] == 4
     assert mean["exact"][0][0] == pytest.approx((0.5 + 0.25) / 2)
+
+
+def test_a_row_ranked_alone_reads_only_row_not_a_separated_comparison():
+    """A corpus (or stride) with one ranked row has no comparison to separate: ``1 [only row]``, as report zoo."""
+    import json
+    from pathlib import Path
+
+    from poslab.analysis.length_render import bpb_table
+    from poslab.analysis.stats import ONLY_ROW
+
+    summary = json.loads(Path("docs/lm_extrapolation/length.json").read_text())["corpora"]["python_code"]
+    plain = [row for row in summary["rows"] if row["way"] == "plain" and row.get("rank") is not None]
+    alone = {**summary, "rows": [{**plain[0], "rank": 1, "rank_interval": [1, 1]}], "not_separated": []}
+    assert f"| 1 [{ONLY_ROW}] | {plain[0]['name']} |" in bpb_table("python_code", alone, [2, 4])
+    two = {
+        **summary,
+        "rows": [{**row, "rank": i + 1, "rank_interval": [i + 1, i + 1]} for i, row in enumerate(plain[:2])],
+    }
+    assert ONLY_ROW not in bpb_table("python_code", two, [2, 4])
