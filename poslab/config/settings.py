@@ -74,13 +74,21 @@ VERIFY_CACHE = ("first_use", "always", "never")  # corpus.verify_cache: when arr
 LM_EVAL_MULTIPLES = (1, 2, 4, 8, 16)
 
 
-def check_precision(precision: Any) -> str:
-    """The canonical name of a ``trainer.precision`` poslab can train with, or a ``ConfigError`` naming it."""
+def check_precision(precision: Any, accelerator: str | None = None) -> str:
+    """The canonical name of a ``trainer.precision`` poslab can train with, or a ``ConfigError`` naming it.
+    ``accelerator``: the device kind it runs on, where known (``cpu``: 16-mixed refused, see below)."""
     name = PRECISION_ALIASES.get(str(precision), str(precision))
     if name not in PRECISIONS:
         raise ConfigError(
             f"trainer.precision={precision!r} is not supported; allowed: {', '.join(PRECISIONS)} "
             f"(mixed precision keeps fp32 weights; bf16-mixed is the fast path on GPUs and AMX/AVX512-BF16 CPUs)."
+        )
+    if name == "16-mixed" and accelerator == "cpu":
+        # Lightning would train in bf16-mixed instead, with a warning only, and results.json would record 16-mixed
+        raise ConfigError(
+            f"trainer.precision={precision!r} is not available on the CPU (trainer.accelerator=cpu): PyTorch has no "
+            f"fp16 mixed precision with loss scaling there, and Lightning would silently train in bf16-mixed "
+            f"instead; allowed on a CPU: 32-true or bf16-mixed (16-mixed needs a GPU, e.g. trainer=gpu)."
         )
     return name
 

@@ -22,7 +22,7 @@ import lightning as L
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from poslab.config.passkey_settings import check_passkey_settings, fit_filler
 from poslab.config.settings import check_lm_evaluation, root_defaults, with_corpus_defaults, yaml_defaults
@@ -46,7 +46,13 @@ from poslab.datamodules.held_out import (
     touches_selection,
 )
 from poslab.datamodules.passkey_phrases import plant_pairs
-from poslab.datamodules.synthetic import assign_rank, batch_generator, training_batches_drawn
+from poslab.datamodules.synthetic import (
+    RankShard,
+    assign_rank,
+    batch_generator,
+    trainer_rank,
+    training_batches_drawn,
+)
 from poslab.datamodules.tokenization import check_tokenizer
 from poslab.errors import ConfigError
 
@@ -206,13 +212,21 @@ class EvaluationBatches(Dataset):
     def __len__(self) -> int:
         return len(self.items)
 
+    def item(self, i: int) -> tuple[int, int, bool, Layout]:
+        """Batch ``i``; past the last, ``RankShard``'s stand-in ``len + j``: batch ``j``'s first window with no
+        prediction scored (``scored_from`` its length), for a DDP rank the batches do not reach."""
+        if i < len(self.items):
+            return self.items[i]
+        g, length, is_sliding, part = self.items[i - len(self.items)]
+        return g, length, is_sliding, Layout(part.starts[:1], np.full_like(part.scored_from[:1], length))
+
     def shape(self, i: int) -> tuple[int, bool, int]:
         """Batch ``i``'s (length, sliding, windows), without cutting it: what the test's cost counts."""
-        _, length, is_sliding, part = self.items[i]
+        _, length, is_sliding, part = self.item(i)
         return length, is_sliding, len(part.starts)
 
     def __getitem__(self, i: int) -> dict[str, Tensor]:
-        g, length, is_sliding, part = self.items[i]
+        g, length, is_sliding, part = self.item(i)
         split = self.groups[g].splits["validation"]
         positions = part.starts[:, None] + np.arange(length + 1)
         batch = {
@@ -225,20 +239,6 @@ class EvaluationBatches(Dataset):
         if self.token_bytes is not None:
             batch["bytes"] = self.token_bytes[batch["tokens"]]
         return batch
-
-
-class RankShard(Sampler[int]):
-    """Indices ``rank, rank + world, ...`` of ``n``: the ranks' shares are disjoint and cover every index once
-    (unequal by at most one; no padding)."""
-
-    def __init__(self, n: int, rank: int = 0, world: int = 1) -> None:
-        self.n, self.rank, self.world = n, rank, world
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(range(self.rank, self.n, self.world))
-
-    def __len__(self) -> int:
-        return len(range(self.rank, self.n, self.world))
 
 
 def check_extended_from(extended_from: int | None, context_length: int) -> int | None:
@@ -491,12 +491,13 @@ class LanguageModelDataModule(L.LightningDataModule):
 
     def evaluation_dataloader(self, sliding: bool, sample: str = "test", test_round: str | None = None) -> DataLoader:
         # each DDP rank evaluates its own batches, none twice (Lightning's DistributedSampler would pad the last
-        # rank with repeated ones); the losses are summed over ranks, as one process computes them
-        rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
+        # rank with repeated ones); the losses are summed over ranks, as one process computes them; a rank the
+        # batches do not reach (fewer than ranks) scores a stand-in that counts nothing (RankShard)
+        rank, world = trainer_rank(self.trainer)
         batches = EvaluationBatches(
             self.groups, self.evaluation, sliding, self.token_bytes, sample, test_round, self.selection
         )
-        return DataLoader(batches, batch_size=None, sampler=RankShard(len(batches), rank, world))
+        return DataLoader(batches, batch_size=None, sampler=RankShard(len(batches), rank, world, stand_in=True))
 
     def test_rounds(self, chooses: bool) -> list[str | None]:
         """The test's rounds (``fit_and_test`` runs one ``trainer.test`` each, setting ``test_round``): where the

@@ -40,7 +40,7 @@ from typing import Any, ClassVar
 import lightning as L
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
 from poslab.config.settings import root_defaults, task_defaults, yaml_defaults
 from poslab.errors import ConfigError
@@ -793,6 +793,58 @@ def assign_rank(batches: IterableDataset, trainer: L.Trainer | None, batch_size:
     batches.rank, batches.world_size = trainer.global_rank, world
 
 
+class RankShard(Sampler[int]):
+    """Indices ``rank, rank + world, ...`` of ``n``: the ranks' shares are disjoint and cover every index once
+    (unequal by at most one; no padding: Lightning's DistributedSampler would repeat items, counted twice).
+
+    ``stand_in``: a rank that ``n`` leaves without an index (``n < world``) gets one stand-in, the index
+    ``n + rank % n``, which its dataset makes a copy of item ``rank % n`` that scores nothing
+    (``EvaluationBatches``): Lightning refuses a rank an empty dataloader, and with it would skip that rank's
+    epoch-end hooks, where the others wait for it to join their all-gather."""
+
+    def __init__(self, n: int, rank: int = 0, world: int = 1, stand_in: bool = False) -> None:
+        self.n, self.rank, self.world, self.stand_in = n, rank, world, stand_in
+
+    def indices(self) -> range:
+        share = range(self.rank, self.n, self.world)
+        if not share and self.stand_in and self.n:
+            return range(self.n + self.rank % self.n, self.n + self.rank % self.n + 1)
+        return share
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices())
+
+    def __len__(self) -> int:
+        return len(self.indices())
+
+
+def trainer_rank(trainer: L.Trainer | None) -> tuple[int, int]:
+    """(rank, world size) of a datamodule's trainer; (0, 1) without one. A Trainer of several processes that
+    would put its own sampler over ``RankShard`` (Lightning wraps a custom sampler in a DistributedSampler of its
+    indices) would score a part of each rank's share: refused."""
+    if trainer is None:
+        return 0, 1
+    connector = getattr(trainer, "_accelerator_connector", None)
+    if trainer.world_size > 1 and getattr(connector, "use_distributed_sampler", False):
+        raise ConfigError(
+            f"a Trainer of {trainer.world_size} processes with use_distributed_sampler=True would shard each "
+            f"rank's evaluation share again and score only part of it; allowed: a Trainer built with the "
+            f"datamodule's trainer_arguments() (use_distributed_sampler=False), as train.py builds it."
+        )
+    return trainer.global_rank, trainer.world_size
+
+
+def check_evaluation_shares(eval_size: int, world: int) -> None:
+    """Every DDP rank needs a sequence of each evaluation set (``RankShard``: Lightning refuses a rank an empty
+    dataloader); checked against the trainer's own world size (``trainer.devices=auto`` or -1 is counted only
+    there)."""
+    if eval_size < world:
+        raise ConfigError(
+            f"task.eval_size={eval_size} gives some of the {world} processes no evaluation sequence; allowed: "
+            f"task.eval_size of at least {world} (one sequence per process), or fewer processes (trainer.devices)."
+        )
+
+
 def batch_generator(seed: int, index: int) -> torch.Generator:
     """An RNG for batch ``index`` of a run with ``seed``, independent of every other batch."""
     return torch.Generator().manual_seed(seed * TRAIN_SEED_STRIDE + index)
@@ -958,7 +1010,8 @@ class SyntheticDataModule(L.LightningDataModule):
         return {"train_length": self.train_length, "train_lengths": lengths, "eval_lengths": self.eval_lengths}
 
     def trainer_arguments(self) -> dict[str, Any]:
-        return {}
+        # each rank's evaluation sequences come from RankShard, not from a DistributedSampler (which pads)
+        return {"use_distributed_sampler": False}
 
     def module_arguments(self) -> dict[str, Any]:
         return {
@@ -970,6 +1023,7 @@ class SyntheticDataModule(L.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         assign_rank(self.train_batches, self.trainer, self.batch_size)
+        check_evaluation_shares(self.eval_size, trainer_rank(self.trainer)[1])
         if self.trainer is not None:  # the batches it will draw (a datamodule used alone draws as asked)
             trained = int(self.trainer.max_steps) * int(self.trainer.accumulate_grad_batches)
             check_disjoint_streams(self.train_batches.seed, trained, self.eval_seed, self.eval_lengths)
@@ -992,4 +1046,9 @@ class SyntheticDataModule(L.LightningDataModule):
         return DataLoader(self.train_batches, batch_size=None)
 
     def test_dataloader(self) -> list[DataLoader]:
-        return [DataLoader(s, batch_size=self.eval_batch_size) for s in [*self.eval_sets, *self.selection_sets]]
+        # each DDP rank scores its own sequences, none twice (the metrics sum over ranks, as one process counts)
+        rank, world = trainer_rank(self.trainer)
+        return [
+            DataLoader(s, batch_size=self.eval_batch_size, sampler=RankShard(len(s), rank, world))
+            for s in [*self.eval_sets, *self.selection_sets]
+        ]

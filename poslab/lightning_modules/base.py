@@ -82,6 +82,26 @@ def optimizer_settings(given: dict[str, Any]) -> dict[str, Any]:
     return {**yaml_defaults("optimizer", default_option("optimizer")), **given}
 
 
+def summed_over_ranks(value: Tensor, trainer: L.Trainer | None) -> Tensor:
+    """``value`` summed over the DDP ranks (one all-reduce; Lightning's ``strategy.reduce`` would add a barrier
+    before it), or ``value`` itself in one process."""
+    if trainer is None or trainer.world_size == 1 or not torch.distributed.is_initialized():
+        return value
+    total = value.clone()
+    torch.distributed.all_reduce(total)
+    return total
+
+
+def nonfinite_what(loss: Tensor, norm: Tensor | None) -> str:
+    """What made a step non-finite, for its message: this rank's loss, its gradient norm, or (DDP) another rank's
+    loss or gradients."""
+    if not torch.isfinite(loss):
+        return f"the training loss is {float(loss)}"
+    if norm is not None and not torch.isfinite(norm):
+        return f"the gradient norm is {float(norm)} (the training loss {float(loss)})"
+    return f"another DDP rank's training loss or gradient norm is not finite (this rank's loss: {float(loss)})"
+
+
 class TransformerModule(L.LightningModule):
     def __init__(self, model: ModelConfig, optimizer: dict[str, Any], max_length: int) -> None:
         super().__init__()
@@ -111,28 +131,40 @@ class TransformerModule(L.LightningModule):
         closure and six hooks per step, a measurable share of a tiny model's step on a CPU."""
         optimizer, schedule = self.optimizers(), self.lr_schedulers()
         loss = self.loss(batch)
-        if not torch.isfinite(loss):  # one scalar read a step (a sync on GPUs): cheap against a silent NaN run
-            return self.skip_or_stop(loss)
         optimizer.zero_grad(set_to_none=True)
         # the backward pass outside autocast (as PyTorch asks): Lightning runs training_step inside it, and the
         # backward of an op autocast left in fp32 (the increments' DeltaMLP) would then run its products in bf16
         with torch.autocast(self.device.type, enabled=False):
-            self.manual_backward(loss)
+            self.manual_backward(loss)  # every rank, even on a non-finite loss: DDP's all-reduce waits for all
         clip = self.optimizer_config["grad_clip"]
-        if clip:  # not self.clip_gradients: Lightning refuses it under mixed precision with fused AdamW
-            norm = clip_gradient_norm(optimizer, float(clip), self.trainer.scaler)
+        # not self.clip_gradients: Lightning refuses it under mixed precision with fused AdamW
+        norm = clip_gradient_norm(optimizer, float(clip), self.trainer.scaler) if clip else None
+        if not self.step_is_finite(loss, norm):
+            return self.skip_or_stop(loss, norm)
         if self.is_log_step():  # the learning rate this step used, beside its loss
             self.log("train/lr", float(schedule.get_last_lr()[0]))
-            if clip:
+            if norm is not None:
                 self.log("train/grad_norm", norm)  # before clipping
         optimizer.step()
         schedule.step()
         self.log_every_n_steps("train/loss", loss)
         return loss.detach()
 
-    def skip_or_stop(self, loss: Tensor) -> Tensor:
-        """A non-finite training loss: skip this step (no update) while ``optimizer.skip_nonfinite_steps`` allows,
-        else stop the run as diverged, naming the step and the usual causes."""
+    def step_is_finite(self, loss: Tensor, norm: Tensor | None) -> bool:
+        """Whether this step may update the weights: every DDP rank's loss finite, and the gradient norm when
+        clipping computed it (a finite loss can still give inf/NaN gradients, which the step would write into the
+        weights; under 16-mixed the GradScaler skips an overflowed step and lowers its scale itself, as it should).
+        One decision for all ranks (one scalar read and, under DDP, one all-reduce a step): a rank that skipped or
+        stopped alone would leave the others waiting in the next all-reduce, or stop the run without its record."""
+        finite = torch.isfinite(loss)
+        if norm is not None and self.trainer.scaler is None:
+            finite = finite & torch.isfinite(norm)
+        return int(summed_over_ranks(finite.int(), self.trainer)) == self.trainer.world_size
+
+    def skip_or_stop(self, loss: Tensor, norm: Tensor | None = None) -> Tensor:
+        """A non-finite step (``step_is_finite``, the same on every rank): skip it (no update) while
+        ``optimizer.skip_nonfinite_steps`` allows, else stop the run as diverged, naming the step, what was not
+        finite and the usual causes."""
         self._nonfinite_steps = getattr(self, "_nonfinite_steps", 0) + 1
         allowed = int(self.optimizer_config["skip_nonfinite_steps"])
         step = int(self.global_step)
@@ -141,7 +173,7 @@ class TransformerModule(L.LightningModule):
             return loss.detach()
         lr = self.optimizer_config["lr"]
         raise DivergedError(
-            f"the training loss is {float(loss)} at step {step}: the run diverged and stops here (skipped "
+            f"{nonfinite_what(loss, norm)} at step {step}: the run diverged and stops here (skipped "
             f"non-finite steps so far: {self._nonfinite_steps - 1} of optimizer.skip_nonfinite_steps={allowed}); "
             f"likely causes: a learning rate too high (optimizer.lr={lr}), no or too little warm-up "
             f"(optimizer.warmup_steps), no gradient clipping (optimizer.grad_clip), or fp16 overflow "

@@ -51,7 +51,7 @@ from torchmetrics import Metric
 from torchmetrics.classification import MulticlassAccuracy
 
 from poslab.datamodules.synthetic import IGNORE, Task
-from poslab.lightning_modules.base import TransformerModule, logits_in_way
+from poslab.lightning_modules.base import TransformerModule, logits_in_way, summed_over_ranks
 from poslab.lightning_modules.progress import EvaluationProgress, LengthCost, training_step
 from poslab.model import ModelConfig
 
@@ -175,9 +175,19 @@ class SyntheticTaskModule(TransformerModule):
         return {name: torch.zeros_like(tokens) for name in needed} if needed else None
 
     def loss(self, batch: tuple[Tensor, Tensor]) -> Tensor:
+        """The mean loss over the global batch's scored positions, as one process computes it. Under DDP each rank
+        returns its summed loss over the global count times the world size: DDP averages the ranks' gradients, so
+        that average is the global token mean's gradient even where rows score different numbers of positions
+        (flip_flop scores its reads only); a rank's own mean would weight a token of a rank with few scored
+        positions more. Ranks scoring as many each (lag, seen) get their own mean again."""
         tokens, targets = batch
         logits = self.model(tokens, self.with_row_seeds(self.coordinates(tokens), len(tokens))).logits
-        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE)  # bf16 logits
+        logits, targets = logits.flatten(0, 1).float(), targets.flatten()  # bf16 logits: the loss in fp32
+        world = self.trainer.world_size if self._trainer is not None else 1
+        if world == 1:
+            return F.cross_entropy(logits, targets, ignore_index=IGNORE)
+        scored = summed_over_ranks((targets != IGNORE).sum(), self.trainer)  # one all-reduce of a count
+        return F.cross_entropy(logits, targets, ignore_index=IGNORE, reduction="sum") * world / scored
 
     def predictions(self, tokens: Tensor) -> Iterator[tuple[str, Tensor]]:
         """(way, predicted classes ``[B, T]``) for each way of evaluating at this length (``ways``)."""
@@ -228,7 +238,7 @@ class SyntheticTaskModule(TransformerModule):
         each draw, ``predictions``: a selection set's too; each mix that fits, once)."""
         costs: dict[str, LengthCost] = {}
         for index, loader in enumerate(self.trainer.test_dataloaders):
-            # this rank's sequences (under DDP Lightning gives each loader a DistributedSampler: its share)
+            # this rank's sequences (under DDP its share: RankShard, poslab.datamodules.synthetic)
             size, batch_size = len(loader.sampler), int(loader.batch_size or 1)
             length = int(loader.dataset.tokens.shape[1])
             cost = costs.setdefault(self.set_name(length, index), LengthCost(self.set_name(length, index), length))

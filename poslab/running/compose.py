@@ -106,7 +106,7 @@ def check_combinations(cfg: DictConfig) -> None:
             f"{', '.join(SYNTHETIC_TASKS)}; name a corpus (e.g. corpus=wikitext2)."
         )
     check_devices(cfg.trainer)
-    check_precision(cfg.trainer.precision)  # one the training step cannot honour
+    check_precision(cfg.trainer.precision, resolved_accelerator(cfg.trainer))  # one training cannot honour
     check_global_batches(cfg)
 
 
@@ -218,6 +218,17 @@ def available_devices(accelerator: str) -> int | None:
     return None
 
 
+def resolved_accelerator(trainer: DictConfig) -> str:
+    """``trainer.accelerator``, with ``auto`` as Lightning resolves it here: cpu on a machine without a GPU."""
+    accelerator = str(trainer.accelerator)
+    if accelerator != "auto":
+        return accelerator
+    import torch
+
+    mps = getattr(torch.backends, "mps", None)
+    return "gpu" if torch.cuda.is_available() or (mps is not None and mps.is_available()) else "cpu"
+
+
 def requested_devices(devices: Any) -> int | None:
     """The number of devices a Trainer's ``devices`` asks for; ``None`` for ``auto`` and -1 (all)."""
     if isinstance(devices, (list, tuple, ListConfig)):
@@ -271,10 +282,11 @@ def check_devices(trainer: DictConfig) -> None:
 
 
 def check_global_batches(cfg: DictConfig) -> None:
-    """Under DDP the synthetic tasks slice one global training batch across the processes, and Lightning's
-    DistributedSampler shards each evaluation set; it pads a set whose size the processes do not divide with
-    repeated sequences, which would count them twice in the figures. Both sizes must be multiples of the
-    number of processes, so that a DDP run evaluates exactly what a 1-process run does."""
+    """Under DDP the synthetic tasks slice one global training batch across the processes: ``task.batch_size``
+    must be a multiple of their number. The evaluation sets are sharded without padding (``RankShard``: right
+    figures whatever the number), but ``task.eval_size`` is held to the same rule here, where the number is
+    known before anything runs, so that the ranks score equal shares. ``trainer.devices=auto`` or -1 is
+    counted only by the Trainer: the datamodule's ``setup`` checks the batch size against its world size."""
     world = world_size(cfg)
     if world < 2 or cfg.task.name not in SYNTHETIC_TASKS:
         return

@@ -126,6 +126,8 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
         results.setdefault("data_notes", []).append(changed)
     if trainer.is_global_zero:
         write_run_files(cfg, output_dir, module, results)
+    if results["status"] != "success":  # every rank diverged alike (TransformerModule.step_is_finite)
+        wait_for_rank_zero(trainer)
     if outcome.diverged is not None:
         raise outcome.diverged
     if results["status"] != "success":
@@ -133,6 +135,14 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
             f"the evaluation figures are not finite ({format_figures(module.figures)}).", trainer.global_step
         )
     return results
+
+
+def wait_for_rank_zero(trainer: L.Trainer) -> None:
+    """Under DDP, hold this rank until rank zero has written the run's files: a rank that exits with an error
+    first (a divergence) makes Lightning's child-process observer kill rank zero, which would leave no
+    results.json saying "diverged"."""
+    if trainer.world_size > 1 and torch.distributed.is_initialized():
+        trainer.strategy.barrier("results written")
 
 
 def build_trainer(
