@@ -3,9 +3,10 @@
     python docs/extrapolation_grid_verdicts.py
 
 Per row: each column's 95% t-interval over the 2 seeds (``Interval.of``) against the write-up's mean (a magnitude:
-reproduced where every column's interval holds it, contradicted where one excludes it; a zero-width interval is
-named). Per conclusion of the write-up: a paired difference by seed (``paired_difference``: both schemes share
-the seed's batches and the evaluation sets), or one interval against the stated threshold.
+reproduced where every column's interval lies inside the issue's tolerance, contradicted where one lies outside
+it; a zero-width interval is degenerate and decides nothing: not testable, named). Per conclusion of the
+write-up: a paired difference by seed (``paired_difference``: both schemes share the seed's batches and the
+evaluation sets), or one interval against the magnitude the write-up states (``magnitude_verdict``).
 """
 
 import re
@@ -38,29 +39,56 @@ def write_up_means(text: str) -> dict[tuple[str, str], list[float]]:
 BOUND = {"lag": 0.05, "seen": 0.10}  # the issue's tolerances, fixed before the runs
 
 
+def column_verdicts(task: str, seeds: dict[int, list[float]], reference: list[float]) -> dict[str, list[str]]:
+    """Per verdict, the columns that get it: an interval over seeds wholly inside the write-up's mean +- the bound
+    is reproduced, one wholly outside contradicted, one reaching past it not resolved; a degenerate interval (no
+    width: both seeds the same figure) or none decides nothing, not testable (docs/verdicts.md)."""
+    found: dict[str, list[str]] = {"contradicted": [], "not resolved": [], "reproduced": [], "degenerate": []}
+    for c, name in enumerate(COLUMNS):
+        cell = Interval.of(s[c] for s in seeds.values())
+        low, high = reference[c] - BOUND[task], reference[c] + BOUND[task]
+        if not cell.has_interval or cell.degenerate:
+            found["degenerate"].append(name)
+        elif cell.high < low or cell.low > high:
+            found["contradicted"].append(name)
+        elif not (low <= cell.low and cell.high <= high):
+            found["not resolved"].append(name)
+        else:
+            found["reproduced"].append(name)
+    return found
+
+
 def row_verdict(task: str, seeds: dict[int, list[float]], reference: list[float]) -> str:
-    """Ours within the write-up's mean +- the bound, column by column, on the interval over seeds."""
-    cells = [Interval.of(s[c] for s in seeds.values()) for c in range(len(COLUMNS))]
-    low = [reference[c] - BOUND[task] for c in range(len(COLUMNS))]
-    high = [reference[c] + BOUND[task] for c in range(len(COLUMNS))]
-    out = [COLUMNS[c] for c, i in enumerate(cells) if i.high < low[c] or i.low > high[c]]
-    wide = [COLUMNS[c] for c, i in enumerate(cells) if not (low[c] <= i.low and i.high <= high[c])]
-    degenerate = [COLUMNS[c] for c, i in enumerate(cells) if i.high == i.low]
-    if out:
-        verdict = f"contradicted at {', '.join(out)}"
-    elif wide:
-        verdict = (
-            f"not resolved at {', '.join(wide)} ("
-            + ", ".join(
-                f"{COLUMNS[c]} [{cells[c].low:.3f}, {cells[c].high:.3f}]"
-                for c in range(len(COLUMNS))
-                if COLUMNS[c] in wide
-            )
-            + ")"
-        )
+    """The row's verdict from its columns' (``column_verdicts``): contradicted where one column is, else not
+    resolved where one is, else reproduced at the columns with an interval; a degenerate column is not testable and
+    said so, and a row whose every column is degenerate is not testable: a degenerate interval makes no claim
+    reproduced on its own."""
+    found = column_verdicts(task, seeds, reference)
+    cells = {name: Interval.of(s[c] for s in seeds.values()) for c, name in enumerate(COLUMNS)}
+    shown = lambda names: ", ".join(f"{n} [{cells[n].low:.3f}, {cells[n].high:.3f}]" for n in names)
+    degenerate = found["degenerate"]
+    if len(degenerate) == len(COLUMNS):
+        return f"not testable: every interval degenerate (both seeds the same figure at {', '.join(degenerate)})"
+    if found["contradicted"]:
+        verdict = f"contradicted at {', '.join(found['contradicted'])} ({shown(found['contradicted'])})"
+    elif found["not resolved"]:
+        verdict = f"not resolved at {', '.join(found['not resolved'])} ({shown(found['not resolved'])})"
     else:
-        verdict = "reproduced"
-    return verdict + (f"; degenerate at {', '.join(degenerate)}: both seeds the same figure" if degenerate else "")
+        verdict = "reproduced" + (f" at {', '.join(found['reproduced'])}" if degenerate else "")
+    if degenerate:
+        verdict += f"; not testable at {', '.join(degenerate)} (degenerate: both seeds the same figure)"
+    return verdict
+
+
+def magnitude_verdict(interval: Interval, value: float) -> str:
+    """A claimed magnitude (docs/verdicts.md): reproduced where the interval holds the write-up's value and excludes
+    0, contradicted where it excludes the value, not resolved where it holds both; no interval or a degenerate one:
+    not testable."""
+    if not interval.has_interval or interval.degenerate:
+        return "not testable"
+    if interval.excludes(value):
+        return "contradicted (" + ("above" if interval.low > value else "below") + f" the write-up's {value:.3f})"
+    return "reproduced" if interval.excludes(0.0) else "not resolved"
 
 
 def main() -> None:
@@ -74,11 +102,19 @@ def main() -> None:
         return {s: v[column[name]] for s, v in seeds[(task, scheme)].items()}
 
     show = lambda label, i: print(f"{label}: {i.mean:.3f} [{i.low:.3f}, {i.high:.3f}] n={i.n}")
-    show("seen none x log (claim >= 0.93)", Interval.of(at("seen", "none", "x log").values()))
+
+    def claim(label: str, interval: Interval, value: float) -> None:
+        show(label, interval)
+        print(f"  as a magnitude against the write-up's {value:.3f}: {magnitude_verdict(interval, value)}")
+
+    # the write-up's figures as it states them (the thresholds 0.93 and 0.12 the first reading used were set after
+    # the runs, so the claims are read as their magnitudes, docs/verdicts.md)
+    claim("seen none x log (write-up: back to 96%)", Interval.of(at("seen", "none", "x log").values()), 0.960)
     show("seen rope - none, x log", paired_difference(at("seen", "rope", "x log"), at("seen", "none", "x log")))
     show("seen rope:1e6 - rope, 128", paired_difference(at("seen", "rope:1000000", "128"), at("seen", "rope", "128")))
     always_no = {0: 0.854, 1: 0.854}
-    show("seen alibi:0.5 - always-no, 32 (claim < 0.12)", paired_difference(at("seen", "alibi:0.5", "32"), always_no))
+    steep = paired_difference(at("seen", "alibi:0.5", "32"), always_no)
+    claim("seen alibi:0.5 - always-no, 32 (write-up: only 8 points above)", steep, 0.08)
     six = [0.866, 0.647, 0.646, 0.648, 0.651, 0.626]  # seen, ALiBi 1/16, x log: seeds 0-5 (the table of seeds 2-5)
     show("seen alibi:0.0625 x log, 6 seeds (write-up 0.657 +- 0.10)", Interval.of(six))
     for low in ("sinusoid", "learned"):

@@ -47,6 +47,7 @@ SCRIPTS = [
         "docs/lm_extrapolation/verdict_pairs.md",
     ),
     pytest.param("docs/extrapolation_grid_verdicts.py", [], "docs/extrapolation_grid_verdicts.md"),
+    pytest.param("docs/extrapolation_grid_summary.py", [], "docs/extrapolation_grid/grid.json"),
     pytest.param(
         "docs/position_zoo/first_zoo_baselines.py",
         [],

@@ -35,22 +35,36 @@ def value_cell(value: float | None) -> str:
     return f"{value:.1f}" if abs(value) >= 100 else f"{value:.3f}"
 
 
-def reproduces_cell(reproduces: bool | None) -> str:
-    return "n/a" if reproduces is None else "yes" if reproduces else "no"
+def order_cell(row: dict[str, Any]) -> str:
+    """Whether every pair of corpora is in U*'s order (point values): ``n/a`` where not every corpus has a value."""
+    same = row.get("same_order")
+    return "n/a" if same is None else "yes" if same else "no"
+
+
+def verdict_cell(row: dict[str, Any]) -> str:
+    """The verdict in docs/verdicts.md's categories: not testable (no interval), or ``n/a`` where not compared."""
+    return "n/a" if row.get("verdict") is None else f"{row['verdict']} (no interval)"
 
 
 def agree_cell(row: dict[str, Any]) -> str:
-    """``2 of 3 (not wiki/web)``: the corpus pairs the quantity orders as U* does, and those it does not."""
+    """``2 of 3 (not wiki/web)``: the corpus pairs the quantity orders as U* does, and those it does not; a corpus
+    without a value is named, its pairs not counted."""
     if row["agree"] is None:
         return "—"
     agree = f"{row['agree']} of {row['pairs']}"
-    return agree + (f" (not {', '.join(row['disagreeing'])})" if row["disagreeing"] else "")
+    agree += f" (not {', '.join(row['disagreeing'])})" if row["disagreeing"] else ""
+    return agree + (f" (no value: {', '.join(row['missing'])})" if row.get("missing") else "")
+
+
+#: the order column's title: what it is and is not
+ORDER = "same order as U* (point values, no interval; direction chosen post hoc)"
 
 
 def statistics_table(rows: list[dict[str, Any]], corpora: list[str], ustar: dict[str, float]) -> str:
-    """One row per quantity: its value per corpus, its direction, how many pairs agree with U*, reproduced."""
+    """One row per quantity: its value per corpus, its direction, how many pairs agree with U*, whether all do (a
+    post hoc reading of point values) and the verdict (not testable: no interval)."""
     heads = [f"{c} (reference U* {ustar[c]:+.2f})" if c in ustar else c for c in corpora]
-    header = ["construct", "quantity", *heads, "direction", "agrees with U*", "reproduces"]
+    header = ["construct", "quantity", *heads, "direction", "pairs in U*'s order", ORDER, "verdict"]
     body = [
         [
             row["construct"],
@@ -58,7 +72,8 @@ def statistics_table(rows: list[dict[str, Any]], corpora: list[str], ustar: dict
             *(value_cell(value_of(row, c)) for c in corpora),
             row["direction"] if row["agree"] is not None else "—",
             agree_cell(row),
-            reproduces_cell(row["reproduces"]),
+            order_cell(row),
+            verdict_cell(row),
         ]
         for row in rows
     ]
@@ -66,7 +81,7 @@ def statistics_table(rows: list[dict[str, Any]], corpora: list[str], ustar: dict
 
 
 def statistics_csv(rows: list[dict[str, Any]], corpora: list[str]) -> str:
-    header = ["construct", "quantity", *corpora, "direction", "agree", "pairs", "reproduces", "disagreeing"]
+    header = ["construct", "quantity", *corpora, "direction", "agree", "pairs", "same_order", "verdict", "missing"]
     body = [
         [
             row["construct"],
@@ -75,12 +90,14 @@ def statistics_csv(rows: list[dict[str, Any]], corpora: list[str]) -> str:
             row["direction"],
             row["agree"],
             row["pairs"],
-            reproduces_cell(row["reproduces"]),
+            order_cell(row),
+            row.get("verdict") or "n/a",
+            ";".join(row.get("missing") or []),
             ";".join(row["disagreeing"]),
         ]
         for row in rows
     ]
-    return csv_text(header, body)
+    return csv_text([*header, "disagreeing"], body)
 
 
 def plot_statistics(stats: dict[str, dict[str, float]], rows: list[dict[str, Any]], ustar: dict[str, float]) -> Any:
@@ -107,7 +124,8 @@ def plot_statistics(stats: dict[str, dict[str, float]], rows: list[dict[str, Any
 
 
 def report_lines(summary: dict[str, Any]) -> list[str]:
-    """The lines above the table: the sample, where U* comes from, the chance level, what reproduces U*."""
+    """The lines above the table: the sample, where U* comes from, the chance level, which quantities order the
+    corpora as U* does (point values) and their verdict."""
     corpora, counts, ustar, rows = summary["corpora"], summary["counts"], summary["ustar"], summary["rows"]
     lines = [
         f"Corpus-only statistics: {summary['split']} split, up to {summary['documents']} documents per corpus (with "
@@ -120,23 +138,37 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
         lines.append("Fewer than two corpora have a U*, so no ordering can be compared.")
     else:
         lines.append(
-            f"Chance level: a quantity in random order reproduces the ordering of {len(ustar)} corpora in its better "
+            f"Chance level: a quantity in random order puts {len(ustar)} corpora in U*'s order in its better "
             f"direction with probability 2/{len(ustar)}! = {2 / math.factorial(len(ustar)):.2g}."
         )
     if not summary["embeddings"]:
         lines.append("Embedding coherence not computed (--no-embeddings).")
-    return lines + [reproduced_line(rows)]
+    return lines + [order_line(rows), verdict_line(rows)]
 
 
-def reproduced_line(rows: list[dict[str, Any]]) -> str:
-    full = [r["quantity"] for r in rows if r["reproduces"]]
-    compared = [r for r in rows if r["reproduces"] is not None]
-    shown = (", ".join(full) if full else "none") + f" (of {len(compared)} quantities compared)."
-    missing = len(rows) - len(compared)
+def order_line(rows: list[dict[str, Any]]) -> str:
+    """The quantities whose point values put every pair in U*'s order, of those compared; those not compared (a
+    corpus without a value) named apart, not counted."""
+    compared = [r for r in rows if r.get("same_order") is not None]
+    same = [r["quantity"] for r in compared if r["same_order"]]
+    shown = "n/a"
+    if compared:
+        shown = (", ".join(same) or "none") + f" (of {len(compared)} quantities compared)"
+    missing = [r for r in rows if r.get("same_order") is None]
+    apart = ", ".join(f"{r['quantity']} ({', '.join(r.get('missing') or []) or 'no pair'})" for r in missing)
+    return f"{ORDER[0].upper()}{ORDER[1:]}, every pair: {shown}." + (
+        f" Not compared, no value for every corpus with a U*: {apart}." if missing else ""
+    )
+
+
+def verdict_line(rows: list[dict[str, Any]]) -> str:
+    """What the orderings are as verdicts (docs/verdicts.md): none can be more than not testable here."""
+    compared = sum(r.get("verdict") is not None for r in rows)
+    if not compared:
+        return "Verdict: none (no quantity compared)."
     return (
-        "Reproduce the U* ordering fully: "
-        + (shown if compared else "n/a")
-        + (f" ({missing} quantities not compared: no two corpora with both a value and a U*.)" if missing else "")
+        f"Verdict (docs/verdicts.md) of each of the {compared} compared: not testable, one measurement per corpus with "
+        "no interval; the orderings above are point values, not evidence either way."
     )
 
 

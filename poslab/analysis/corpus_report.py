@@ -15,6 +15,7 @@ from poslab.analysis.corpus_statistics import (
     CorpusOptions,
     compare_to_ustar,
     corpus_summary,
+    no_nan,
     reference_ustar,
 )
 from poslab.analysis.output import AnalysisResult, read_summary
@@ -30,18 +31,20 @@ def analyze_corpora(corpora: list[str], options: CorpusOptions) -> AnalysisResul
 
 def rerender_corpora(path: str | Path, ustar: dict[str, float] | None = None) -> AnalysisResult:
     """``--from``: the files again from a ``corpus_statistics.json`` this analysis wrote; with ``ustar``
-    (``--ustar``) its statistics compared with that U* instead of the one it was written with (the statistics do
-    not depend on U*, so nothing is recomputed from the corpora)."""
+    (``--ustar``) its statistics compared with that U* instead of the one it was written with. The comparison is
+    made again from the summary's statistics either way (they do not depend on U*, so nothing is read from the
+    corpora): a summary written before the rows held their verdict gets today's rows."""
     needed = ("rows", "corpora", "ustar_source", "embeddings")  # one written before --from lacks the last three
     summary = read_summary(path, "corpus", needed, SUMMARY_FILE, "poslab analyze corpus")
     if ustar is not None:
         ustar, source = reference_ustar(summary["corpora"], ustar)
-        stats = {  # the summary writes a quantity not computed (NaN) as null
-            corpus: {name: number_or_nan(value) for name, value in values.items()}
-            for corpus, values in summary["statistics"].items()
-        }
-        summary |= {"ustar": ustar, "ustar_source": source, "rows": compare_to_ustar(stats, ustar)}
-    return render_corpora(summary, Path(path).parent)
+        summary |= {"ustar": ustar, "ustar_source": source}
+    stats = {  # the summary writes a quantity not computed (NaN) as null
+        corpus: {name: number_or_nan(value) for name, value in values.items()}
+        for corpus, values in summary["statistics"].items()
+    }
+    summary["rows"] = compare_to_ustar(stats, summary["ustar"])
+    return render_corpora(no_nan(summary), Path(path).parent)
 
 
 def parse_ustar(items: list[str] | None) -> dict[str, float] | None:

@@ -3,7 +3,7 @@
 ``poslab analyze corpus CORPUS [CORPUS ...]`` reads documents through the corpus machinery
 (``poslab.datamodules.corpora``: the same files, the same validation choice per document, the same
 paragraphs as the hierarchical coordinate, ``poslab.datamodules.segmentation``), computes eight quantities
-in three constructs, and says for each whether its order over the corpora reproduces the order of U*
+in three constructs, and says for each how its order over the corpora compares with the order of U*
 (more negative = deeper well).
 
 A *paragraph* is one value of the paragraph coordinate a model sees: its bytes include the separator after
@@ -40,9 +40,12 @@ Embedding coherence (do adjacent paragraphs mean similar things?), from unit-nor
   coherence above what the corpus's genre alone gives (code embeds close to code whatever it does).
 
 ``compare_to_ustar`` takes each quantity in the direction that agrees with more corpus pairs (either sign of
-association is a candidate explanation, so it is chosen, not assumed) and reports "k of n pairs" and
-whether the order is fully reproduced (k = n). With three corpora, n = 3 and one direction always gets at
-least 2, so "two of three" is the floor for a non-tied quantity, not evidence.
+association is a candidate explanation, so it is chosen, not assumed) and reports "k of n pairs" and whether
+every pair agrees ("same order as U*": point values, a direction chosen after looking, so a post hoc reading).
+With three corpora, n = 3 and one direction always gets at least 2, so "two of three" is the floor for a
+non-tied quantity, not evidence. Each quantity is measured once per corpus on a sample of documents, with no
+interval, so its verdict in docs/verdicts.md's categories is **not testable**; a quantity without a value for
+some corpus is not compared at all ("n/a", counted apart).
 
 This module is the analysis's compute layer: it reads the corpora and writes the one summary
 (``corpus_statistics.json``, ``corpus_summary``); ``poslab.analysis.corpus_render`` draws the table, CSV and
@@ -294,12 +297,20 @@ def load_embedder(device: str = "cpu", max_tokens: int = 128, batch_size: int = 
 # ---- comparison with U* ----------------------------------------------------------------------------------------
 
 
-def compare_to_ustar(stats: dict[str, dict[str, float]], ustar: dict[str, float]) -> list[dict[str, Any]]:
-    """Per quantity: how many corpus pairs it orders as U* orders them.
+#: the verdict (docs/verdicts.md) of every ordering this analysis compares: one measurement per corpus, no interval
+NO_INTERVAL = "not testable"
 
-    Only corpora with both a value and a U* take part; a pair with a tie (or a missing value) counts as not
-    agreeing. Each quantity is taken in the direction that agrees with more pairs (``deeper`` = a higher
-    value goes with a deeper, more negative U*; ``shallower`` = with a shallower one; ties go to ``deeper``).
+
+def compare_to_ustar(stats: dict[str, dict[str, float]], ustar: dict[str, float]) -> list[dict[str, Any]]:
+    """Per quantity: how many corpus pairs it orders as U* orders them, as point values.
+
+    Only corpora with a U* take part. A quantity compared needs a value for each of them; one without a value for
+    a corpus (``missing``) is not compared: its order and verdict are None (shown "n/a") and it is counted apart.
+    A tie counts as not agreeing. Each quantity is taken in the direction that agrees with more pairs (``deeper``
+    = a higher value goes with a deeper, more negative U*; ``shallower`` = with a shallower one; ties go to
+    ``deeper``): a direction chosen after looking, so ``same_order`` (every pair agrees) is a post hoc reading of
+    point values, and the verdict of every quantity compared is **not testable** (``NO_INTERVAL``): one
+    measurement per corpus on a sample of documents has no interval (docs/verdicts.md).
     """
     corpora = [c for c in stats if c in ustar]
     pairs = list(combinations(corpora, 2))
@@ -309,6 +320,8 @@ def compare_to_ustar(stats: dict[str, dict[str, float]], ustar: dict[str, float]
         same, opposite, valid = order_agreement(values, ustar)
         deeper = len(opposite) >= len(same)  # higher value, lower (deeper) U*
         agreeing = opposite if deeper else same
+        missing = [c for c in corpora if math.isnan(values[c])]
+        compared = bool(pairs) and not missing
         rows.append(
             {
                 "quantity": name,
@@ -318,9 +331,11 @@ def compare_to_ustar(stats: dict[str, dict[str, float]], ustar: dict[str, float]
                 "direction": "higher = deeper" if deeper else "higher = shallower",
                 "agree": len(agreeing) if valid else None,
                 "pairs": len(valid),
-                # None (shown "n/a"): no pair of corpora had values to compare, so nothing was reproduced or not
-                "reproduces": len(agreeing) == len(pairs) if valid else None,
-                "disagreeing": [f"{a}/{b}" for a, b in pairs if (a, b) not in agreeing] if valid else [],
+                "missing": missing,  # corpora with a U* but no value: the quantity is not compared
+                # None (shown "n/a"): not every corpus had a value, so there is no order to set beside U*'s
+                "same_order": len(agreeing) == len(pairs) if compared else None,
+                "verdict": NO_INTERVAL if compared else None,
+                "disagreeing": [f"{a}/{b}" for a, b in valid if (a, b) not in agreeing],
             }
         )
     return rows
@@ -419,17 +434,17 @@ def corpus_summary(corpora: list[str], options: CorpusOptions = CorpusOptions())
     stats, counts, directory = measure_corpora(overrides, documents, split, embedder, options.data_dir)
     summary = {"split": split, "documents": documents, "counts": counts, "ustar": ustar, "statistics": stats}
     summary |= {"rows": compare_to_ustar(stats, ustar), "corpora": labels, "ustar_source": source}
-    return _no_nan({**summary, "embeddings": embeddings}), directory
+    return no_nan({**summary, "embeddings": embeddings}), directory
 
 
-def _no_nan(obj: Any) -> Any:
+def no_nan(obj: Any) -> Any:
     """JSON has no NaN: undefined values become null."""
     if isinstance(obj, float) and math.isnan(obj):
         return None
     if isinstance(obj, dict):
-        return {k: _no_nan(v) for k, v in obj.items()}
+        return {k: no_nan(v) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_no_nan(v) for v in obj]
+        return [no_nan(v) for v in obj]
     return obj
 
 

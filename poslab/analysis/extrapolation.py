@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from poslab.analysis.output import REFERENCE_LABEL, short_run_warning, training_steps
+from poslab.analysis.output import REFERENCE_LABEL, hosts_note, short_run_warning, training_steps
 from poslab.analysis.stats import Interval, SeedCell
 from poslab.errors import MissingRunError, UsageError
 from poslab.io import number_or_nan
@@ -30,6 +30,7 @@ from poslab.runs.results import (
     Runs,
     collect_runs,
     differing_settings,
+    host_of,
     setting_values,
 )
 
@@ -50,6 +51,7 @@ class GridRun:
     #: the baselines of the evaluation sets by length, over every scored position (chance, the best constant, the
     #: task's trivial rules: ``baseline_*`` in results.json; empty for runs written before they were)
     baselines: dict[int, dict[str, float]] = field(default_factory=dict)
+    host: str = "unknown"  # the CPU model it ran on (``results.host_of``): a table says when it mixes them
 
     @property
     def row_key(self) -> RowKey:
@@ -101,6 +103,7 @@ class GridRun:
             steps=tuple(run.get("steps") or (None, None)),
             eval_size=run.get("eval_size"),
             baselines={int(n): row for n, row in (run.get("baselines") or {}).items()},
+            host=str(run.get("host", "unknown")),
         )
 
 
@@ -109,31 +112,43 @@ def _clean(value: float | None) -> float | None:
     return None if value is None or value != value else value
 
 
+NUMBER = r"(?:\d+(?:\.\d+)?|nan)"  # a figure as ``GridRun.line`` prints it: NaN (not written) as ``nan``
 LINE = re.compile(
-    r"^(?P<task>\S+)\s+(?P<label>\S+)\s+seed (?P<seed>\d+): length (?P<lengths>[\d /]+): (?P<accs>[\d. /]+); "
-    r"at (?P<longest>\d+), positions past (?P<train>\d+): (?P<past>[\d.]+); "
-    r"scores x log\d+/log\d+: (?P<scaled>[\d.]+)(?:\s+\[.*\])?\s*$"
+    rf"^(?P<task>\S+)\s+(?P<label>\S+)\s+seed (?P<seed>\d+): length (?P<lengths>\d+(?: / \d+)*): "
+    rf"(?P<accs>{NUMBER}(?: / {NUMBER})*); at (?P<longest>\d+), positions past (?P<train>\d+): (?P<past>{NUMBER}); "
+    rf"scores x log\d+/log\d+: (?P<scaled>{NUMBER})(?:\s+\[.*\])?\s*$"
 )
+#: the start of a run's line: a line that starts so and does not parse is refused, never skipped
+RUN_LINE = re.compile(r"^\S+\s+\S+\s+seed \d+: length ")
+
+
+def parse_line(match: re.Match[str], order: int) -> GridRun:
+    lengths = [int(n) for n in match["lengths"].split(" / ")]
+    accs = [float(a) for a in match["accs"].split(" / ")]
+    if len(accs) != len(lengths):
+        raise UsageError(f"a report line has {len(lengths)} lengths and {len(accs)} accuracies: {match.string!r}")
+    return GridRun(
+        match["task"],
+        match["label"],
+        int(match["seed"]),
+        int(match["train"]),
+        dict(zip(lengths, accs)),
+        float(match["past"]),
+        float(match["scaled"]),
+        order,
+    )
 
 
 def parse_lines(text: str) -> list[GridRun]:
-    """Read report lines (this module's or the write-up's) back into runs; other lines are skipped."""
+    """Read report lines (this module's or the write-up's) back into runs, a figure printed ``nan`` as NaN; other
+    lines are skipped, but a line that starts as a run's and does not parse is refused by its text."""
     runs = []
-    for order, match in enumerate(m for m in map(LINE.match, text.splitlines()) if m):
-        lengths = [int(n) for n in match["lengths"].split(" / ")]
-        accs = [float(a) for a in match["accs"].split(" / ")]
-        runs.append(
-            GridRun(
-                match["task"],
-                match["label"],
-                int(match["seed"]),
-                int(match["train"]),
-                dict(zip(lengths, accs)),
-                float(match["past"]),
-                float(match["scaled"]),
-                order,
-            )
-        )
+    for line in text.splitlines():
+        match = LINE.match(line)
+        if match is None and RUN_LINE.match(line):
+            raise UsageError(f"a report line that does not parse (as `poslab report grid` prints them): {line!r}")
+        if match is not None:
+            runs.append(parse_line(match, len(runs)))
     return runs
 
 
@@ -176,6 +191,7 @@ def grid_run(run: FinishedRun, keys: list[str]) -> GridRun:
             }
             for n, row in figures.items()
         },
+        host=host_of(result),
     )
 
 
@@ -226,32 +242,59 @@ def run_figure(run: GridRun, key: str) -> float:
     return run.accuracy[int(key.removeprefix("L"))]
 
 
-def reference_means(members: list[GridRun]) -> dict[str, float | None]:
-    """A reference row's figures: the mean over its seeds of each."""
-    return {key: _clean(Interval.of(run_figure(r, key) for r in members).mean) for key in figure_keys(members[0])}
+def comparable_keys(mine: GridRun, theirs: GridRun) -> list[str]:
+    """The figures of ``mine`` that ``theirs`` holds as the same figure: accuracy at each length both scored, of
+    models trained at one length; past the training length and log-scaled only where both took them at the same
+    longest length (at 256 and at 128 they are other figures under one name). Other training lengths: none."""
+    if mine.train_length != theirs.train_length:
+        return []
+    keys = [f"L{n}" for n in sorted(mine.accuracy) if n in theirs.accuracy]
+    return keys + (["past", "log_scaled"] if mine.longest == theirs.longest else [])
+
+
+def reference_means(members: list[GridRun], keys: list[str]) -> dict[str, float | None]:
+    """A reference row's figures at ``keys``: the mean over its seeds of each (a seed without it left out)."""
+    return {key: _clean(Interval.of(run_figure(r, key) for r in members).mean) for key in keys}
+
+
+def reference_summary(figures: dict[str, Any], first: GridRun, reference: list[GridRun]) -> dict[str, Any]:
+    """The reference's means at the figures both have (``comparable_keys``), keyed as ours, and the largest
+    absolute difference over them: a figure of theirs at another length is never set beside one of ours."""
+    compared = comparable_keys(first, reference[0])
+    theirs = reference_means(reference, compared)
+    diffs = [abs(figures[k]["mean"] - v) for k, v in theirs.items() if v is not None and figures[k]["mean"] is not None]
+    return {
+        "reference": theirs,
+        "reference_train_length": reference[0].train_length,
+        "compared": compared,
+        "max_abs_diff": max(diffs) if diffs else None,
+    }
 
 
 def row_summary(members: list[GridRun], reference: list[GridRun] | None) -> dict[str, Any]:
     """One row of the table: each figure over the row's seeds (``SeedCell``: per seed, the 95% t-interval, whether
-    they split), the runs' steps and evaluation sizes, and the reference's means with the largest difference."""
-    figures = {
-        key: SeedCell({r.seed: run_figure(r, key) for r in members}, ACCURACY).as_dict()
-        for key in figure_keys(members[0])
-    }
-    theirs = reference_means(reference) if reference else None
-    mine = {key: cell["mean"] for key, cell in figures.items()}
-    diffs = [abs(mine[k] - v) for k, v in (theirs or {}).items() if v is not None and mine.get(k) is not None]
+    they split; ``n`` the seeds it rests on), the training and evaluation lengths, the runs' steps, evaluation
+    sizes and hosts, and the reference's means at the figures both have with the largest difference."""
     first = members[0]
+    figures = {
+        key: SeedCell({r.seed: run_figure(r, key) for r in members}, ACCURACY).as_dict() for key in figure_keys(first)
+    }
+    compared = reference_summary(figures, first, reference) if reference else {}
     return {
         "task": first.task,
         "label": first.label,
         "settings": [list(pair) for pair in first.settings],
         "seeds": [r.seed for r in members],
+        "train_length": first.train_length,
+        "lengths": sorted(first.accuracy),
         "figures": figures,
         "steps": [list(r.steps) for r in members],
         "eval_sizes": [r.eval_size for r in members],
-        "reference": theirs,
-        "max_abs_diff": max(diffs) if diffs else None,
+        "hosts": sorted({r.host for r in members}),
+        "reference": compared.get("reference"),
+        "reference_train_length": compared.get("reference_train_length"),
+        "compared": compared.get("compared", []),
+        "max_abs_diff": compared.get("max_abs_diff"),
     }
 
 
@@ -265,12 +308,25 @@ def grid_baselines(runs: list[GridRun]) -> dict[str, dict[str, dict[str, float]]
     return {task: {str(n): row for n, row in run.baselines.items()} for task, run in first.items()}
 
 
+def row_name(row: dict[str, Any]) -> str:
+    """A row in a note: task, scheme and the settings telling it apart."""
+    shown = ", ".join(f"{k}={v}" for k, v in row["settings"])
+    return f"{row['task']} {row['label']}" + (f" [{shown}]" if shown else "")
+
+
 def grid_summary(
     runs: list[GridRun], notes: list[str], reference: list[GridRun] | None = None, reference_label: str = ""
 ) -> dict[str, Any]:
-    """Everything the report shows, per seed where a figure has seeds: ``grid.json``, what rendering reads. The
-    table's columns are the first run's lengths; a reference row is its task and scheme's in ``reference``."""
+    """Everything the report shows, per seed where a figure has seeds: ``grid.json``, what rendering reads. Every
+    row carries its own training and evaluation lengths (rows trained at different lengths are tables apart when
+    rendered); ``lengths`` and ``train_length`` are the first run's, as summaries before them held. A reference
+    row is its task and scheme's in ``reference``, compared at the figures both have."""
     theirs = by_row(reference) if reference else {}
+    rows = [
+        row_summary(members, theirs.get((task, label, ())) if theirs else None)
+        for (task, label, _), members in by_row(runs).items()
+    ]
+    hosts = hosts_note({row_name(row): row["hosts"] for row in rows})
     first = runs[0]
     return {
         "report": "grid",
@@ -278,13 +334,10 @@ def grid_summary(
         "train_length": first.train_length,
         "setting_keys": [key for key, _ in first.settings],
         "reference": reference_label if theirs else None,
-        "rows": [
-            row_summary(members, theirs.get((task, label, ())) if theirs else None)
-            for (task, label, _), members in by_row(runs).items()
-        ],
+        "rows": rows,
         "baselines": grid_baselines(runs),
         "runs": [run.as_dict() for run in runs],
-        "notes": notes,
+        "notes": notes + ([hosts] if hosts else []),
     }
 
 

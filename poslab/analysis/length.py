@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from poslab.analysis.effective_length import effective_length_over_seeds
+from poslab.analysis.output import data_versions_apart
 from poslab.analysis.stats import (
     crossed_interval,
     linearised_ratio,
@@ -206,22 +207,10 @@ def load_length_runs(directories: list[str | Path]) -> tuple[list[LengthRun], li
 def keep_data_versions_apart(runs: list[LengthRun]) -> list[str]:
     """Runs of one corpus that read different text (different source hashes: another version of the files, another
     split) are not seeds of one figure: each version becomes a corpus of its own, ``corpus [data <hash>]``, and a
-    note says so. Returns the notes."""
-    notes = []
-    by_corpus: dict[str, list[LengthRun]] = defaultdict(list)
-    for run in runs:
-        by_corpus[run.corpus].append(run)
-    for corpus, members in by_corpus.items():
-        versions = sorted({str(r.data) for r in members})
-        if len(versions) < 2:
-            continue
-        for run in members:
-            run.corpus = f"{corpus} [data {run.data}]"
-        counts = ", ".join(f"{v} ({sum(str(r.data) == v for r in members)} runs)" for v in versions)
-        notes.append(
-            f"corpus {corpus}: the runs read {len(versions)} different versions of its data (source sha256: "
-            f"{counts}); each is shown as a corpus of its own, never averaged as seeds."
-        )
+    note says so (``output.data_versions_apart``, which ``report losses`` shares). Returns the notes."""
+    shown, notes = data_versions_apart([r.corpus for r in runs], [r.data for r in runs])
+    for run, corpus in zip(runs, shown):
+        run.corpus = corpus
     return notes
 
 

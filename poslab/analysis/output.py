@@ -234,6 +234,43 @@ def data_lines(results: list[dict[str, Any]]) -> list[str]:
     return list(lines)
 
 
+def data_versions_apart(corpora: list[str], hashes: list[str | None]) -> tuple[list[str], list[str]]:
+    """Runs of one corpus that read different text (different source hashes, ``results.data_hash``: another
+    version of the files, another split) are not seeds of one figure. Given each run's corpus and data hash, in
+    run order: each run's corpus as a report shows it (``corpus [data <hash>]`` where its corpus has several
+    versions, else unchanged) and one note per such corpus saying so."""
+    shown, notes = list(corpora), []
+    for corpus in dict.fromkeys(corpora):
+        members = [i for i, c in enumerate(corpora) if c == corpus]
+        versions = sorted({str(hashes[i]) for i in members})
+        if len(versions) < 2:
+            continue
+        for i in members:
+            shown[i] = f"{corpus} [data {hashes[i]}]"
+        counts = ", ".join(f"{v} ({sum(str(hashes[i]) == v for i in members)} runs)" for v in versions)
+        notes.append(
+            f"corpus {corpus}: the runs read {len(versions)} different versions of its data (source sha256: "
+            f"{counts}); each is shown as a corpus of its own, never averaged as seeds."
+        )
+    return shown, notes
+
+
+def hosts_note(hosts: dict[str, list[str]]) -> str | None:
+    """One line where a table's runs ran on more than one CPU model (``results.host_of``; docs/verdicts.md, "Mixed
+    hosts"), naming the rows (``hosts``: row name -> its runs' hosts) whose own seeds did; None where one host ran
+    them all."""
+    every = sorted({host for found in hosts.values() for host in found})
+    if len(every) < 2:
+        return None
+    mixed = [name for name, found in hosts.items() if len(set(found)) > 1]
+    rows = f"; rows whose seeds ran on different hosts: {', '.join(mixed)}" if mixed else ""
+    unknown = "; 'unknown': a run that recorded none" if "unknown" in every else ""
+    return (
+        f"hosts mixed: {', '.join(every)} (bf16 kernels differ in their last digits between CPU models, so no "
+        f"difference here is read as one between hosts{unknown}){rows}."
+    )
+
+
 def sample_notes(
     steps: dict[str, tuple[int | None, int | None]],
     results: list[dict[str, Any]],

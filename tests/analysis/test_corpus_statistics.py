@@ -131,21 +131,23 @@ def test_ordering_comparison_counts_agreeing_pairs_in_the_better_direction():
         return compare_to_ustar(stats(values), ustar)[0]
 
     deeper = row({"code": 3.0, "wiki": 2.0, "web": 1.0})
-    assert (deeper["direction"], deeper["agree"], deeper["pairs"], deeper["reproduces"]) == (
+    assert (deeper["direction"], deeper["agree"], deeper["pairs"], deeper["same_order"]) == (
         "higher = deeper",
         3,
         3,
         True,
     )
+    assert deeper["verdict"] == "not testable"  # one measurement per corpus: no interval (docs/verdicts.md)
     shallower = row({"code": 1.0, "wiki": 2.0, "web": 3.0})
-    assert (shallower["direction"], shallower["agree"], shallower["reproduces"]) == ("higher = shallower", 3, True)
+    assert (shallower["direction"], shallower["agree"], shallower["same_order"]) == ("higher = shallower", 3, True)
     swapped = row({"code": 3.0, "wiki": 1.0, "web": 2.0})  # code right, the other two swapped
-    assert (swapped["agree"], swapped["pairs"], swapped["reproduces"]) == (2, 3, False)
+    assert (swapped["agree"], swapped["pairs"], swapped["same_order"]) == (2, 3, False)
     assert swapped["disagreeing"] == ["wiki/web"]
     tied = row({"code": 1.0, "wiki": 1.0, "web": 1.0})
-    assert (tied["agree"], tied["reproduces"]) == (0, False)
-    missing = row({"code": 2.0, "wiki": nan, "web": 1.0})
-    assert (missing["agree"], missing["pairs"], missing["reproduces"]) == (1, 1, False)
+    assert (tied["agree"], tied["same_order"]) == (0, False)
+    missing = row({"code": 2.0, "wiki": nan, "web": 1.0})  # not compared: no order of all three to set beside U*'s
+    assert (missing["agree"], missing["pairs"], missing["same_order"], missing["verdict"]) == (1, 1, None, None)
+    assert missing["missing"] == ["wiki"] and missing["disagreeing"] == []
     rows = compare_to_ustar(stats({"code": 3.0, "wiki": 2.0, "web": 1.0}), ustar)
     assert [r["quantity"] for r in rows] == NAMES and all(r["agree"] is None for r in rows[1:])
     only_two = compare_to_ustar(stats({"code": 3.0, "wiki": 2.0, "web": 1.0}), {"code": -0.7, "web": -0.3})[0]
@@ -283,3 +285,25 @@ def test_from_with_ustar_compares_the_summarys_statistics_again(tmp_path, monkey
         assert row["agree"] == 1 and row["direction"] != before[row["quantity"]]["direction"]
     assert main(["analyze", "corpus", "--from", summary, "--ustar", "python_code=-1"]) == 2
     assert "not among the corpora openwebtext, wikitext2" in capsys.readouterr().err
+
+
+def test_the_report_gives_no_verdict_word_without_an_interval_and_counts_no_missing_value(tmp_path):
+    """The review's item 4: "reproduces yes/no" on point values was a verdict without an interval ("no" the
+    wording docs/verdicts.md forbids), and a quantity missing a corpus printed "no" and was counted as compared."""
+    from poslab.analysis.corpus_render import render_corpora
+
+    ustar = {"code": -0.77, "wiki": -0.48, "web": -0.31}
+    stats = {c: {name: float(i) for i, name in enumerate(NAMES)} for c in ustar}
+    stats["code"] = {name: 10.0 for name in NAMES}
+    stats["web"]["cosine_adjacent"] = float("nan")
+    counts = {c: {"documents": 100, "paragraphs": 900} for c in ustar}
+    summary = {"split": "all", "documents": 100, "counts": counts, "ustar": ustar, "statistics": stats}
+    summary |= {"rows": compare_to_ustar(stats, ustar), "corpora": list(ustar), "ustar_source": "test"}
+    report = render_corpora(cs.no_nan({**summary, "embeddings": True}), tmp_path).report
+    assert "reproduce" not in report.lower()
+    assert "of 7 quantities compared" in report and "Not compared, no value for every corpus with a U*: " in report
+    cosine = next(line for line in report.splitlines() if "| cosine_adjacent |" in line)
+    assert cosine.endswith("| 1 of 1 (no value: web) | n/a | n/a |")
+    rows = [line for line in report.splitlines() if line.startswith(("| lexical", "| paragraph", "| embedding"))]
+    verdicts = [line.rstrip(" |").rsplit("| ", 1)[-1] for line in rows if line != cosine]
+    assert len(verdicts) == 7 and set(verdicts) == {"not testable (no interval)"}
