@@ -115,8 +115,22 @@ def test_the_shuffles_draw_in_document_order():
     golden("shuffle_tokens.json", dumped(orders))
 
 
+#: the held-out documents' bytes in every fake run, and each document's bits/byte less the run's (bytes-weighted: 0)
+DOCUMENT_BYTES = (1000.0, 1000.0, 2000.0, 1000.0)
+DOCUMENT_OFFSETS = (0.2, -0.2, 0.05, -0.1)
+
+
+def document_losses(bpb: float) -> dict[str, Any]:
+    """``held_out.documents`` of a results.json whose documents add up to ``bpb``: each one's summed loss (nats)
+    and bytes at the training length, as training writes them."""
+    loss = [(bpb + offset) * size * math.log(2) for offset, size in zip(DOCUMENT_OFFSETS, DOCUMENT_BYTES)]
+    at = {"bytes": list(DOCUMENT_BYTES), "tokens": [300, 300, 600, 300], "loss": {"plain": loss}}
+    return {"documents": {"main": {"by_length": {"256": at}}}}
+
+
 def fake_run_dir(root: Path, number: int, encoding: str, corpus: str, seed: int, status: str = "success") -> Path:
-    """A finished run as the report reads it: the model file it looks for and a results.json."""
+    """A finished run as the report reads it: the model file it looks for and a results.json (with its held-out
+    documents' losses: bits/byte has document replicates)."""
     run_dir = root / f"{number}_{encoding}_{corpus}_{seed}"
     run_dir.mkdir(parents=True)
     (run_dir / "model.pt").write_bytes(b"")
@@ -133,6 +147,8 @@ def fake_run_dir(root: Path, number: int, encoding: str, corpus: str, seed: int,
         "parameters": 1000,
         "steps": 80 if seed == 2 else 400,
         "figures": {"val_loss": 2.0, "val_bpb": 1.5 + 0.01 * number + 0.003 * seed},
+        "evaluation": {"train_length": 256},
+        "held_out": document_losses(1.5 + 0.01 * number + 0.003 * seed),
         "config": {"seed": seed, "trainer": {"max_steps": 400}, "task": {"name": "lm"}, "paths": {}},
         "sources": sources,
         "data_notes": [f"corpus {corpus} is a fixture"] if corpus == "openwebtext" else [],
@@ -154,8 +170,9 @@ def pinned_runs(tmp_path: Path) -> tuple[Path, dict[str, RunAnalysis]]:
             scaled = {k: v * (1 + 0.25 * seed) for k, v in penalty.items()}
             result = analyze_documents(PlantedModel(scaled), iter(run_documents(seed)), **SETTINGS)
             analyses[str(run_dir)] = RunAnalysis(
-                str(run_dir), encoding, corpus, seed, frequencies=frequencies, facts=read_run_facts(run_dir), **result
-            )
+                str(run_dir), encoding, corpus, seed, frequencies=frequencies, **result,
+                facts=read_run_facts(run_dir, SETTINGS["bootstrap"], SETTINGS["seed"]),
+            )  # fmt: skip
             number += 1
     fake_run_dir(root, number, "rope", "openwebtext", 0, status="diverged")
     return root, analyses
@@ -282,6 +299,9 @@ def test_summaries_of_runs_analysed_apart_merge_into_the_report_of_all_of_them(t
     assert merged["merged_from"] == halves and sorted(e["run_dir"] for e in merged["runs"]) == runs
     assert all(arm["U*"]["over"] == "seeds and documents" and arm["U*"]["low"] is not None for arm in expected["arms"])
     assert all(arm["interventions"]["same_pairs"]["merge"]["over"] == "seeds and documents" for arm in expected["arms"])
+    # the well's shape (H3) and the bits/byte keep theirs too
+    assert all(arm["shape"]["growth"]["over"] == "seeds and documents" for arm in expected["arms"])
+    assert all(arm["val_bpb"]["over"] == "seeds and documents" for arm in expected["arms"])
     assert_close_tree(merged["arms"], expected["arms"])
     assert_close_tree(merged["comparisons"], expected["comparisons"])
     capsys.readouterr()

@@ -43,6 +43,10 @@ order, the first (token 0, the attention sink) and the last (truncated by the wi
 window needs four paragraphs; indices are renumbered in the new order and U* recomputed on those documents.
 Reported: ``ΔU* = U*(shuffled) - U*`` on the same documents, with a paired bootstrap interval over documents.
 
+**The well's shape** (``shape``; the write-up's H3, "suppression grows to about 2-5 paragraphs, then shrinks"): on
+the main reading's curve, growth ``r(2) - r(1)`` and recovery ``r(last) - U*`` (``last``: the largest displacement
+with ``min_pairs`` pairs), each with its document replicates from the bootstrap resamples' curves.
+
 **Over seeds and documents** (``poslab.analysis.hrope.seeds``, ``poslab.analysis.hrope.intervals``): every run of
 a corpus reads the same held-out documents and resamples them the same way, so a figure over an arm's seeds is a
 seeds x documents design, crossed. Its interval, which the verdicts read (docs/verdicts.md): the seed mean ± t(S −
@@ -50,9 +54,11 @@ seeds x documents design, crossed. Its interval, which the verdicts read (docs/v
 seed mean over the shared document resamples (each run's bootstrap replicates, kept in the summary); two arms on
 one corpus are compared on their per-seed and per-resample differences (paired), two corpora by Welch's on the two
 groups' terms. The t-interval over seeds alone (``Interval.of``: the documents held fixed) is printed beside it as
-a secondary figure, and is all there is for a figure without document replicates (bits/byte; summaries written
-before the replicates were kept), which is said so and decides no verdict. The intervals over documents of one run
-serve the per-run table.
+a secondary figure, and is all there is for a figure without document replicates (summaries written before the
+replicates were kept; bits/byte of runs whose results.json holds no per-document losses), which is said so and
+decides no verdict. The bits/byte's replicates resample the validation split's documents (the figure's own, the same
+in every run of a corpus: ``compute.bits_per_byte_replicates``), not the analysis's windows. The intervals over
+documents of one run serve the per-run table.
 
 **Readings of U*** (``u_readings``): the main one above, and four changes for robustness: without ``+log n``,
 key 0 left out, the trend fitted on same-paragraph pairs only, the other trend form.
@@ -60,7 +66,8 @@ key 0 left out, the trend fitted on same-paragraph pairs only, the other trend f
 **The package, in three layers.** Compute (needs the model): ``documents`` (windows, interventions, shuffles),
 ``attention`` (the forward pass and the pair sums), ``well`` (the fit and U*), ``compute`` (the batches, the
 run, the summary ``hrope.json``). Plain data shared by all: ``readings``, ``runs`` (``RunAnalysis`` and its JSON
-entry), ``intervals`` (over seeds and documents), ``seeds`` (figures and comparisons over seeds and documents).
+entry), ``shape`` (the well's shape), ``intervals`` (over seeds and documents), ``seeds`` (figures and
+comparisons over seeds and documents).
 Render (the summary alone): ``render`` (tables, CSV, the report), ``plots`` (PNGs). The command: ``report``
 (``poslab analyze hrope``, ``--from hrope.json``). Every interval over seeds and documents is ``intervals``'s,
 every other interval, test and bootstrap ``poslab.analysis.stats``'s. The modules are imported by name (nothing is

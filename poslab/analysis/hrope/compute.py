@@ -40,7 +40,8 @@ from poslab.analysis.hrope.documents import (
 from poslab.analysis.hrope.readings import INTERVENTION_READINGS, INTERVENTIONS, Reading, u_readings
 from poslab.analysis.hrope.runs import Depth, RunAnalysis, RunFacts
 from poslab.analysis.hrope.seeds import summary_figures
-from poslab.analysis.hrope.well import Well, bootstrap_depths, well_from
+from poslab.analysis.hrope.shape import shape_estimates
+from poslab.analysis.hrope.well import Well, bootstrap_curves, bootstrap_depths, curve_depths, well_from
 from poslab.analysis.output import training_steps
 from poslab.analysis.stats import Estimate, bootstrap_mean, resample_weights
 from poslab.errors import ConfigError
@@ -183,13 +184,20 @@ def batches(documents: Iterable[Document], size: int) -> Iterator[list[Document]
 def reading_depth(sums: Sums, reading: Reading, min_pairs: int, weights: np.ndarray) -> Depth:
     """U* under ``reading`` with its interval over documents, and the shuffle test on the shuffled documents
     against the same documents unshuffled (a paired bootstrap: one resample of documents for both)."""
+    return depth_and_curves(sums, reading, min_pairs, weights)[0]
+
+
+def depth_and_curves(sums: Sums, reading: Reading, min_pairs: int, weights: np.ndarray) -> tuple[Depth, np.ndarray]:
+    """``reading_depth``, and the residual curves of the bootstrap resamples behind its U* replicates
+    (``[R, K + 1]``: the well's shape reads them, ``shape.shape_estimates``)."""
     stats, trend_on = sums.original[reading.name], reading.trend_on
     well = well_from(stats, min_pairs, trend_on=trend_on)
-    depth = Estimate.of(well.depth, bootstrap_depths(stats, well.pairs >= min_pairs, weights, trend_on))
+    curves = bootstrap_curves(stats, well.pairs >= min_pairs, weights, trend_on)
+    depth = Estimate.of(well.depth, curve_depths(curves))
     rows = np.asarray(sums.shuffled_rows, dtype=np.int64)
     if not len(rows):
         nothing = Well(np.full_like(well.residual, np.nan), np.zeros_like(well.pairs), math.nan, -1, well.coefficients)
-        return Depth(well, nothing, depth, Estimate.missing())
+        return Depth(well, nothing, depth, Estimate.missing()), curves
     same_documents, shuffled = stats.subset(rows), sums.shuffled[reading.name]
     unshuffled = well_from(same_documents, min_pairs, trend_on=trend_on)
     shuffled_well = well_from(shuffled, min_pairs, trend_on=trend_on)
@@ -198,7 +206,7 @@ def reading_depth(sums: Sums, reading: Reading, min_pairs: int, weights: np.ndar
     replicates = bootstrap_depths(shuffled, eligible, w, trend_on) - bootstrap_depths(
         same_documents, eligible, w, trend_on
     )
-    return Depth(well, shuffled_well, depth, Estimate.of(shuffled_well.depth - unshuffled.depth, replicates))
+    return Depth(well, shuffled_well, depth, Estimate.of(shuffled_well.depth - unshuffled.depth, replicates)), curves
 
 
 def intervention_estimates(
@@ -228,9 +236,9 @@ def analyze_documents(
 ) -> dict[str, Any]:
     """Stream ``documents`` through ``model`` in batches: the well under every reading of ``u_readings(trend)``,
     the shuffle test (``shuffle_paragraphs(..., keep_ends)``) and the interventions under every reading of
-    ``INTERVENTION_READINGS`` (made on the coordinate ``intervene_on``: ``hierarchy``), with ``bootstrap``
-    resamples of the documents for their intervals (one set of resamples for every statistic of the run, the same
-    for runs with the same documents)."""
+    ``INTERVENTION_READINGS`` (made on the coordinate ``intervene_on``: ``hierarchy``) and the main well's shape
+    (``shape.shape_estimates``), with ``bootstrap`` resamples of the documents for their intervals (one set of
+    resamples for every statistic of the run, the same for runs with the same documents)."""
     if intervene_on not in COORDINATES:
         raise ConfigError(f"intervene_on={intervene_on!r} is not known; allowed: {', '.join(COORDINATES)}.")
     readings = u_readings(trend)
@@ -246,22 +254,65 @@ def analyze_documents(
             f"too few) paragraph boundaries in its validation split; the hRoPE analyses need documents with paragraphs."
         )
     weights = resample_weights(sums.count, bootstrap, seed + 1)
+    depths, curves = {}, {}
+    for r in readings:
+        depths[r.name], curves[r.name] = depth_and_curves(sums, r, min_pairs, weights)
     return {
         "documents": sums.count,
         "shuffled_documents": len(sums.shuffled_rows),
-        "depths": {r.name: reading_depth(sums, r, min_pairs, weights) for r in readings},
+        "depths": depths,
         "interventions": intervention_estimates(sums.changes, weights),
+        "shape": shape_estimates(depths["main"].well, curves["main"]),
     }
 
 
-def read_run_facts(run_dir: str | Path) -> RunFacts:
-    """What the report shows of a run besides its analysis, read from its directory now (``RunFacts``)."""
+def read_run_facts(run_dir: str | Path, bootstrap: int = 0, seed: int = 0) -> RunFacts:
+    """What the report shows of a run besides its analysis, read from its directory now (``RunFacts``), with
+    ``bootstrap`` document replicates of its bits/byte where its results.json holds the per-document sums
+    (``bits_per_byte_replicates``; 0: none)."""
     path = Path(run_dir) / RESULTS_FILE
     saved = read_json(path) if path.is_file() else None
     steps, recipe = training_steps(run_dir, saved or {})
-    bpb = ((saved or {}).get("figures") or {}).get("val_bpb")
+    bpb = number_or_nan(((saved or {}).get("figures") or {}).get("val_bpb"))
     results = None if saved is None else {k: saved[k] for k in ("corpus", "sources", "data_notes") if k in saved}
-    return RunFacts(number_or_nan(bpb), steps, recipe, results)
+    replicates = bits_per_byte_replicates(saved or {}, bpb, bootstrap, seed) if bootstrap else np.zeros(0)
+    return RunFacts(bpb, steps, recipe, results, replicates)
+
+
+def per_document_losses(saved: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(summed loss in nats, bytes) of each held-out document at the training length, every group's documents in
+    turn, as a run's results.json keeps them (``held_out.documents.GROUP.by_length.LENGTH``: ``loss.plain`` and
+    ``bytes``); None where it keeps none."""
+    documents = (saved.get("held_out") or {}).get("documents") or {}
+    length = str((saved.get("evaluation") or {}).get("train_length") or saved.get("context_length"))
+    losses, sizes = [], []
+    for group in documents.values():
+        at = ((group or {}).get("by_length") or {}).get(length) or {}
+        loss, size = (at.get("loss") or {}).get("plain"), at.get("bytes")
+        if not loss or not size or len(loss) != len(size):
+            return None
+        losses += loss
+        sizes += size
+    if not losses:
+        return None
+    return np.asarray(losses, dtype=np.float64), np.asarray(sizes, dtype=np.float64)
+
+
+def bits_per_byte_replicates(saved: dict[str, Any], bpb: float, bootstrap: int, seed: int) -> np.ndarray:
+    """Bits/byte of each of ``bootstrap`` resamples of the run's held-out documents (the summed loss over the summed
+    bytes of the drawn documents), drawn as the analysis draws its own (``resample_weights(D, bootstrap, seed +
+    1)``): every run of a corpus evaluates the same held-out documents, so replicate ``r`` is the same resample in
+    each (the intervals over seeds and documents pair them). None kept (an empty array) where the results hold no
+    per-document sums, or where they do not add up to the run's ``val_bpb`` (they would be another figure's)."""
+    found = per_document_losses(saved)
+    if found is None or not math.isfinite(bpb):
+        return np.zeros(0)
+    loss, size = found
+    if not math.isclose(loss.sum() / size.sum() / math.log(2), bpb, rel_tol=1e-6):
+        return np.zeros(0)
+    weights = resample_weights(len(loss), bootstrap, seed + 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (weights @ loss) / (weights @ size) / math.log(2)
 
 
 #: the coordinates an intervention can change
@@ -305,7 +356,7 @@ def analyze_run(run_dir: str | Path, documents: int = 200, **settings: Any) -> R
         variant=variant,
         intervened=intervened,
         config=cfg,
-        facts=read_run_facts(run_dir),
+        facts=read_run_facts(run_dir, settings.get("bootstrap", 1000), settings.get("seed", 0)),
         **result,
     )
 

@@ -3,9 +3,11 @@ figure's interval is over seeds and held-out documents, paired where the runs sh
 
 Every run of a corpus is analysed on the same held-out documents and resamples them the same way (one set of
 bootstrap resamples per analysis, drawn from its ``--seed``: replicate ``r`` is the same resample of the same
-documents in every run, ``compute.analyze_documents``). A figure over an arm's seeds (U*, ΔU*, an intervention's
-change) is then a seeds x documents design, crossed, whose statistic is not a mean of per-document values (U* is
-a fitted minimum), so the document share of its variance is read from the resamples:
+documents in every run, ``compute.analyze_documents``; the bits/byte's are resamples of the validation split's
+documents, likewise the same in every run, ``compute.bits_per_byte_replicates``). A figure over an arm's seeds (U*,
+ΔU*, an intervention's change, the well's shape, bits/byte) is then a seeds x documents design, crossed, whose
+statistic is not a mean of per-document values (U* is a fitted minimum), so the document share of its variance is
+read from the resamples:
 
     seed mean ± t(S − 1) · sqrt(seed term + document term)
 

@@ -14,7 +14,9 @@ Changed in the split: ``hrope_runs.csv`` lines end in ``\n`` (the one CSV writer
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,7 @@ from poslab.analysis.hrope.seeds import (
     shuffle_of,
     summary_figures,
 )
+from poslab.analysis.hrope.shape import SHAPE
 from poslab.analysis.output import REFERENCE_LABEL, AnalysisResult, sample_notes, steps_cell
 from poslab.analysis.stats import Estimate, Interval, split_seeds
 from poslab.analysis.tables import csv_text, markdown_table
@@ -74,8 +77,10 @@ def intervals_note() -> str:
         "resamples (the same resamples in every run of a corpus: seeds and documents crossed); A − B on one corpus "
         'paired by seed and by resample, across corpora Welch\'s. The verdicts read these. "seeds only": the '
         "Student-t interval over the seeds alone, the documents held fixed (secondary); a figure whose runs keep no "
-        "document replicates (bits/byte: the summary has no per-document losses) has only it, and says so. Seeds "
-        f"that split into two outcomes (a jump over {SPLIT_GAP} in U* or ΔU*) are listed one by one."
+        "document replicates (a summary written before they were kept; bits/byte of runs whose results hold no "
+        "per-document losses) has only it, and says so. Bits/byte: resamples of the validation split's documents "
+        "(all of them, the figure's own), not of the analysis's. Seeds that split into two outcomes (a jump over "
+        f"{SPLIT_GAP} in U* or ΔU*) are listed one by one."
     )
 
 
@@ -164,6 +169,21 @@ def figure_cell(figure: dict[str, Any], digits: int = 2, mark: bool = True) -> s
     return cell + (split_note(values, digits) if figure["split"] else "")
 
 
+def versus_cell(versus: dict[str, Any], digits: int, mark: bool) -> str:
+    """A − B (``intervals.Crossed.as_dict``) as a cell: ``figure_cell`` without per-seed values."""
+    return figure_cell({**versus, "per_seed": [], "split": False}, digits, mark)
+
+
+def bits_per_byte_cell(figure: dict[str, Any], mark: bool) -> str:
+    """Bits/byte over an arm's seeds: ``1.405 [1.39, 1.42]`` (``Interval.cell``: unsigned, a degenerate interval
+    said so), over seeds and documents where the runs keep replicates, else over seeds only ("(seeds only)" after
+    it where ``mark``: a column that has the others)."""
+    documents = figure.get("over") == SEEDS_DOCUMENTS
+    interval = interval_from(figure if documents else figure["seeds_only"])
+    cell = interval.cell(3)
+    return cell + (SEEDS_ONLY_MARK if mark and not documents and interval.has_interval else "")
+
+
 def seeds_only_cell(figure: dict[str, Any], digits: int = 2) -> str:
     """The secondary cell: the t-interval over seeds alone (the documents fixed)."""
     return interval_cell(interval_from(figure["seeds_only"]), digits)
@@ -175,19 +195,22 @@ def has_documents(figures: list[dict[str, Any] | None]) -> bool:
 
 
 def render_summary(summaries: list[dict[str, Any]]) -> str:
-    """Per arm and corpus: validation bits/byte and its difference from RoPE's (over seeds only: no per-document
-    losses), then U*, the shuffle test (ΔU*, and ΔU* minus RoPE's, paired by seed and resample) and the
-    interventions under every reading, each with its 95% interval over seeds and documents; last, the t-intervals
-    over seeds alone of U* and ΔU* (secondary). The allocation study's table, from the summary's ``arms``
-    (``seeds.arm_summaries``). A column none of whose runs keep document replicates says "(seeds only)" in its
-    header; in a column that has them, a cell without says it."""
+    """Per arm and corpus: validation bits/byte and its difference from RoPE's (paired by seed and resample), then
+    U*, the shuffle test (ΔU*, and ΔU* minus RoPE's, paired by seed and resample) and the interventions under every
+    reading, each with its 95% interval over seeds and documents; last, the t-intervals over seeds alone of U* and
+    ΔU* (secondary). The allocation study's table, from the summary's ``arms`` (``seeds.arm_summaries``). A column
+    none of whose runs keep document replicates says "(seeds only)" in its header; in a column that has them, a
+    cell without says it."""
     interventions = [(reading, kind) for reading in INTERVENTION_READINGS for kind in INTERVENTIONS]
     with_documents = {
         (reading, kind): has_documents([s["interventions"][reading][kind] for s in summaries])
         for reading, kind in interventions
     }
-    header = ["arm", "corpus", "seeds", "val bits/byte (seeds only)", "− RoPE's (seeds only)", "U*", "ΔU* shuffle"]
-    header.append("ΔU* − RoPE's")
+    bpb_documents = has_documents([s["val_bpb"] for s in summaries])
+    versus_documents = has_documents([s.get("val_bpb_minus_rope") for s in summaries])
+    bpb_mark = "" if bpb_documents else SEEDS_ONLY_MARK
+    header = ["arm", "corpus", "seeds", f"val bits/byte{bpb_mark}"]
+    header += [f"− RoPE's{'' if versus_documents else SEEDS_ONLY_MARK}", "U*", "ΔU* shuffle", "ΔU* − RoPE's"]
     for reading, kind in interventions:
         mark = "" if with_documents[(reading, kind)] else SEEDS_ONLY_MARK
         header.append(f"{kind}: {READING_LABELS[reading]}{mark}")
@@ -199,8 +222,8 @@ def render_summary(summaries: list[dict[str, Any]]) -> str:
             s["arm"],
             s["corpus"],
             str(len(s["seeds"])),
-            interval_from(s["val_bpb"]["seeds_only"]).cell(3),
-            "—" if bpb_versus is None else interval_cell(interval_from(bpb_versus["seeds_only"]), 3),
+            bits_per_byte_cell(s["val_bpb"], bpb_documents),
+            "—" if bpb_versus is None else versus_cell(bpb_versus, 3, versus_documents),
             figure_cell(s["U*"]),
             figure_cell(s["shuffle_change"]),
             "—" if versus is None else figure_cell({**versus, "per_seed": [], "split": False}),
@@ -209,6 +232,39 @@ def render_summary(summaries: list[dict[str, Any]]) -> str:
             cells.append(figure_cell(s["interventions"][reading][kind], 3, mark=with_documents[(reading, kind)]))
         cells += [seeds_only_cell(s["U*"]), seeds_only_cell(s["shuffle_change"])]
         rows.append(cells)
+    return markdown_table(header, rows)
+
+
+def ks_cell(values: list[int | None]) -> str:
+    """Per-seed displacements, ``3 / 3 / 2`` (n/a: none)."""
+    return " / ".join("n/a" if v is None else str(v) for v in values) if values else "n/a"
+
+
+def shape_table(summaries: list[dict[str, Any]]) -> str:
+    """The well's shape per arm and corpus (H3, ``poslab.analysis.hrope.shape``), from the summary's ``arms``: the
+    displacement where each seed's well is deepest, the last displacement read, growth r(2) − r(1) and its
+    difference from RoPE's (paired by seed and resample), recovery r(last) − U*, each with its 95% interval over
+    seeds and documents, and the t-intervals over seeds alone (secondary)."""
+    documents = has_documents([s["shape"][name] for s in summaries for name in SHAPE])
+    versus_documents = has_documents([s["shape"].get("growth_minus_rope") for s in summaries])
+    mark, versus_mark = ("" if d else SEEDS_ONLY_MARK for d in (documents, versus_documents))
+    header = ["arm", "corpus", "deepest at k (per seed)", "last k", f"r(2) − r(1){mark}", "r(2) − r(1): seeds only"]
+    header += [f"r(2) − r(1) − RoPE's{versus_mark}", f"r(last) − U*{mark}", "r(last) − U*: seeds only"]
+    rows = []
+    for s in summaries:
+        shape = s["shape"]
+        versus = shape.get("growth_minus_rope")
+        rows.append([
+            s["arm"],
+            s["corpus"],
+            ks_cell(shape["deepest_at"]),
+            ks_cell(sorted({k for k in shape["last"] if k is not None})),
+            figure_cell(shape["growth"], mark=documents),
+            seeds_only_cell(shape["growth"]),
+            "—" if versus is None else versus_cell(versus, 2, versus_documents),
+            figure_cell(shape["recovery"], mark=documents),
+            seeds_only_cell(shape["recovery"]),
+        ])  # fmt: skip
     return markdown_table(header, rows)
 
 
@@ -344,6 +400,7 @@ def csv_row(analysis: RunAnalysis) -> dict[str, Any]:
     row = {k: summary[k] for k in keys if k in summary}
     row["val_bpb"] = analysis.facts.val_bpb
     row |= {k: summary[k] for k in ("U*", "U*_at", "shuffled_U*", "shuffle_change")}
+    row |= {f"shape_{k}": summary["shape"][k] for k in ("growth", "recovery", "last")}
     for name, values in summary["readings"].items():
         row[f"U*[{name}]"] = values["U*"]
         row[f"shuffle_change[{name}]"] = values["shuffle_change"]
@@ -416,6 +473,12 @@ def report_text(summary: dict[str, Any], analyses: list[RunAnalysis], figures: t
             + " (log attention for same pairs, attention mass for the other two). "
             + intervals_note(),
             *([not_applicable] if not_applicable else []),
+            "## The well's shape (H3: suppression grows to about 2-5 paragraphs, then shrinks; main reading)",
+            shape_table(summary["arms"]),
+            "; ".join(f"{name}: {text}" for name, text in SHAPE.items())
+            + ". Seed mean [95% interval over seeds and documents]; r(2) − r(1) − RoPE's paired by seed and resample; "
+            "deepest at: U*'s displacement in each seed; last k: the largest displacement with enough pairs (the "
+            "same for every run of a corpus: the pairs are the documents').",
             "## Comparisons (main reading; A − B over seeds and documents: paired by seed and resample on one corpus, "
             "Welch's across corpora)",
             comparison_table(found),
@@ -442,8 +505,21 @@ def render_hrope(summary: dict[str, Any], directory: Path) -> AnalysisResult:
     result.add_text("hrope_runs.csv", runs_csv(analyses))
     result.add_json("hrope_runs.json", [without_run_files(entry) for entry in summary["runs"]])
     result.add_json("hrope_arms.json", {"arms": summary["arms"], "comparisons": summary["comparisons"]})
-    result.add_json(SUMMARY_FILE, summary)
+    result.files[SUMMARY_FILE] = summary_json(summary)
     return result
+
+
+#: a JSON list of numbers as ``json.dumps(..., indent=2)`` writes it, one number a line (a real newline is never
+#: inside a JSON string: it is written ``\n``)
+NUMBER_LIST = re.compile(r"\[\n\s*((?:-?[0-9][0-9.eE+-]*|null)(?:,\n\s*(?:-?[0-9][0-9.eE+-]*|null))*)\n\s*\]")
+
+
+def summary_json(summary: dict[str, Any]) -> bytes:
+    """``hrope.json``: indented JSON (``AnalysisResult.add_json``'s) with every list of numbers on one line: each
+    run keeps about twenty lists of a thousand document replicates, which one number a line would make 2.5 times
+    as large. The same JSON value."""
+    text = json.dumps(summary, indent=2, default=str)
+    return (NUMBER_LIST.sub(lambda m: "[" + ", ".join(re.split(r",\n\s*", m.group(1))) + "]", text) + "\n").encode()
 
 
 def without_run_files(entry: dict[str, Any]) -> dict[str, Any]:

@@ -9,8 +9,10 @@ read (docs/verdicts.md), beside the Student-t interval over the seeds alone (the
 per-seed values are printed where the seeds split (``split_seeds``). Comparisons are judged on that interval of
 A − B: two arms on one corpus share data under a seed (training batch i is a function of (seed, i); the same
 held-out documents and resamples), so they are paired by seed and by resample; two corpora share nothing, so
-Welch's. A comparison whose interval holds 0 is "not separated". Each seed's own interval over documents is in
-the per-run table.
+Welch's. A comparison whose interval holds 0 is "not separated". The well's shape (H3: growth r(2) − r(1), recovery
+r(last) − U*) and the bits/byte (resamples of the validation documents' losses, where results.json keeps them)
+have their intervals over seeds and documents too. Each seed's own interval over documents is in the per-run
+table.
 
 Written to ``--output-dir`` (default: the first multirun directory's ``analysis/hrope/``, or
 ``RUN_DIR/analysis/hrope/`` for one run) by ``poslab.analysis.hrope.render``: ``hrope.json`` (the one summary:

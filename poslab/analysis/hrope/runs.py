@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from poslab.analysis.hrope.readings import INTERVENTIONS
+from poslab.analysis.hrope.shape import SHAPE, last_displacement, shape_without_replicates
 from poslab.analysis.hrope.well import Well
 from poslab.analysis.stats import Estimate
 
@@ -28,13 +29,15 @@ class Depth:
 class RunFacts:
     """What the report reads from a run's directory besides its analysis (``results.json``, Hydra's overrides),
     read once when the run is analysed and kept in the summary: bits/byte, training steps and the recipe's, and
-    the results' data description (``corpus``, ``sources``, ``data_notes``; None: the run has no results.json).
-    The defaults: nothing known."""
+    the results' data description (``corpus``, ``sources``, ``data_notes``; None: the run has no results.json);
+    and the document replicates of the bits/byte (``compute.bits_per_byte_replicates``; empty: none), which the
+    summary keeps with the other replicates (``RunAnalysis.entry``), not here. The defaults: nothing known."""
 
     val_bpb: float = math.nan
     steps: int | None = None
     recipe_steps: int | None = None
     results: dict[str, Any] | None = None
+    val_bpb_replicates: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -69,6 +72,7 @@ class RunAnalysis:
     intervened: str = "paragraph"  # the coordinate the interventions changed (compute.hierarchy)
     config: Any = None  # the run's config (not in the summary)
     facts: RunFacts = field(default_factory=RunFacts)
+    shape: dict[str, Estimate] | None = None  # the well's shape with its document replicates (None: not kept)
 
     @property
     def main(self) -> Depth:
@@ -81,6 +85,12 @@ class RunAnalysis:
     @property
     def shuffled_well(self) -> Well:
         return self.main.shuffled_well
+
+    @property
+    def well_shape(self) -> dict[str, Estimate]:
+        """The well's shape (``poslab.analysis.hrope.shape``: growth, recovery), with document replicates where the
+        analysis kept them, else the values from the main well alone."""
+        return self.shape if self.shape is not None else shape_without_replicates(self.well)
 
     @property
     def arm(self) -> str:
@@ -134,6 +144,11 @@ class RunAnalysis:
             },
             "residual": curve_list(main.well.residual),
             "shuffled_residual": curve_list(main.shuffled_well.residual),
+            "shape": {
+                "last": last_displacement(main.well.residual),
+                **{name: estimate.value for name, estimate in self.well_shape.items()},
+                **{f"{name}_ci": list(estimate.interval) for name, estimate in self.well_shape.items()},
+            },
             "pairs": main.well.pairs.tolist(),
             "trend_coefficients": main.well.coefficients.tolist(),
         }
@@ -141,11 +156,12 @@ class RunAnalysis:
     def entry(self) -> dict[str, Any]:
         """The run's entry in the report's summary: ``summary()``, its run directory's facts, and the document
         replicates behind the intervals over seeds and documents (``poslab.analysis.hrope.intervals``): U* and ΔU*
-        under the main reading (``U*``, ``shuffle_change``), under the other readings (``readings``) and every
-        intervention reading (``interventions``), so that the report renders again from the summary alone and
-        summaries of runs analysed apart merge into the report they would make together
-        (``compute.merged_summary``). Entries written before some of them were kept lack those (their figures are
-        then over seeds only)."""
+        under the main reading (``U*``, ``shuffle_change``), under the other readings (``readings``), every
+        intervention reading (``interventions``), the well's shape (``shape``: growth and recovery of the main
+        reading's residual curve) and the bits/byte (``val_bpb``, where the run's results hold per-document losses),
+        so that the report renders again from the summary alone and summaries of runs analysed apart merge into the
+        report they would make together (``compute.merged_summary``). Entries written before some of them were kept
+        lack those (their figures are then over seeds only)."""
         main = self.main
         others = {
             name: {"U*": saved_replicates(d.depth), "shuffle_change": saved_replicates(d.shuffle_change)}
@@ -162,6 +178,10 @@ class RunAnalysis:
             "readings": others,
             "interventions": interventions,
         }
+        if self.shape is not None:
+            replicates["shape"] = {name: saved_replicates(estimate) for name, estimate in self.shape.items()}
+        if len(self.facts.val_bpb_replicates):
+            replicates["val_bpb"] = replicate_list(self.facts.val_bpb_replicates)
         return {**self.summary(), "run_files": self.facts.as_dict(), "replicates": replicates}
 
     @classmethod
@@ -193,7 +213,11 @@ class RunAnalysis:
             }
             for reading, values in saved.items()
         }
-        return cls(
+        facts = RunFacts.from_dict(summary.get("run_files") or {})
+        if replicates.get("val_bpb"):
+            bpb = with_replicates(Estimate(facts.val_bpb, (math.nan, math.nan)), replicates["val_bpb"])
+            facts = replace(facts, val_bpb_replicates=bpb.replicates)
+        analysis = cls(
             run_dir=summary["run_dir"],
             encoding=summary["encoding"],
             corpus=summary["corpus"],
@@ -205,8 +229,16 @@ class RunAnalysis:
             frequencies=summary.get("frequencies"),
             variant=summary.get("variant"),
             intervened=summary.get("intervened", "paragraph"),
-            facts=RunFacts.from_dict(summary.get("run_files") or {}),
+            facts=facts,
         )
+        kept_shape = replicates.get("shape") or {}
+        if all(kept_shape.get(name) for name in SHAPE):  # else (written before): the values from the curve alone
+            values, intervals = shape_without_replicates(analysis.well), summary.get("shape") or {}
+            analysis.shape = {
+                name: with_replicates(saved_estimate(values[name].value, intervals.get(f"{name}_ci")), kept_shape[name])
+                for name in SHAPE
+            }
+        return analysis
 
 
 def with_replicates(estimate: Estimate, saved: list[float | None] | None) -> Estimate:
@@ -241,7 +273,12 @@ def saved_depth(summary: dict[str, Any], name: str, reading: dict[str, Any]) -> 
 
 def saved_replicates(estimate: Estimate) -> list[float | None]:
     """An estimate's document replicates for JSON, at 6 significant digits (far below their spread)."""
-    return [None if not math.isfinite(v) else float(f"{v:.6g}") for v in estimate.replicates]
+    return replicate_list(estimate.replicates)
+
+
+def replicate_list(replicates: np.ndarray) -> list[float | None]:
+    """Document replicates for JSON, at 6 significant digits (nan: None)."""
+    return [None if not math.isfinite(v) else float(f"{v:.6g}") for v in replicates]
 
 
 def curve_list(curve: np.ndarray) -> list[float | None]:

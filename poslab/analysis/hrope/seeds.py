@@ -24,6 +24,7 @@ from poslab.analysis.hrope.intervals import (
 )
 from poslab.analysis.hrope.readings import INTERVENTION_READINGS, INTERVENTIONS
 from poslab.analysis.hrope.runs import RunAnalysis
+from poslab.analysis.hrope.shape import SHAPE, last_displacement
 from poslab.analysis.stats import Estimate, split_seeds
 
 #: how the write-up names the corpora (wikitext2_offline: trained on enwiki, evaluated on WikiText-2 test)
@@ -115,9 +116,33 @@ def intervention_of(reading: str, kind: str) -> Callable[[RunAnalysis], Estimate
 
 
 def bits_per_byte(run: RunAnalysis) -> Estimate:
-    """A run's validation bits/byte, without document replicates (the summary keeps no per-document losses): its
-    figures over seeds are over seeds only, and said so."""
-    return Estimate(run.facts.val_bpb, (math.nan, math.nan))
+    """A run's validation bits/byte with its document replicates (``compute.bits_per_byte_replicates``: resamples
+    of the validation split's documents, the same in every run of a corpus); a run whose summary keeps none
+    (written before they were kept, or results without per-document losses) has none, and its figures over seeds
+    are over seeds only, said so."""
+    return Estimate(run.facts.val_bpb, (math.nan, math.nan), run.facts.val_bpb_replicates)
+
+
+def shape_reading(name: str) -> Callable[[RunAnalysis], Estimate]:
+    """The well's shape reading ``name`` (``shape.SHAPE``: growth, recovery) of a run."""
+    return lambda r: r.well_shape[name]
+
+
+def per_seed_ints(values: list[int]) -> list[int | None]:
+    return [v if v >= 1 else None for v in values]
+
+
+def shape_summary(runs: list[RunAnalysis], rope: list[RunAnalysis]) -> dict[str, Any]:
+    """The well's shape over an arm's seeds (H3, ``poslab.analysis.hrope.shape``): where each seed's well is
+    deepest and the last displacement read (per seed), growth and recovery over seeds and documents, and growth
+    minus RoPE's (paired by seed and resample: whether the growth is more than what an encoding without a paragraph
+    index shows on these documents)."""
+    return {
+        "deepest_at": per_seed_ints([r.well.location for r in runs]),
+        "last": per_seed_ints([last_displacement(r.well.residual) for r in runs]),
+        **{name: figure(runs, shape_reading(name)) for name in SHAPE},
+        "growth_minus_rope": versus(runs, rope, shape_reading("growth")) if rope else None,
+    }
 
 
 def figure(runs: list[RunAnalysis], value: Callable[[RunAnalysis], Estimate]) -> dict[str, Any]:
@@ -140,7 +165,8 @@ def versus(a: list[RunAnalysis], b: list[RunAnalysis], value: Callable[[RunAnaly
 
 def arm_summary(runs: list[RunAnalysis], rope: list[RunAnalysis]) -> dict[str, Any]:
     """One arm on one corpus (``runs``, sorted by seed): every figure over its seeds and the documents
-    (``figure``), and its bits/byte and ΔU* minus RoPE's, paired by seed (and document resample)."""
+    (``figure``), its bits/byte and ΔU* minus RoPE's, paired by seed and document resample, and the well's shape
+    (``shape_summary``)."""
     return {
         "seeds": [r.seed for r in runs],
         "intervals": "seeds and documents",  # t on S − 1 df, seed term + document term (hrope.intervals)
@@ -153,6 +179,7 @@ def arm_summary(runs: list[RunAnalysis], rope: list[RunAnalysis]) -> dict[str, A
             reading: {kind: figure(runs, intervention_of(reading, kind)) for kind in INTERVENTIONS}
             for reading in INTERVENTION_READINGS
         },
+        "shape": shape_summary(runs, rope),
     }
 
 

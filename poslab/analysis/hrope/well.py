@@ -1,7 +1,8 @@
 """The well: per document and displacement the sufficient statistics of its pairs (``PairStatistics``, summed by
 ``poslab.analysis.hrope.attention``); the trend in token distance fitted jointly with one offset per paragraph
 displacement, the residual curve and its most negative point U* (``well_from``); U* refitted on bootstrap
-resamples of the documents (``bootstrap_depths``: the resamples are ``poslab.analysis.stats.resample_weights``).
+resamples of the documents (``bootstrap_depths``, from the replicates' curves ``bootstrap_curves``: the resamples are
+``poslab.analysis.stats.resample_weights``).
 Torch-free: the render layer reads a ``Well`` back from the summary."""
 
 from __future__ import annotations
@@ -123,15 +124,28 @@ def well_minimum(residual: np.ndarray) -> tuple[int, float]:
     return k + 1, float(cross[k])
 
 
+def bootstrap_curves(
+    stats: PairStatistics, eligible: np.ndarray, weights: np.ndarray, trend_on: str = "all"
+) -> np.ndarray:
+    """The residual curve ``[R, K + 1]`` of each bootstrap replicate (``weights [R, D]``: document counts of each
+    resample), fitted at the ``eligible`` displacements of the whole sample (nan elsewhere, 0 at 0)."""
+    xx = np.einsum("rd,dkfg->rkfg", weights, stats.xx)
+    xy = np.einsum("rd,dkf->rkf", weights, stats.xy)
+    return fit_well(xx, xy, eligible, trend_on)[0]
+
+
+def curve_depths(curves: np.ndarray) -> np.ndarray:
+    """U* of each curve of ``curves [R, K + 1]``: its most negative value at a displacement >= 1 (nan: none)."""
+    cross = curves[:, 1:]
+    if np.all(np.isnan(cross)):
+        return np.full(len(curves), np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a replicate without any eligible displacement: nan
+        return np.nanmin(cross, axis=1)
+
+
 def bootstrap_depths(
     stats: PairStatistics, eligible: np.ndarray, weights: np.ndarray, trend_on: str = "all"
 ) -> np.ndarray:
     """U* for each bootstrap replicate (``weights [R, D]``: document counts of each resample)."""
-    xx = np.einsum("rd,dkfg->rkfg", weights, stats.xx)
-    xy = np.einsum("rd,dkf->rkf", weights, stats.xy)
-    curves = fit_well(xx, xy, eligible, trend_on)[0][:, 1:]
-    if np.all(np.isnan(curves)):
-        return np.full(len(weights), np.nan)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a replicate without any eligible displacement: nan
-        return np.nanmin(curves, axis=1)
+    return curve_depths(bootstrap_curves(stats, eligible, weights, trend_on))
