@@ -11,6 +11,7 @@ from poslab.analysis.zoo_report import report_zoo
 from poslab.cli import main
 from poslab.errors import UsageError
 from tests.analysis.test_position_zoo import LENGTHS, plant_two_tasks, planted_run
+from tests.analysis.test_zoo_diagnostics import add_figures
 
 
 def claims_of(directory, *texts: str) -> dict[str, dict]:
@@ -86,15 +87,6 @@ def test_a_place_where_neither_side_beats_the_trivial_baseline_is_not_testable(t
     assert "not testable (both at the floor: the best trivial baseline is 0.650)" in text
 
 
-def with_figures(directory, task: str, label: str, seed: int, figures: dict[int, dict[str, float]]) -> None:
-    """Add ``figures`` (length -> {figure: value}) to a planted run's results.json."""
-    path = directory / f"{task}_{label}_{seed}" / "results.json"
-    result = json.loads(path.read_text())
-    for length, row in figures.items():
-        result["figures"][str(length)].update(row)
-    path.write_text(json.dumps(result))
-
-
 def test_a_named_accuracy_figure_is_held_against_its_own_baselines(tmp_path):
     """Naming the figure must not bypass the floor. Planted baselines at 64: chance 0.5, constant 0.6 over every
     position (0.65 past training). ``@accuracy`` at 2x: both sides under the constant (0.6 + 0.01), path a little
@@ -108,7 +100,7 @@ def test_a_named_accuracy_figure_is_held_against_its_own_baselines(tmp_path):
         sides = {"path": (0.58 + 2 * noise, 0.502 + noise / 5, 0.005 + noise / 5, 0.3 + 2 * noise),
                  "rope": (0.55 + noise, 0.50 + noise / 10, 0.0, 0.1 + noise)}  # fmt: skip
         for label, (pairs, low_pairs, sequence, high_sequence) in sides.items():
-            with_figures(tmp_path, "copy", label, seed, {
+            add_figures(tmp_path, "copy", label, seed, {
                 64: {"accuracy_pairs4": pairs, "accuracy_pairs8": low_pairs, "sequence_accuracy": sequence},
                 128: {"sequence_accuracy": high_sequence},
             })  # fmt: skip
@@ -133,11 +125,11 @@ def test_a_seed_without_the_figure_leaves_out_its_seed_not_the_claim(tmp_path):
         planted_run(tmp_path, "flip_flop", "path", seed, dict(zip(LENGTHS, (1.0, 0.9, 0.9, 0.9))))
         planted_run(tmp_path, "flip_flop", "rope", seed, dict(zip(LENGTHS, (1.0, 0.6, 0.6, 0.6))))
         if seed != 4:
-            with_figures(tmp_path, "flip_flop", "path", seed, {64: {"read_error_pct_ffl0.98": 1.0 + seed}})
-        with_figures(tmp_path, "flip_flop", "rope", seed, {64: {"read_error_pct_ffl0.98": 30.0 + 2 * seed}})
+            add_figures(tmp_path, "flip_flop", "path", seed, {64: {"read_error_pct_ffl0.98": 1.0 + seed}})
+        add_figures(tmp_path, "flip_flop", "rope", seed, {64: {"read_error_pct_ffl0.98": 30.0 + 2 * seed}})
         if seed == 0:  # only seed 0 of path has the figure at 128
-            with_figures(tmp_path, "flip_flop", "path", seed, {128: {"read_error_pct_ffl0.98": 2.0}})
-        with_figures(tmp_path, "flip_flop", "rope", seed, {128: {"read_error_pct_ffl0.98": 40.0}})
+            add_figures(tmp_path, "flip_flop", "path", seed, {128: {"read_error_pct_ffl0.98": 2.0}})
+        add_figures(tmp_path, "flip_flop", "rope", seed, {128: {"read_error_pct_ffl0.98": 40.0}})
     result = report_zoo(tmp_path, ["path<rope@read_error_pct_ffl0.98"])
     cells = json.loads(result.files["zoo.json"])["claims"][0]["tasks"]["flip_flop"]
     assert cells["2x"]["n"] == 4 and cells["2x"]["of"] == 5 and cells["2x"]["verdict"] == "reproduced"
