@@ -249,10 +249,11 @@ class PositionEncoding(nn.Module):
     length_floors: ClassVar[dict[str, int]] = {}
     #: settings that, left null, are tied to the *training* length ``L`` (the context, or the longest training
     #: length of a synthetic task), as their papers tie them: ``(scale, offset)`` gives ``int(scale * L) + offset``
-    #: (T5's ``max_distance``: ``max(L - 1, buckets // 2 + 1)``; CoPE's ``max_pos``: ``L + 1``, the authors' ``block_size + 1``; FIRE's
-    #: threshold: ``L / 2``), or a ``TrainLengthRule``, a function of ``L`` and the settings filled before it (T5's
-    #: buckets). Filled in order before ``validate`` (``fill_length_settings``); a model built with no training
-    #: length (a test, a benchmark) takes the longest length as its training length.
+    #: (CoPE's ``max_pos``: ``L + 1``, the authors' ``block_size + 1``; FIRE's threshold: ``L / 2``), or a
+    #: ``TrainLengthRule``, a function of ``L`` and the settings filled before it (T5's buckets, and its
+    #: ``max_distance``: ``max(L - 1, buckets // 2 + 1)``). Filled in order before ``validate``
+    #: (``fill_length_settings``); a model built with no training length (a test, a benchmark) takes the longest
+    #: length as its training length.
     train_length_settings: ClassVar[dict[str, tuple[float, int] | TrainLengthRule]] = {}
     #: how a context extension (``poslab.running.extension``) treats the settings filled above, beside its default
     #: (a training-length setting keeps the parent's value, the weights mean what they meant; a length setting grows
