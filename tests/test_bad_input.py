@@ -80,6 +80,22 @@ def test_bad_input_gives_one_clear_message_and_leaves_the_run_directory_intact(a
 
 
 @pytest.mark.slow
+def test_a_corpus_group_weight_of_zero_gives_one_message_and_leaves_the_run_directory_intact(tmp_path):
+    """0 silently never trained the group, and a negative weight failed inside torch.multinomial at the first batch:
+    refused when the datamodule is built, before any data is read or prepared."""
+    run_dir, cache = tmp_path / "run", tmp_path / "cache"
+    before = prepare_run_dir(run_dir)
+    args = ["corpus=python_code", "corpus.groups.main.weight=0", "debug=fast", f"paths.cache_dir={cache}"]
+    result = run_train([*args, "~callbacks.progress_bar", "threads=1", f"hydra.run.dir={run_dir}"], tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "corpus 'python_code', source group 'main': weight=0; a group's weight is its share" in result.stderr
+    assert "must be a number above 0" in result.stderr and "Traceback" not in result.stderr
+    after = snapshot(run_dir)
+    assert {p: after.get(p) for p in before} == before and set(after) - set(before) <= {run_dir / "train.log"}
+    assert not cache.exists()
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without GPUs")
 def test_gpu_trainer_on_a_machine_without_gpus_says_so(tmp_path):
     result = run_train(["trainer=ddp", *FAST, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)

@@ -7,12 +7,16 @@ the byte tokenizer's document separator is the one symbol past the 256 byte valu
 
 Reading a data file is stricter (``read_lines``, ``corpus.decode_errors``): ``strict`` stops at the first byte
 sequence that is not UTF-8 with the file and its byte offset (``first_invalid_utf8``); ``replace`` reads each such
-sequence as U+FFFD and counts it, so what was replaced is logged and recorded in the cache's ``meta.json``.
+sequence as U+FFFD and counts it, so what was replaced is logged and recorded in the cache's ``meta.json``. A JSON
+string can escape half a UTF-16 pair (``\\ud83d``, an emoji cut in two): a lone surrogate, which no UTF-8 text holds
+(and which ``text_bytes`` would take for an escaped byte, or refuse); the JSONL reader refuses it under ``strict`` and
+replaces it under ``replace`` (``first_lone_surrogate``, ``replace_lone_surrogates``).
 """
 
 from __future__ import annotations
 
 import codecs
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -26,6 +30,7 @@ BYTE_VOCAB = 257  # the 256 byte values and the separator
 ENCODING, ERRORS = "utf-8", "surrogateescape"
 COUNTING_REPLACE = "poslab.counting_replace"  # the codec error handler behind decode_errors=replace
 _replaced = [0]  # sequences COUNTING_REPLACE has replaced in this process (a reader takes the difference)
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # in text decoded from UTF-8 or JSON, every surrogate is lone
 
 
 def _counting_replace(error: UnicodeError) -> tuple[str, int]:
@@ -77,6 +82,17 @@ def utf8_lengths(text: str) -> np.ndarray:
     lengths = 1 + (code >= 0x80).astype(np.int64) + (code >= 0x800) + (code >= 0x10000)
     lengths[(code >= 0xDC80) & (code <= 0xDCFF)] = 1  # surrogateescape: the original single byte
     return lengths
+
+
+def first_lone_surrogate(text: str) -> int:
+    """The index of the first lone surrogate (U+D800..U+DFFF) in ``text``, or -1 when there is none."""
+    found = _LONE_SURROGATE.search(text)
+    return found.start() if found else -1
+
+
+def replace_lone_surrogates(text: str) -> tuple[str, int]:
+    """``text`` with each lone surrogate read as U+FFFD, and how many there were."""
+    return _LONE_SURROGATE.subn("\ufffd", text)
 
 
 def first_invalid_utf8(path: Path) -> tuple[int, int, str]:

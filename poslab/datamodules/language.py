@@ -2,7 +2,9 @@
 
 Training batch i is a pure function of (seed, i), like the synthetic tasks:
 each row picks a source group with probability proportional to its weight
-(``wiki_en_zh``: 1/2 English, 1/2 Chinese bytes, whatever the groups' sizes),
+(``wiki_en_zh``: 1/2 English, 1/2 Chinese windows, whatever the groups' sizes:
+half the tokens each, which is half the bytes with the byte tokenizer only;
+with ``bpe`` the byte mix follows each group's bytes per token),
 then a uniformly random window of ``context_length + 1`` tokens in that
 group's training split. The test after training scores each group's whole
 validation split (held-out documents), the same tokens at each of

@@ -157,12 +157,15 @@ def train_bpe(texts: Iterable[str], vocab_size: int, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def load_tokenizer(corpus: dict[str, Any], cache_dir: Path, fingerprint: list[Any], training_texts: Any) -> Tokenizer:
-    """The corpus's tokenizer; a ``bpe`` one is trained on ``training_texts()`` (an iterable factory) once."""
+def load_tokenizer(
+    corpus: dict[str, Any], cache_dir: Path, fingerprint: list[Any], training_texts: Any, code: str
+) -> Tokenizer:
+    """The corpus's tokenizer; a ``bpe`` one is trained on ``training_texts()`` (an iterable factory) once, keyed by
+    the sources, the settings and ``code`` (``corpora.code_version.code_hash``: the code that reads and trains)."""
     kind, vocab_size = check_tokenizer(corpus)
     if kind == "bytes":
         return Tokenizer()
-    settings = {"corpus": corpus["name"], "vocab_size": vocab_size, "sources": fingerprint, "version": 1}
+    settings = {"corpus": corpus["name"], "vocab_size": vocab_size, "sources": fingerprint, "version": 1, "code": code}
     key = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
     path = cache_dir / "tokenizers" / f"{corpus['name']}-bpe{vocab_size}-{key}.json"
     path.parent.mkdir(parents=True, exist_ok=True)

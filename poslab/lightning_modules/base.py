@@ -242,7 +242,7 @@ class TransformerModule(L.LightningModule):
     def with_row_seeds(self, coordinates: dict[str, Tensor] | None, batch_size: int) -> dict[str, Tensor] | None:
         """``coordinates`` plus ``row_seed`` for an encoding that draws per training sequence
         (``PositionEncoding.uses_row_seeds``): row i of this process's batch is row ``rank * batch_size + i`` of
-        global batch ``global_step``, and its seed a function of that row, the step and the run's seed only."""
+        data batch ``batches_drawn`` (steps + skipped); its seed a function of the row, ``global_step`` and the seed."""
         if not (self.training and self.model.encoding.uses_row_seeds):
             return coordinates
         trainer = self._trainer

@@ -256,6 +256,59 @@ def test_a_malformed_jsonl_line_names_the_file_and_line(tmp_path):
         prepare_corpus(corpus, data, tmp_path / "cache")
 
 
+def test_a_jsonl_row_without_the_text_field_names_the_file_line_field_and_its_keys(tmp_path):
+    """A wrong field name read every row as an empty document and ended in 'the train split is empty ... give more
+    documents'; a row that lacks the field (a partial mismatch) was dropped silently. A present but empty (or null)
+    field stays an empty document."""
+    data = tmp_path / "data"
+    corpus = web_corpus(data, n_docs=6)
+    path = data / "web" / "docs.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    lines[4] = '{"id": 4, "content": "the text under another key"}\n'
+    path.write_text("".join(lines))
+    with pytest.raises(DataError) as info:
+        prepare_corpus(corpus, data, tmp_path / "cache")
+    assert str(info.value) == (
+        f"{path}, line 5: the row has no 'text' field (its keys: 'id', 'content'); point the source's field "
+        f"(corpus.field for corpus=local) at the key holding the text."
+    )
+    assert cache_entries(tmp_path / "cache") == []
+    lines[4], lines[5] = '{"id": 4, "text": ""}\n', '{"id": 5, "text": null}\n'
+    path.write_text("".join(lines))
+    (group,) = prepare_corpus(corpus, data, tmp_path / "cache")
+    assert sum(split["documents"] for split in group.meta["splits"].values()) == 4
+
+
+def test_a_lone_surrogate_escape_stops_strict_at_its_line_and_replace_reads_it_as_u_fffd_counted(tmp_path):
+    """Scraped text often holds half a UTF-16 pair as a JSON escape (an emoji cut in two). It stopped the
+    preparation with a bare UnicodeEncodeError (\ud83d), or went in as the raw byte 0xFF under strict (\udcff, the
+    codec's escaped byte), with nothing replaced."""
+    data = tmp_path / "data"
+    corpus = web_corpus(data, n_docs=10)
+    path = data / "web" / "docs.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    lines[3] = '{"id": 3, "text": "cut emoji \\ud83d here, escaped \\udcff byte."}\n'
+    path.write_text("".join(lines))
+    with pytest.raises(DataError) as info:
+        prepare_corpus(corpus, data, tmp_path / "cache")
+    assert str(info.value) == (
+        f"{path}, line 4: the 'text' field holds a lone surrogate escape (\\ud83d at character 10), half of a "
+        f"UTF-16 pair such as an emoji cut in two, which no UTF-8 text can hold; fix the line, or set "
+        f"corpus.decode_errors=replace to read each lone surrogate as U+FFFD (counted and logged)."
+    )
+    assert cache_entries(tmp_path / "cache") == []
+    lines[3] = '{"id": 3, "text": "escaped \\udcff byte."}\n'
+    path.write_text("".join(lines))
+    with pytest.raises(DataError, match=r"line 4: the 'text' field holds a lone surrogate escape \(\\udcff at"):
+        prepare_corpus(corpus, data, tmp_path / "cache")
+    lines[3] = '{"id": 3, "text": "cut emoji \\ud83d here, escaped \\udcff byte, a pair \\ud83d\\ude00."}\n'
+    path.write_text("".join(lines))
+    (group,) = prepare_corpus({**corpus, "decode_errors": "replace"}, data, tmp_path / "cache")
+    assert group.meta["decode"] == {"policy": "replace", "replaced": 2, "files": {str(path): 2}}
+    text = b"".join(corpora.decode_bytes(np.asarray(s.tokens)) for s in group.splits.values())
+    assert "cut emoji \ufffd here, escaped \ufffd byte, a pair \U0001f600.".encode() in text and b"\xff" not in text
+
+
 @pytest.mark.slow
 def test_train_py_with_a_malformed_jsonl_line_exits_2_with_one_message_and_leaves_no_cache(tmp_path):
     path = write_jsonl(tmp_path / "docs" / "a.jsonl", [f"Document {i}. " * 20 for i in range(30)])
@@ -316,8 +369,8 @@ def test_decode_errors_replace_counts_per_file_logs_and_records_a_total_in_meta_
     latin1 = str(data / "web" / "latin1.jsonl")
     assert group.meta["decode"] == {"policy": "replace", "replaced": 2, "files": {latin1: 2}}
     assert [r.getMessage() for r in caplog.records] == [
-        f"web/main: 2 invalid UTF-8 sequences read as U+FFFD in {latin1} (corpus.decode_errors=replace; meta.json "
-        f"'decode' counts each file)"
+        f"web/main: 2 invalid UTF-8 sequences or lone surrogates read as U+FFFD in {latin1} "
+        f"(corpus.decode_errors=replace; meta.json 'decode' counts each file)"
     ]
     text = b"".join(corpora.decode_bytes(np.asarray(s.tokens)) for s in group.splits.values())
     assert b"caf\xef\xbf\xbdn" in text  # each invalid byte is one U+FFFD

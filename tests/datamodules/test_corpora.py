@@ -6,7 +6,9 @@ import hashlib
 import json
 import multiprocessing
 import os
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -22,7 +24,7 @@ from poslab.datamodules.corpora import (
     prepare_corpus,
 )
 from poslab.datamodules.language import LanguageModelDataModule
-from poslab.errors import ConfigError
+from poslab.errors import ConfigError, DataError
 from poslab.running.builders import build_datamodule, build_module
 from tests.conftest import CONF, compose_config, run_train
 
@@ -176,6 +178,54 @@ def test_missing_files_of_a_group_without_a_hub_copy_do_not_send_the_user_online
     assert "go online" not in message and "no hub dataset is not" not in message
 
 
+WIKITEXT_HUB = {"path": "Salesforce/wikitext", "name": "wikitext-2-raw-v1", "split": "train", "field": "text"}
+
+
+def hub_corpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, load_dataset) -> dict:
+    """A group with a hub copy and no local files, online (no HF_HUB_OFFLINE), ``datasets`` standing in as
+    ``load_dataset``: no test reaches the network."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.setitem(sys.modules, "datasets", SimpleNamespace(load_dataset=load_dataset))
+    local = [{"pattern": "wikitext2/wiki.*.raw", "format": "wikitext"}]
+    return {"name": "wikitext2", "validation_fraction": 0.05, "groups": {"main": {"hub": WIKITEXT_HUB, "local": local}}}
+
+
+def test_a_hub_copy_that_cannot_be_reached_says_where_files_were_looked_for_and_how_to_stop_at_once(
+    tmp_path, monkeypatch
+):
+    """Online but without a network, ``datasets`` retried for about 24 s and ended with its own ConnectionError,
+    without poslab's hint of the local path, POSLAB_DATA_DIR and HF_HUB_OFFLINE."""
+
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'Salesforce/wikitext' on the Hub (LocalEntryNotFoundError)")
+
+    corpus = hub_corpus(tmp_path, monkeypatch, unreachable)
+    data = tmp_path / "nothing"
+    with pytest.raises(ConfigError) as info:
+        prepare_corpus(corpus, data, tmp_path / "cache")
+    assert str(info.value) == (
+        f"corpus 'wikitext2', source group 'main': no local files matched {data}/wikitext2/wiki.*.raw, and reading "
+        f"the hub dataset Salesforce/wikitext (wikitext-2-raw-v1) failed (ConnectionError: Couldn't reach "
+        f"'Salesforce/wikitext' on the Hub (LocalEntryNotFoundError)). Put the files there in one of the formats "
+        f"jsonl, text, wikitext, parquet, python (e.g. a .jsonl with a 'text' field), or point POSLAB_DATA_DIR "
+        f"(paths.data_dir, now {data}) at a directory that has them; on a machine that cannot reach the hub, set "
+        f"HF_HUB_OFFLINE=1 so that a run stops here at once."
+    )
+    assert [p for p in (tmp_path / "cache").iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_hub_rows_without_the_text_field_name_the_dataset_field_and_keys(tmp_path, monkeypatch):
+    rows = lambda *args, **kwargs: iter([{"content": "a document", "id": 1}])
+    corpus = hub_corpus(tmp_path, monkeypatch, rows)
+    with pytest.raises(DataError) as info:
+        prepare_corpus(corpus, tmp_path / "nothing", tmp_path / "cache")
+    assert str(info.value) == (
+        "hub dataset Salesforce/wikitext (wikitext-2-raw-v1): its rows have no 'text' field (their keys: 'content', "
+        "'id'); set the group's hub field to the column holding the text."
+    )
+
+
 @pytest.mark.slow
 def test_train_py_with_a_missing_corpus_exits_with_the_message(tmp_path):
     result = run_train(["corpus=openwebtext", f"paths.data_dir={tmp_path}", "trainer.max_steps=2"], tmp_path)
@@ -277,6 +327,25 @@ def test_lm_batches_are_windows_of_the_corpus_drawn_by_group_weight(tmp_path):
     for name in ("paragraph", "sentence"):  # relative to each window's start, never decreasing
         assert torch.all(coordinates[name][:, 0] == 0) and torch.all(coordinates[name].diff(dim=1) >= 0)
     assert coordinates["paragraph"].max() > 0 and torch.all(coordinates["sentence"] >= coordinates["paragraph"])
+
+
+@pytest.mark.parametrize("weight", [0, -0.5, float("nan"), "half", True])
+def test_a_group_weight_that_is_not_a_number_above_zero_is_refused_before_any_data_is_read(tmp_path, weight):
+    """0 silently never trained the group; a negative weight failed inside torch.multinomial at the first batch."""
+    corpus = make_corpus(tmp_path / "data")
+    corpus["groups"]["zh"]["weight"] = weight
+    message = (
+        f"corpus 'tiny_mix', source group 'zh': weight={weight!r}; a group's weight is its share of the training "
+        f"windows (each row picks a group in proportion to the weights), so it must be a number above 0 (e.g. 1.0, "
+        f"or 0.5 for half); to leave a group out, remove it from corpus.groups."
+    )
+    with pytest.raises(ConfigError) as info:
+        LanguageModelDataModule("lm", corpus, str(tmp_path / "data"), str(tmp_path / "cache"), context_length=16)
+    assert str(info.value) == message
+    with pytest.raises(ConfigError) as info:
+        prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")
+    assert str(info.value) == message
+    assert not (tmp_path / "cache").exists()
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from poslab.datamodules.corpora import SourceGroup, decode_bytes, prepare_corpus, resolve_group
-from poslab.errors import ConfigError
+from poslab.errors import ConfigError, DataError
 from poslab.running.builders import build_datamodule
 from tests.conftest import compose_config, run_train
 from tests.datamodules.test_corpora import write_jsonl
@@ -109,3 +109,46 @@ def test_empty_files_are_counted_logged_and_recorded(tmp_path, caplog):
         m for m in [r.getMessage() for r in caplog.records] if "2 of 8 files" in m
     ]
     assert sum("2 of 8 files" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_split_left_empty_by_files_without_documents_names_those_files(tmp_path):
+    """The 'files gave no document' warning came only after a successful write: when every file gave none, the
+    refusal of the empty split did not say which."""
+    folder = tmp_path / "data" / "notes"
+    folder.mkdir(parents=True)
+    (folder / "empty.txt").write_text("")
+    (folder / "blank.txt").write_text("\n  \n")
+    corpus = {"name": "notes", "validation_fraction": 0.3, "groups": {"main": {"local": [{"pattern": "notes/*.txt"}]}}}
+    with pytest.raises(ConfigError) as info:
+        prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")
+    assert str(info.value) == (
+        "corpus 'notes', group 'main': the train split is empty (train: 0 documents, 0 tokens; validation: 0 "
+        "documents, 0 tokens); 2 of 2 files gave no document (empty or blank: blank.txt, empty.txt); give more "
+        "documents (a text file is one document unless corpus.document_start splits it) or a larger "
+        "corpus.validation_fraction."
+    )
+    assert [p for p in (tmp_path / "cache").iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_a_parquet_file_without_the_text_column_or_of_another_type_names_the_file_column_and_what_it_has(tmp_path):
+    """A wrong column stopped with a bare IndexError, a column of numbers with an AttributeError."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "data" / "pq" / "a.parquet"
+    path.parent.mkdir(parents=True)
+    corpus = {"name": "pq", "validation_fraction": 0.3, "groups": {"main": {"local": [{"pattern": "pq/*.parquet"}]}}}
+    texts = [f"Document {i}. It says things.\n\nA second paragraph." for i in range(6)]
+    pq.write_table(pa.table({"id": list(range(6)), "content": texts}), path)
+    fix = "point the source's field (corpus.field for corpus=local) at the column holding the text."
+    with pytest.raises(DataError) as info:
+        prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")
+    assert str(info.value) == f"{path}: no column 'text' (its columns: 'id', 'content'); {fix}"
+    pq.write_table(pa.table({"text": list(range(6))}), path)
+    with pytest.raises(DataError) as info:
+        prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")
+    assert str(info.value) == f"{path}: the column 'text' holds int64 values, not strings (its columns: 'text'); {fix}"
+    assert [p for p in (tmp_path / "cache").iterdir() if not p.name.endswith(".lock")] == []
+    pq.write_table(pa.table({"text": pa.array(texts).dictionary_encode()}), path)  # strings, dictionary-encoded
+    (group,) = prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")
+    assert sum(split["documents"] for split in group.meta["splits"].values()) == 6

@@ -321,3 +321,83 @@ def test_documents_of_one_split_key_are_held_out_or_trained_on_whole(tmp_path):
     assert sides[None][0] & sides[None][1]  # by document, some titles are on both
     with pytest.raises(ConfigError, match="split_key='title' but format='text'"):
         SourceGroup.from_config("main", {"local": [{"pattern": "x/*.txt", "format": "text", "split_key": "title"}]})
+
+
+# ---- the code version in the cache key ----------------------------------------------------------------------------
+
+
+def test_a_change_of_a_listed_modules_source_prepares_the_data_and_trains_the_bpe_anew(tmp_path, monkeypatch):
+    """a5ea022 changed segmentation's sentence ends and c672c8e the BPE's encoding of special tokens, and neither
+    bumped CACHE_VERSION: the stale caches were reused. The source of the modules that decide the data is hashed
+    into the cache key and the tokenizer's, so an edit of one (here segmentation's source) prepares anew."""
+    from poslab.datamodules.corpora import code_version
+
+    write_jsonl(tmp_path / "data" / "web" / "a.jsonl", [f"第{i}段。他说：“好。” Doc {i}. End." for i in range(8)])
+    corpus = {
+        "name": "web",
+        "tokenizer": "bpe",
+        "vocab_size": 300,
+        "validation_fraction": 0.3,
+        "groups": {"main": {"local": [{"pattern": "web/*.jsonl"}]}},
+    }
+    (first,) = prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")
+    assert first.meta["code"] == code_version.code_hash()
+    assert set(code_version.HASHED) >= {
+        "poslab.datamodules.segmentation",
+        "poslab.datamodules.tokenization",
+        "poslab.datamodules.codec",
+        "poslab.datamodules.corpora.documents",
+        "poslab.datamodules.corpora.writer",
+    }
+    real = code_version.module_source
+    edited = lambda name: real(name) + (b"\n# edited\n" if name == "poslab.datamodules.segmentation" else b"")
+    monkeypatch.setattr(code_version, "module_source", edited)
+    (second,) = prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")
+    assert second.meta["code"] != first.meta["code"] and second.directory != first.directory
+    tokenizers = sorted(p.name for p in (tmp_path / "cache" / "tokenizers").glob("*.json"))
+    assert len(tokenizers) == 2  # the BPE is trained again under the new code too
+    monkeypatch.undo()
+    (again,) = prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")
+    assert again.directory == first.directory  # the same code finds its cache
+
+
+def _poslab_imports(name: str) -> set[str]:
+    """The poslab modules ``name``'s source imports (at the top or inside a function), read from its syntax."""
+    import ast
+    import importlib.util
+
+    def is_module(dotted: str) -> bool:
+        parent = importlib.util.find_spec(dotted.rpartition(".")[0])
+        return bool(parent and parent.submodule_search_locations and importlib.util.find_spec(dotted))
+
+    found = set()
+    for node in ast.walk(ast.parse(Path(importlib.util.find_spec(name).origin).read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {node.module} | {
+                f"{node.module}.{a.name}" for a in node.names if is_module(f"{node.module}.{a.name}")
+            }
+    return {module for module in found if module.startswith("poslab.")}
+
+
+def test_every_module_the_preparation_path_imports_is_hashed_or_says_why_not():
+    """A module added to the preparation path later must join ``code_version.HASHED`` (its code decides the data)
+    or ``NOT_HASHED`` (with the reason): this walks the imports from ``cache`` and names any module in neither."""
+    from poslab.datamodules.corpora import code_version
+
+    listed = {**code_version.HASHED, **code_version.NOT_HASHED}
+    covered = lambda module: module in listed or any(p.endswith(".") and module.startswith(p) for p in listed)
+    seen, todo, missing = set(), ["poslab.datamodules.corpora.cache"], []
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        if not covered(module):
+            missing.append(module)
+        if module in code_version.HASHED or module in code_version.NOT_HASHED:  # a package listed whole: not walked
+            todo += sorted(_poslab_imports(module) - seen)
+    assert missing == [], f"list these in poslab/datamodules/corpora/code_version.py (HASHED or NOT_HASHED): {missing}"
+    assert seen >= set(code_version.HASHED)  # each hashed module is on the path (a stale entry is an error too)
+    assert all(len(code_version.module_source(name)) > 0 for name in code_version.HASHED)

@@ -12,6 +12,7 @@ a group is prepared once into a cache directory of token and boundary arrays. Th
 - ``coordinates``: per-token document, paragraph and sentence indices from boundary offsets; prepared splits.
 - ``writer``: writing a group into a cache directory (streamed, logged, checksummed).
 - ``cache``: preparing a group once under a lock, mapping it, and checking its integrity.
+- ``code_version``: the modules whose source decides the prepared data, hashed into the cache key.
 
 Every name other modules use is re-exported here (``from poslab.datamodules.corpora import prepare_corpus``).
 Importing the package registers the corpus=local resolvers (``local``).

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from poslab.config.settings import with_corpus_defaults
+from poslab.datamodules.corpora.code_version import code_hash
 from poslab.datamodules.corpora.coordinates import BOUNDARY_ARRAYS, Coordinate, PreparedGroup, PreparedSplit
 from poslab.datamodules.corpora.documents import SPLIT_RULE
 from poslab.datamodules.corpora.provenance import named_files
@@ -36,7 +37,8 @@ log = logging.getLogger("poslab")
 
 CACHE_VERSION = 5  # 2: paragraph and sentence coordinates; 3: tokenizers (bytes, bpe), bytes per split;
 # 4: boundary offsets instead of per-token int32 coordinates (14 -> ~2.1 bytes a token); 5: causal segmentation
-# (a code line starts at its first non-blank, a unit on its first character's last byte: docs/causality.md)
+# (a code line starts at its first non-blank, a unit on its first character's last byte: docs/causality.md). The key
+# also holds code_version.code_hash(), the source of the modules that decide the data: a code change needs no bump
 #: cache directories whose checksums this process has verified (or written), as (path, meta.json inode, mtime): a
 #: directory prepared again by another process is a new entry
 _verified: set[tuple[str, int, int]] = set()
@@ -69,6 +71,7 @@ def prepare_group(
     group = resolved.group
     settings = {
         "version": CACHE_VERSION,
+        "code": code_hash(),  # the preparing code's version (code_version.HASHED): another code, another cache
         "corpus": corpus,
         "group": group.name,
         "tokenizer": tokenizer.name,
@@ -111,16 +114,17 @@ def prepare_group(
 
 
 def _log_replaced(name: str, decode: dict[str, Any]) -> None:
-    """One line, whether prepared now or before: how many invalid UTF-8 sequences ``corpus.decode_errors=replace``
-    read as U+FFFD, in how many files (meta.json's ``decode`` counts each file)."""
+    """One line, whether prepared now or before: how many invalid UTF-8 sequences (and lone surrogate escapes of a
+    JSONL string) ``corpus.decode_errors=replace`` read as U+FFFD, in how many files (meta.json's ``decode`` counts
+    each file)."""
     replaced, files = int(decode.get("replaced", 0) or 0), dict(decode.get("files") or {})
     if not replaced:
         return
     worst = sorted(files, key=lambda path: -files[path])  # the file with the most replacements is the example
     where = f" in {worst[0]}" if len(worst) == 1 else f" in {named_files(worst, 'of the group')}" if worst else ""
     log.warning(
-        "%s: %d invalid UTF-8 sequences read as U+FFFD%s (corpus.decode_errors=replace; meta.json 'decode' counts "
-        "each file)",
+        "%s: %d invalid UTF-8 sequences or lone surrogates read as U+FFFD%s (corpus.decode_errors=replace; "
+        "meta.json 'decode' counts each file)",
         name,
         replaced,
         where,
@@ -275,7 +279,7 @@ def prepare_corpus(corpus: dict[str, Any], data_dir: str | Path, cache_dir: str 
     corpus = with_corpus_defaults(corpus)  # one built by hand may leave the shared settings out
     resolved = resolve_corpus(corpus, data_dir)
     # one tokenizer for all groups (a shared vocabulary), trained on their training documents
-    tokenizer = load_tokenizer(corpus, Path(cache_dir), resolved.fingerprint(), resolved.training_texts)
+    tokenizer = load_tokenizer(corpus, Path(cache_dir), resolved.fingerprint(), resolved.training_texts, code_hash())
     fraction, verify = resolved.validation_fraction, str(corpus["verify_cache"])
     return [
         prepare_group(resolved.name, group, Path(cache_dir), fraction, tokenizer, verify) for group in resolved.groups

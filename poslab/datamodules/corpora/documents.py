@@ -8,8 +8,9 @@ also be pinned to one split (``split: train`` / ``split: validation``). That rul
 applied in one place, ``resolution.ResolvedGroup.documents``: the cache, the BPE tokenizer and the corpus
 statistics all read documents through it.
 
-Invalid UTF-8 in a data file follows ``corpus.decode_errors`` (strict: stop naming the file and byte offset;
-replace: U+FFFD, counted).
+Invalid UTF-8 in a data file, and a lone surrogate escape in a JSONL string, follow ``corpus.decode_errors`` (strict:
+stop naming the file and byte offset or line; replace: U+FFFD, counted). A JSONL row without the text field, or a
+parquet file without the text column (or with one of another type), stops naming the file and what it has.
 """
 
 from __future__ import annotations
@@ -20,10 +21,19 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from poslab.datamodules.codec import InvalidUtf8Error, byte_length, read_lines
+from poslab.datamodules.codec import (
+    InvalidUtf8Error,
+    byte_length,
+    first_lone_surrogate,
+    read_lines,
+    replace_lone_surrogates,
+)
 from poslab.datamodules.corpora.sources import HubSource, LocalSource
 from poslab.errors import DataError
+
+MAX_KEYS = 12  # a row's keys named in a message at most
 
 
 def _jsonl_documents(
@@ -56,15 +66,63 @@ def jsonl_rows(
                 f"{path}, line {number}: a JSON {type(row).__name__}, not an object; each non-blank line of a JSONL "
                 f"file must be one JSON object with a {text_field!r} field."
             )
-        text = row.get(text_field) or ""
-        if not isinstance(text, str):
-            raise DataError(
-                f"{path}, line {number}: the {text_field!r} field is a JSON {type(text).__name__}, not a string; "
-                f"point the source's field (corpus.field for corpus=local) at the column holding the text."
-            )
+        text = _row_text(row, text_field, Where(path, number), decode_errors, replaced)
         if text.strip():
             key = row.get(key_field) if key_field is not None else None
             yield text, None if key is None else str(key)
+
+
+@dataclass(frozen=True)
+class Where:
+    """A JSONL line, for a message: ``path, line number``."""
+
+    path: Path
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.path}, line {self.line}"
+
+
+def _row_text(
+    row: dict[str, Any], field: str, where: Where, decode_errors: str, replaced: dict[str, int] | None
+) -> str:
+    """A JSONL row's text: its ``field`` (null or "" is an empty document; a row without the field is refused,
+    naming the keys it has, so a wrong field name never reads as an empty corpus), a lone surrogate escape refused
+    or replaced (``_without_lone_surrogates``)."""
+    if field not in row:
+        keys = ", ".join(repr(key) for key in list(row)[:MAX_KEYS]) + (", ..." if len(row) > MAX_KEYS else "")
+        raise DataError(
+            f"{where}: the row has no {field!r} field (its keys: {keys or 'none, an empty object'}); point the "
+            f"source's field (corpus.field for corpus=local) at the key holding the text."
+        )
+    text = row[field] if row[field] is not None else ""
+    if not isinstance(text, str):
+        raise DataError(
+            f"{where}: the {field!r} field is a JSON {type(text).__name__}, not a string; point the source's field "
+            f"(corpus.field for corpus=local) at the column holding the text."
+        )
+    return _without_lone_surrogates(text, field, where, decode_errors, replaced)
+
+
+def _without_lone_surrogates(
+    text: str, field: str, where: Where, decode_errors: str, replaced: dict[str, int] | None
+) -> str:
+    """``text`` without lone surrogates (a JSON escape of half a UTF-16 pair, ``\\ud83d``: an emoji cut in two by a
+    scraper), which UTF-8 cannot hold: ``strict`` refuses the line, ``replace`` reads each as U+FFFD and counts it
+    with the file's invalid UTF-8 (``replaced``)."""
+    at = first_lone_surrogate(text)
+    if at < 0:
+        return text
+    if decode_errors == "strict":
+        raise DataError(
+            f"{where}: the {field!r} field holds a lone surrogate escape (\\u{ord(text[at]):04x} at character {at}), "
+            f"half of a UTF-16 pair such as an emoji cut in two, which no UTF-8 text can hold; fix the line, or set "
+            f"corpus.decode_errors=replace to read each lone surrogate as U+FFFD (counted and logged)."
+        )
+    text, count = replace_lone_surrogates(text)
+    if replaced is not None:
+        replaced[str(where.path)] = replaced.get(str(where.path), 0) + count
+    return text
 
 
 def _lines(path: Path, decode_errors: str, replaced: dict[str, int] | None) -> Iterator[str]:
@@ -96,8 +154,31 @@ WIKITEXT_TITLE = r"^ = [^=].* = \s*$"  # ' = Title = ' starts an article; ' = = 
 def _parquet_documents(path: Path, text_field: str) -> Iterator[str]:
     import pyarrow.parquet as pq
 
-    for batch in pq.ParquetFile(path).iter_batches(columns=[text_field], batch_size=256):
+    parquet = pq.ParquetFile(path)
+    _check_text_column(path, parquet.schema_arrow, text_field)
+    for batch in parquet.iter_batches(columns=[text_field], batch_size=256):
         yield from (t for t in batch.column(0).to_pylist() if t and t.strip())
+
+
+def _check_text_column(path: Path, schema: Any, field: str) -> None:
+    """A parquet file's ``field`` is a column of strings, or one sentence naming the columns it has or the type."""
+    names = schema.names
+    shown = ", ".join(repr(name) for name in names[:MAX_KEYS]) + (", ..." if len(names) > MAX_KEYS else "")
+    fix = "point the source's field (corpus.field for corpus=local) at the column holding the text"
+    if field not in names:
+        raise DataError(f"{path}: no column {field!r} (its columns: {shown or 'none'}); {fix}.")
+    kind = schema.field(field).type
+    if not _is_string(kind):
+        raise DataError(f"{path}: the column {field!r} holds {kind} values, not strings (its columns: {shown}); {fix}.")
+
+
+def _is_string(kind: Any) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(kind):
+        return _is_string(kind.value_type)
+    string_view = getattr(pa.types, "is_string_view", lambda _: False)  # pyarrow 16 on
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or string_view(kind)
 
 
 def local_documents(
@@ -123,7 +204,14 @@ def hub_documents(hub: HubSource) -> Iterator[str]:
     stream = load_dataset(hub.path, hub.name, split=hub.split, streaming=True)
     total = 0
     for row in stream:
-        text = row.get(hub.field) or ""
+        if hub.field not in row:
+            dataset = f"{hub.path} ({hub.name})" if hub.name else hub.path
+            raise DataError(
+                f"hub dataset {dataset}: its rows have no {hub.field!r} field (their keys: "
+                f"{', '.join(repr(key) for key in list(row)[:MAX_KEYS])}); set the group's hub field to the column "
+                f"holding the text."
+            )
+        text = row[hub.field] or ""
         if text.strip():
             yield text
             total += len(text.encode("utf-8"))

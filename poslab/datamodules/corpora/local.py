@@ -19,7 +19,7 @@ from typing import Any
 from poslab.config.overrides import quoted
 from poslab.config.settings import FORMATS, VERIFY_CACHE, expand_path, with_corpus_defaults
 from poslab.datamodules.codec import DECODE_ERRORS
-from poslab.datamodules.corpora.sources import LocalSource, format_mismatch, glob_root
+from poslab.datamodules.corpora.sources import LocalSource, check_group_weights, format_mismatch, glob_root
 from poslab.datamodules.segmentation import STYLES
 from poslab.errors import ConfigError
 
@@ -69,8 +69,10 @@ def local_overrides(path: str) -> list[str]:
 
 def check_local_corpus(corpus: dict[str, Any]) -> None:
     """``corpus=local``: a path, a known format and segmentation, and at least one file, or one sentence saying
-    which of them is wrong (before anything is read or built). Every corpus: ``decode_errors`` and ``verify_cache``."""
+    which of them is wrong (before anything is read or built). Every corpus: ``decode_errors``, ``verify_cache`` and
+    the groups' weights."""
     check_cache_settings(corpus)
+    check_group_weights(corpus)
     if "path" not in corpus:
         return
     path, kind, style = corpus.get("path"), corpus.get("format"), corpus.get("segmentation")

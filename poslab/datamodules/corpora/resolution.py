@@ -51,6 +51,8 @@ class ResolvedGroup:
     replaced: dict[str, int] = field(default_factory=dict)  # file -> invalid sequences replaced, in the last pass
     empty: list[str] = field(default_factory=list)  # files that gave no document (empty, blank), in the last pass
     plan: SplitPlan | None = None  # the split of the last pass (documents)
+    corpus: str = ""  # the corpus's name and the data directory looked in: a hub that fails says where to put files
+    data_dir: Path = Path(".")
 
     def fingerprint(self) -> list[Any]:
         # a segmentation style set in the config decides the paragraph and sentence coordinates the cache holds:
@@ -69,7 +71,8 @@ class ResolvedGroup:
             for s, p in self.files
         ]
         # replace can give other text than strict (which stops instead): its caches are its own; strict's keep
-        # the key they had before the setting existed
+        # the key they had before the setting existed (the code hash in the cache key, code_version, retires the
+        # caches of the older, lenient reader anyway: docs/prepared_data.md)
         return files if self.decode_errors == "strict" else [*files, ["decode_errors", self.decode_errors]]
 
     def summary(self) -> dict[str, Any]:
@@ -102,7 +105,10 @@ class ResolvedGroup:
         """(split pin, segmentation style, text, split key) for every document, in a fixed order."""
         if self.use_hub:
             hub = self.group.hub
-            yield from (("both", hub.segmentation, text, None) for text in hub_documents(hub))
+            try:
+                yield from (("both", hub.segmentation, text, None) for text in hub_documents(hub))
+            except OSError as error:  # no network (ConnectionError), no such dataset, an HTTP error: the hub's
+                raise hub_failed(self.corpus, self.group, self.data_dir, error) from None
             return
         self.replaced.clear()  # counted afresh on every pass over the files
         self.empty.clear()
@@ -192,21 +198,42 @@ def resolve_group(corpus: str, group: SourceGroup, data_dir: Path, decode_errors
                 f"corpus {corpus!r}, source {source.pattern!r}: {path} is a {path.suffix or 'suffix-less'} file, "
                 f"which format={source.format} cannot read as it is; {fix}."
             )
+    where = {"decode_errors": decode_errors, "corpus": corpus, "data_dir": data_dir}
     if files:
-        return ResolvedGroup(group, files, use_hub=False, decode_errors=decode_errors)
+        return ResolvedGroup(group, files, use_hub=False, **where)
     if group.hub is not None and not hub_is_offline():
-        return ResolvedGroup(group, [], use_hub=True, decode_errors=decode_errors)
-    looked = ", ".join(str(data_dir / s.pattern) for s in group.local) or "(no local patterns)"
+        return ResolvedGroup(group, [], use_hub=True, **where)
     if group.hub is not None:  # offline, or the hub would have been used above
-        hub = f"the hub dataset {group.hub.path} ({group.hub.name}) was not tried (HF_HUB_OFFLINE is set)"
+        hub = f"the hub dataset {describe_hub(group)} was not tried (HF_HUB_OFFLINE is set)"
         online = ", or go online (unset HF_HUB_OFFLINE) so that `datasets` can fetch the hub copy"
     else:
         hub, online = "this source group has no hub copy", ""
-    raise ConfigError(
+    raise not_found(corpus, group, data_dir, hub, online)
+
+
+def describe_hub(group: SourceGroup) -> str:
+    hub = group.hub
+    return f"{hub.path} ({hub.name})" if hub.name else hub.path
+
+
+def not_found(corpus: str, group: SourceGroup, data_dir: Path, hub: str, online: str) -> ConfigError:
+    """A group with no local files, and what happened to its hub copy (``hub``): where the files were looked for,
+    the formats, and POSLAB_DATA_DIR; ``online`` ends the sentence (going online, or HF_HUB_OFFLINE)."""
+    looked = ", ".join(str(data_dir / s.pattern) for s in group.local) or "(no local patterns)"
+    return ConfigError(
         f"corpus {corpus!r}, source group {group.name!r}: no local files matched {looked}, and {hub}. Put the "
         f"files there in one of the formats {', '.join(FORMATS)} (e.g. a .jsonl with a 'text' field), or point "
         f"POSLAB_DATA_DIR (paths.data_dir, now {data_dir}) at a directory that has them{online}."
     )
+
+
+def hub_failed(corpus: str, group: SourceGroup, data_dir: Path, error: OSError) -> ConfigError:
+    """``not_found`` for a hub copy that was tried and failed (offline without HF_HUB_OFFLINE set, after the
+    retries of ``datasets``; a dataset that is not there): the error in brief, and HF_HUB_OFFLINE=1 to stop at once."""
+    reason = " ".join(str(error).split())[:200] or "no message"
+    hub = f"reading the hub dataset {describe_hub(group)} failed ({type(error).__name__}: {reason})"
+    online = "; on a machine that cannot reach the hub, set HF_HUB_OFFLINE=1 so that a run stops here at once"
+    return not_found(corpus, group, data_dir, hub, online)
 
 
 @dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import glob
+import math
 import os
 import sysconfig
 from dataclasses import dataclass, field
@@ -170,3 +171,17 @@ def hub_is_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False") or os.environ.get(
         "HF_DATASETS_OFFLINE", "0"
     ) not in ("0", "", "false", "False")
+
+
+def check_group_weights(corpus: dict[str, Any]) -> None:
+    """Every source group's ``weight`` (its share of the training windows) is a number above 0, or one sentence
+    saying which is not: 0 would silently never train the group, and a negative one fails inside the sampler."""
+    for name, settings in (corpus.get("groups") or {}).items():
+        weight = (settings or {}).get("weight", SourceGroup.weight)
+        number = isinstance(weight, (int, float)) and not isinstance(weight, bool)
+        if not (number and math.isfinite(weight) and weight > 0):
+            raise ConfigError(
+                f"corpus {corpus.get('name')!r}, source group {name!r}: weight={weight!r}; a group's weight is its "
+                f"share of the training windows (each row picks a group in proportion to the weights), so it must "
+                f"be a number above 0 (e.g. 1.0, or 0.5 for half); to leave a group out, remove it from corpus.groups."
+            )

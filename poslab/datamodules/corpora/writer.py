@@ -189,23 +189,25 @@ def _write_into(
         # each array file's size and checksum: what load_prepared checks (sizes always, checksums per verify_cache)
         "checksum": CHECKSUM,
         "files": _file_records(tmp, arrays, writers),
-        # corpus.decode_errors, and per file how many invalid UTF-8 sequences it replaced (replace only)
+        # corpus.decode_errors, and per file how many invalid UTF-8 sequences or lone surrogates it replaced
         "decode": {
             "policy": resolved.decode_errors,
             "replaced": sum(resolved.replaced.values()),
             "files": dict(resolved.replaced),
         },
     }
-    if not resolved.use_hub:  # files that gave no document (empty, blank lines, no text field): counted, listed
+    if not resolved.use_hub:  # files that gave no document (empty, blank, only empty texts): counted, listed
         summary["empty_files"] = len(resolved.empty)
         summary["empty_listing"] = resolved.empty[:LISTED_FILES]
     meta["split"] = _split_record(resolved.plan, fraction, meta["splits"])
     empty = [split for split, writer in writers.items() if writer.count == 0]
     if empty:
+        none = resolved.empty
+        no_document = f"; {empty_files(none, len(none), len(resolved.files))}" if none else ""
         raise ConfigError(
             f"corpus {settings['corpus']!r}, group {settings['group']!r}: the {empty[0]} split is empty "
-            f"({describe_splits(meta['splits'])}); give more documents (a text file is one document unless "
-            f"corpus.document_start splits it) or a larger corpus.validation_fraction."
+            f"({describe_splits(meta['splits'])}){no_document}; give more documents (a text file is one document "
+            f"unless corpus.document_start splits it) or a larger corpus.validation_fraction."
         )
     (tmp / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
     os.replace(tmp, final)  # atomic: readers see no cache or a complete one (final is absent: see prepare_group)
@@ -239,20 +241,21 @@ def _split_record(plan: SplitPlan | None, fraction: float, splits: dict[str, dic
     return record
 
 
+def empty_files(paths: list[str], count: int, files: int) -> str:
+    """``2 of 8 files gave no document (empty or blank: a.txt, b.txt)``: ``count`` of them, the first three of
+    ``paths`` named."""
+    shown = ", ".join(Path(p).name for p in paths[:3])
+    more = f" and {count - 3} more" if count > 3 else ""
+    return f"{count} of {files} files gave no document (empty or blank: {shown}{more})"
+
+
 def log_empty(name: str, summary: dict[str, Any]) -> None:
-    """One line, whether prepared now or before: the files that gave no document (meta.json's source_files)."""
+    """One line, whether prepared now or before: the files that gave no document (meta.json's source_files). A
+    preparation that ends with an empty split names them in its refusal instead (``_write_into``)."""
     empty = summary.get("empty_files", 0)
     if empty:
-        shown = ", ".join(Path(p).name for p in summary.get("empty_listing", [])[:3])
-        more = f" and {empty - 3} more" if empty > 3 else ""
-        log.warning(
-            "%s: %d of %d files gave no document (empty or blank: %s%s); they are left out",
-            name,
-            empty,
-            summary.get("files", 0),
-            shown,
-            more,
-        )
+        listed = summary.get("empty_listing", [])
+        log.warning("%s: %s; they are left out", name, empty_files(listed, empty, summary.get("files", 0)))
 
 
 def _array_files(split: str, layout: dict[str, list[Any]], n_tokens: int) -> dict[str, tuple[str, int]]:
