@@ -7,9 +7,9 @@ For each model (``byte``: the increments write-up's 6 x 256 byte model, batch 8 
 batch 16 x 256) and each precision: poslab's tokens/s (``train.py``'s own loop: Lightning, fused AdamW,
 clipping, cosine schedule) and a minimal plain-PyTorch loop's on the same model, optimizer and batches. The
 limit: GEMM GFLOP/s in fp32 and bf16 at the model's own shape (``[batch x context, d] @ [d, 4d]``), 2
-threads. Achieved model FLOP/s = tokens/s x training FLOPs per token (6 per weight + attention,
-``poslab.running.callbacks.flops_per_token``); its fraction of the bf16 GEMM rate is how close the step is to the
-machine's limit. ``--compile`` adds bf16 + ``model.compile``. Targets (issue 10): bf16 >= 2x fp32 for the
+threads. Achieved model FLOP/s = tokens/s x training FLOPs per token (6 per matrix weight, the head's included, plus
+attention: ``poslab.running.callbacks.flops_per_token``); its fraction of the bf16 GEMM rate is how close the step is
+to the machine's limit. ``--compile`` adds bf16 + ``model.compile``. Targets (issue 10): bf16 >= 2x fp32 for the
 byte model; poslab >= 1.0x the plain bf16 loop. poslab's step is timed over ``trainer.fit`` alone
 (``byte_model.poslab_steps``): the evaluation a run does after training is no part of it and is not run. A
 line is printed per measurement as it ends. ``--quick``: the hrope_cpu model only, batch 2 x 128, one round of 2
@@ -153,8 +153,7 @@ def main() -> None:
         cfg = step_config(model, "32-true", args, data)
         datamodule = build_datamodule(cfg)
         net = build_module(cfg, datamodule).model
-        embedding = net.embed.weight.numel() + net.head.weight.numel()
-        fpt = flops_per_token(net.num_parameters(), net.cfg.n_layers, d, args.context, embedding)
+        fpt = flops_per_token(net, args.context, args.batch)
         tokens = args.batch * args.context
         print(
             f"\n{name}: {net.num_parameters():,} parameters, batch {args.batch} x {args.context}; GEMM [{m}, {d}] @ "

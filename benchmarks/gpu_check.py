@@ -13,9 +13,12 @@ fails records its error and the next one runs; once ``--budget-s`` seconds have 
    each file, so a recipe added later is checked too) at its own size, precision (bf16-mixed), optimizer,
    clipping, schedule and tokenizer, for its first 50 steps (10 warm-up + ``--steps`` timed) through poslab's
    own training loop (Lightning, the Throughput callback; ``trainer.fit`` only, not the evaluation a run does
-   after its steps): whether it runs, median tokens/s, MFU against the
-   H200's dense bf16 peak (989 TFLOP/s), and peak GPU memory. The corpus is generated (paragraphs of words,
-   benchmarks/byte_model.py); the batch is the recipe's own.
+   after its steps): whether it runs, median tokens/s, MFU against the device's dense peak for the precision
+   (poslab.running.callbacks.PEAK_FLOPS: an H200's bf16, 989 TFLOP/s), and peak GPU memory (reset, after the
+   previous recipe's memory is freed, before each recipe). The corpus is generated (``vocabulary_corpus``:
+   paragraphs of sentences over 20,000 made-up words, enough for a BPE to reach the hRoPE recipes' 8192
+   symbols); the batch and the vocabulary are the recipe's own, in a dry run too (a recipe whose BPE stops short
+   of its ``corpus.vocab_size`` is recorded as not run, not measured at another size).
 2. ``compile``: the byte model's training step (rope) with and without ``model.compile`` (benchmarks/compile.py),
    compile time apart, and one step of ALiBi with attention=flex under model.compile (both together).
 3. ``alibi_flex``: bias mask against flex, forward + backward in bf16, the attention operation and the whole
@@ -25,6 +28,7 @@ fails records its error and the next one runs; once ``--budget-s`` seconds have 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import sys
@@ -35,19 +39,52 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import alibi_flex  # noqa: E402
 import compile as compile_bench  # noqa: E402
-from byte_model import fit_only, make_corpus, measurement_config, throughput  # noqa: E402
+from byte_model import fit_only, measurement_config, throughput  # noqa: E402
 
 # --dry-run: a model small enough to compile and train in seconds on a CPU
 DRY_MODEL = ["model.n_layers=2", "model.d_model=64", "model.n_heads=4", "model.mlp_hidden=128"]
 
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "conf" / "experiment"
+
+#: the made-up words of ``vocabulary_corpus``: 1 to 4 of these syllables
+SYLLABLES = [c + v for c in "bcdfghjklmnprstvwz" for v in ("a", "e", "i", "o", "u", "ai", "ou")]
+
+
+def vocabulary_corpus(directory: Path, n_bytes: int, n_words: int = 20_000) -> None:
+    """``directory/bench.jsonl`` (byte_model's ``BENCH_CORPUS``): documents of 4 paragraphs (blank lines) of 8
+    sentences of 12 words, drawn Zipf-like from ``n_words`` made-up words, so that a BPE trained on it reaches the
+    recipes' vocabularies (8192 from 300,000 bytes of it; on byte_model.make_corpus's ten words a BPE stops at about
+    316)."""
+    rng = np.random.default_rng(0)
+    words: set[str] = set()
+    while len(words) < n_words:
+        words.add("".join(rng.choice(SYLLABLES, rng.integers(1, 5))))
+    vocabulary = np.array(sorted(words))
+    weights = 1.0 / np.arange(1, n_words + 1)
+    weights /= weights.sum()
+    docs, size = [], 0
+    while size < n_bytes:
+        drawn = rng.choice(vocabulary, (4, 8, 12), p=weights)
+        text = "\n\n".join(". ".join(" ".join(sentence) for sentence in paragraph) + "." for paragraph in drawn)
+        docs.append(json.dumps({"text": text}))
+        size += len(text.encode())
+    (directory / "bench.jsonl").write_text("\n".join(docs) + "\n")
+
+
+def freed_memory() -> None:
+    """The previous recipe's memory released and the peak reset, so a recipe's peak is its own."""
+    gc.collect()  # a finished trainer and model live on in reference cycles until collected
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
 
 
 def gpu_recipes() -> list[str]:
@@ -78,16 +115,17 @@ def train_throughput(experiment: str, args: argparse.Namespace, data: Path, out:
     with open_dict(cfg):
         cfg.callbacks.pop("checkpoint", None)  # no checkpoint writes in a throughput check
         cfg.callbacks.pop("progress_bar", None)
-        for key in ("tokenizer", "vocab_size"):  # the recipe's tokenizer, on the generated corpus
+        for key in ("tokenizer", "vocab_size"):  # the recipe's tokenizer and vocabulary, on the generated corpus
             if key in recipe.corpus:
-                cfg.corpus[key] = recipe.corpus[key] if key == "tokenizer" or not args.dry_run else 300
-    if torch.cuda.is_available():
-        torch.cuda.reset_peak_memory_stats()
+                cfg.corpus[key] = recipe.corpus[key]
+    freed_memory()
     start = time.perf_counter()
     trainer, module = fit_only(cfg)
+    vocab_size = check_vocabulary(experiment, cfg.corpus, module.model.cfg.vocab_size)
     return {
         "experiment": experiment,
         "parameters": module.model.num_parameters(),
+        "vocab_size": vocab_size,
         "steps": trainer.global_step,
         "batch": sizes.batch,
         "context": sizes.context,
@@ -97,6 +135,17 @@ def train_throughput(experiment: str, args: argparse.Namespace, data: Path, out:
         "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None,
         "fit_seconds": time.perf_counter() - start,  # data, model and trainer built, and the steps
     }
+
+
+def check_vocabulary(experiment: str, corpus: Any, vocab_size: int) -> int:
+    """``vocab_size``, the model's, when it is the recipe's (a BPE's ``corpus.vocab_size``); else stop: a BPE that
+    stopped short on the generated text would be measured as another, smaller model."""
+    if corpus.get("tokenizer", "bytes") == "bpe" and int(vocab_size) != int(corpus.vocab_size):
+        raise RuntimeError(
+            f"{experiment}: the BPE trained on the generated corpus has {vocab_size} symbols, not the recipe's "
+            f"{corpus.vocab_size}; the figures would describe another model (a richer corpus: vocabulary_corpus)."
+        )
+    return int(vocab_size)
 
 
 def compile_check(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
@@ -174,18 +223,19 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
     train = summary["sections"].get("train", {})
     if isinstance(train, dict) and "results" in train:
         lines += [
-            "| experiment | runs | batch x context | tokens/s | MFU | step ms | peak memory | parameters |",
-            "|---|---|---|---|---|---|---|---|",
+            "| experiment | runs | batch x context | tokens/s | MFU | step ms | peak memory | parameters | vocab |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for name, r in train["results"].items():
             if "error" in r:
-                lines.append(f"| {name} | no: {r['error'].strip().splitlines()[-1]} | | | | | | |")
+                lines.append(f"| {name} | no: {r['error'].strip().splitlines()[-1]} | | | | | | | |")
                 continue
             mfu = f"{r['mfu']:.1%}" if r.get("mfu") is not None else "n/a"
             memory = f"{r['peak_memory_gib']:.2f} GiB" if r.get("peak_memory_gib") is not None else "n/a"
             lines.append(
                 f"| {name} | yes ({r['steps']} steps, {r['precision']}) | {r['batch']} x {r['context']} | "
-                f"{r['tokens_per_s']:,.0f} | {mfu} | {r['step_seconds'] * 1e3:.1f} | {memory} | {r['parameters']:,} |"
+                f"{r['tokens_per_s']:,.0f} | {mfu} | {r['step_seconds'] * 1e3:.1f} | {memory} | {r['parameters']:,} | "
+                f"{r['vocab_size']:,} |"
             )
         lines.append("")
     compiled = summary["sections"].get("compile", {})
@@ -260,7 +310,7 @@ def main() -> None:
         "sections": {},
     }
     data = Path(tempfile.mkdtemp())
-    make_corpus(data, 300_000 if args.dry_run else 3_000_000)
+    vocabulary_corpus(data, 300_000 if args.dry_run else 3_000_000)
 
     def train_all() -> dict[str, Any]:
         results = {}

@@ -90,3 +90,39 @@ def test_bf16_speed_times_the_training_step_without_the_evaluation(tmp_path: Pat
     seconds = byte_model.poslab_steps(cfg)
     assert not evaluated and not module_validation
     assert 0 < seconds < 30
+
+
+def gpu_check_dry_run() -> Namespace:
+    """The sizes ``gpu_check.py --dry-run`` trains a recipe at (its ``main``), 2 timed steps after 1."""
+    return Namespace(dry_run=True, steps=2, warmup=1, batch=2, context=64, model=load("gpu_check").DRY_MODEL)
+
+
+def test_gpu_check_trains_a_bpe_recipe_at_its_own_vocabulary(tmp_path: Path):
+    """The hRoPE recipes ask for an 8192-symbol BPE: the generated corpus lets it reach 8192, so the model measured
+    has the recipe's embeddings and head (the first GPU check's BPE stopped at 316 on ten words)."""
+    gpu_check = load("gpu_check")
+    gpu_check.vocabulary_corpus(tmp_path, 300_000)
+    row = gpu_check.train_throughput("hrope_rope", gpu_check_dry_run(), tmp_path, tmp_path / "out")
+    assert row["vocab_size"] == 8192 and row["tokenizer"] == "bpe"
+    assert row["parameters"] > 2 * 8192 * 64  # embeddings and head at the dry run's width 64
+    assert row["steps"] == 3 and row["tokens_per_s"] > 0
+
+
+def test_gpu_check_refuses_a_bpe_short_of_the_recipes_vocabulary(tmp_path: Path):
+    """On ten words a BPE stops at about 316 symbols: that is another model, recorded as not run."""
+    gpu_check = load("gpu_check")
+    sys.modules["byte_model"].make_corpus(tmp_path, n_bytes=300_000)
+    with pytest.raises(RuntimeError, match=r"hrope_rope: the BPE .* has \d+ symbols, not the recipe's 8192"):
+        gpu_check.train_throughput("hrope_rope", gpu_check_dry_run(), tmp_path, tmp_path / "out")
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a CUDA device: the check would run")
+def test_gpu_check_without_a_gpu_says_so_and_stops(tmp_path: Path):
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and "no CUDA device; use --dry-run" in done.stderr
+    assert "Traceback" not in done.stderr and not any(tmp_path.iterdir())

@@ -54,7 +54,7 @@ Declared once, checked at start:
     Checks the encoding's settings against the model and task before anything is built, so a bad config stops
     at start with one sentence naming the bad value and what is allowed (the pattern of Hugging Face's RoPE
     registry). Plus ``no_weight_decay``, ``required_coordinates``, ``corpus_settings``, ``length_settings``,
-    ``uses_row_seeds``.
+    ``uses_row_seeds``, and ``extra_flops_per_token`` (the FLOPs of the encoding's own matrix products, for MFU).
 
 Per-layer choices: every per-layer hook gets ``context.layer``, so an encoding may differ by layer: no
 transform on every k-th layer (NoPE there), its own module per layer (``nn.ModuleList``, as
@@ -327,6 +327,15 @@ class PositionEncoding(nn.Module):
         values, so after training it describes what was trained. train.py logs each at start and records them in
         ``results.json`` (``untrained_at_test``)."""
         return []
+
+    def extra_flops_per_token(self, length: int, batch: int) -> float:
+        """Training FLOPs per token (forward and backward: 3 x the forward's 2 per multiply-add) of the encoding's
+        own matrix products, on a batch of ``batch`` sequences of ``length`` tokens; 0 by default. Beyond what
+        ``poslab.running.callbacks.flops_per_token`` counts for every model: its matrix weights and attention's
+        ``q k^T`` and ``weights v`` over the full ``T x T``. An encoding's elementwise work (rotations, gates,
+        cumulative sums) is not counted, as the model's is not; work done once per forward pass and shared by the
+        batch (a bias ``[H, T, T]``) is divided among its ``batch * length`` tokens. For MFU (docs/speed.md)."""
+        return 0.0
 
     # ---- once per forward pass ----------------------------------------------------------------------------------
     def begin(self, token_embeddings: Tensor, inputs: PositionInputs) -> tuple[Tensor, Any]:

@@ -123,6 +123,11 @@ class CopeEncoding(ContentTermEncoding):
     def score_term(self, context: LayerContext, q: Tensor, k: Tensor) -> Tensor:
         return self.layers[context.layer](q, k)
 
+    def extra_flops_per_token(self, length: int, batch: int) -> float:
+        """Per layer and token, the gates' own ``q k^T`` over every head (``2 d_model T``) and ``z = q E^T`` over the
+        table's rows (``2 d_model max_pos``); times 3 for training."""
+        return 6.0 * self.shape.n_layers * self.shape.d_model * (length + self.max_pos)
+
     def untrained_at_test(self, train_length: int, max_length: int) -> list[str]:
         # a count p[t, s] <= t - s + 1 <= the length: training reaches rows up to train_length at most
         last = self.max_pos - 1

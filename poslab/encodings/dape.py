@@ -69,5 +69,13 @@ class DapeEncoding(PositionEncoding):
     def score_term(self, context: LayerContext, q: Tensor, k: Tensor) -> Tensor:
         return self.layers[context.layer](q, k)
 
+    def extra_flops_per_token(self, length: int, batch: int) -> float:
+        """Per layer and token, the scores' own ``q k^T`` over every head (``2 d_model T``) and the MLP ``2H ->
+        mlp_width -> H`` at each of its ``T`` pairs (``6 H mlp_width`` each); times 3 for training. The base bias
+        (KERPLE, ALiBi) is elementwise."""
+        shape = self.shape
+        per_layer = 2.0 * shape.d_model * length + 6.0 * shape.n_heads * self.mlp_width * length
+        return 3.0 * shape.n_layers * per_layer
+
     def label(self) -> str:
         return f"dape:{self.base_bias}"

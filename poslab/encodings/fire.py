@@ -151,6 +151,14 @@ class FireEncoding(PositionEncoding):
                     )
         return notes
 
+    def extra_flops_per_token(self, length: int, batch: int) -> float:
+        """The MLP ``1 -> hidden -> H`` at each of the ``T x T`` pairs (``2 hidden (1 + H)`` each), once per forward
+        pass and FIRE (one, or one per layer) and shared by the batch's ``batch * T`` tokens; times 3 for training."""
+        fire = self.fire[0]
+        hidden, heads = fire.mlp[0].out_features, fire.mlp[2].out_features
+        per_pass = 2.0 * length * length * hidden * (1 + heads)
+        return 3.0 * len(self.fire) * per_pass / (batch * length)
+
     def score_term(self, context: LayerContext, q: Tensor, k: Tensor) -> Tensor | None:
         if not self.per_layer:
             return None

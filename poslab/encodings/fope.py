@@ -138,6 +138,15 @@ class FopeEncoding(PositionEncoding):
         if not float(settings["init_gain"]) >= 0:
             raise ConfigError(f"encoding.init_gain={settings['init_gain']!r} must be >= 0 (the authors' 0.3).")
 
+    def extra_flops_per_token(self, length: int, batch: int) -> float:
+        """Per layer, the Fourier sums ``fsin`` and ``fcos`` (two products ``[T, D] x [H, D, d]``), once per forward
+        pass for positions the batch shares (``arange``: every run here) and divided among its ``batch * T``
+        tokens; times 3 for training where the coefficients are learned (``learnable``), once where they are fixed
+        (no gradient)."""
+        per_pass = 2 * 2.0 * self.shape.n_heads * length * len(self.theta) * self.n_out
+        passes = 3.0 if self.learnable else 1.0
+        return passes * self.shape.n_layers * per_pass / (batch * length)
+
     def query_key_transform(
         self, context: LayerContext, previous: QueryKeyTransform | None
     ) -> QueryKeyTransform | None:

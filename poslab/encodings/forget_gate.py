@@ -86,6 +86,10 @@ class ForgetGateEncoding(ContentTermEncoding):
         """``log f [B, H, T]`` (fp32) of layer ``layer`` from its input ``hidden [B, T, D]``."""
         return log_forget(self.gates[layer], hidden)
 
+    def extra_flops_per_token(self, length: int, batch: int) -> float:
+        """Per layer and token, the gate projection ``d_model -> H``; times 3 for training."""
+        return 6.0 * self.shape.n_layers * self.shape.d_model * self.shape.n_heads
+
     def score_term(self, context: LayerContext, q: Tensor, k: Tensor) -> Tensor:
         total = self.log_forget(context.layer, context.hidden).cumsum(dim=-1)  # c_t, [B, H, T]
         return total[..., :, None] - total[..., None, :]  # c_t - c_s; above the diagonal finite, then masked

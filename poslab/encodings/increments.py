@@ -70,6 +70,10 @@ class DeltaMLP(nn.Module):
         u0 = 1.0 if max_delta is None else max_delta * math.atanh(1.0 / max_delta)
         return math.log(math.expm1(u0 - MIN_DELTA))
 
+    def flops_per_token(self) -> float:
+        """Training FLOPs of its two matrix products on one token (6 per weight)."""
+        return 6.0 * (self.up.weight.numel() + self.out.weight.numel())
+
     def forward(self, x: Tensor) -> Tensor:
         with torch.autocast(x.device.type, enabled=False):  # bf16 would round δ and so the positions
             z = self.out(F.gelu(self.up(self.norm(x.float())))).squeeze(-1)
@@ -105,6 +109,10 @@ class IncrementsSharedEncoding(RotaryEncoding):
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
         super().validate(settings, shape, max_length)
         check_delta_hidden(settings)
+
+    def extra_flops_per_token(self, length: int, batch: int) -> float:
+        """The DeltaMLP on every token, once (its two matrix products)."""
+        return self.delta.flops_per_token()
 
     def positions(self, token_embeddings: Tensor, inputs: PositionInputs) -> Tensor:
         # [B, T] fp32; begin() hands this one tensor to every layer, so one rotation is built per forward
@@ -148,6 +156,10 @@ class IncrementsLayerEncoding(RotaryEncoding):
 
     def begin(self, token_embeddings: Tensor, inputs: PositionInputs) -> tuple[Tensor, Any]:
         return token_embeddings, None  # positions come from each layer's hidden state
+
+    def extra_flops_per_token(self, length: int, batch: int) -> float:
+        """Each layer's DeltaMLP on every token (its two matrix products)."""
+        return sum(delta.flops_per_token() for delta in self.deltas)
 
     def label(self) -> str:
         return super().label() + (":unbounded" if self.max_delta is None else "")

@@ -91,6 +91,19 @@ def path_scores(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, chunk: int = CHUN
     return scores.masked_fill(~causal, float("-inf"))
 
 
+def path_flops(length: int, head_dim: int, chunk: int = CHUNK) -> float:
+    """Forward FLOPs of ``path_scores`` for one sequence and head, beyond its ``q . k`` products (the scores inside
+    a block, ``running @ k_end``: the model's ``q k^T`` counts those): per block of ``C = chunk`` (the length padded
+    to ``T'``, ``N = T' / C`` blocks), six ``[C, C] x [C, D]`` products (``w_beta w^T``, ``w_beta k^T``, ``q w^T``,
+    ``T w_beta``, ``q_w T w_beta``, ``carried_k^T w``), the triangular solve (``C^3``), two ``[C, C] x [C, C]``
+    (``T (w_beta k^T)``, ``q_w carried_k``) and ``w^T (T w_beta)`` (``2 C D^2``); and for each pair of blocks the
+    query's carry across the earlier one (``running @ block_transform``, ``2 C D^2``)."""
+    blocks = -(-length // chunk)
+    padded = blocks * chunk
+    per_block = 12.0 * chunk * head_dim + 5.0 * chunk * chunk + 2.0 * head_dim * head_dim
+    return padded * per_block + blocks * (blocks - 1) * chunk * head_dim * head_dim
+
+
 def path_attention(
     q: Tensor, k: Tensor, v: Tensor, w: Tensor, beta: Tensor, g: Tensor | None = None, scale: float | None = None
 ) -> Tensor:
@@ -167,6 +180,17 @@ class PathEncoding(PositionEncoding):
             w, beta = self.vectors[context.layer](context.hidden.float())
             g = None if self.gates is None else log_forget(self.gates[context.layer], context.hidden)
             return path_weights_and_output(q.float(), k.float(), v, w, beta, g, scale)
+
+    def extra_flops_per_token(self, length: int, batch: int) -> float:
+        """Per layer and token: the Householder vectors (``w``'s rank-32 projection down and up, its convolution of
+        width 3, ``beta``'s ``d_model -> H``), the forget gate's ``d_model -> H`` (PaTH-FoX), and ``path_flops``
+        per head spread over the sequence's tokens; times 3 for training. The softmax's ``weights v`` and the
+        ``q . k`` products are the model's attention count."""
+        shape = self.shape
+        vectors = 2.0 * shape.d_model * (2 * W_RANK + CONV_WIDTH + shape.n_heads)
+        gate = 2.0 * shape.d_model * shape.n_heads if self.forget_gate else 0.0
+        scores = shape.n_heads * path_flops(length, shape.head_dim) / length
+        return 3.0 * shape.n_layers * (vectors + gate + scores)
 
     def label(self) -> str:
         return "path_fox" if self.forget_gate else "path"

@@ -58,3 +58,7 @@ class SelectiveAttentionEncoding(ContentTermEncoding):
 
     def score_term(self, context: LayerContext, q: Tensor, k: Tensor) -> Tensor:
         return selection_term(q, k)
+
+    def extra_flops_per_token(self, length: int, batch: int) -> float:
+        """Per layer and token, head 0's own ``q k^T`` (``2 head_dim T``); times 3 for training."""
+        return 6.0 * self.shape.n_layers * self.shape.head_dim * length

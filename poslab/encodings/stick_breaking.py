@@ -56,7 +56,9 @@ def stick_breaking_attention(
 
 @register("stick_breaking")
 class StickBreakingEncoding(PositionEncoding):
-    """Stick-breaking attention (the module docstring) in every layer."""
+    """Stick-breaking attention (the module docstring) in every layer. No ``extra_flops_per_token``: its matrix
+    products are ``z = q k^T`` and ``weights v``, the two that ``flops_per_token`` counts for every attention; the
+    breaking (log-sigmoids, a cumulative sum) is elementwise, as softmax, and not counted."""
 
     summary = (
         "Stick-breaking attention: no softmax, no position encoding; each query breaks a stick from its nearest key "

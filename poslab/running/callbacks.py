@@ -4,6 +4,7 @@ checkpoints; a checkpoint at Ctrl-C."""
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import statistics
 import sys
@@ -24,62 +25,132 @@ from poslab.runs.checkpoints import CONFIG_KEY
 
 log = logging.getLogger("poslab")
 
-# Dense bf16 peak FLOP/s of devices we know (no sparsity). MFU needs one; set ``peak_flops`` otherwise.
-PEAK_FLOPS = {
-    "H200": 989e12,
-    "H100": 989e12,
-    "A100": 312e12,
-    "L40S": 362e12,
-    "A10G": 125e12,
-    "RTX 4090": 165e12,
-    "RTX 3090": 71e12,
-    "V100": 125e12,
+#: dense peak FLOP/s (no sparsity) of the devices we know, by the number format of the matrix products: ``bf16`` (and
+#: ``fp16``, the same rate on these tensor cores), ``tf32`` (fp32 inputs on the tensor cores: a ``32-true`` run with
+#: torch's float32 matmul precision below ``highest``), ``fp32`` (``32-true`` at ``highest``). From NVIDIA's data
+#: sheets and architecture white papers (the GeForce cards: fp32 accumulation). A format a device lacks (V100: no bf16,
+#: no tf32) has no entry; another device, or a MIG slice of one: unknown (set ``peak_flops``).
+PEAK_FLOPS: dict[str, dict[str, float]] = {
+    "H200 SXM": {"bf16": 989e12, "fp16": 989e12, "tf32": 494.5e12, "fp32": 67e12},
+    "H200 NVL": {"bf16": 835.5e12, "fp16": 835.5e12, "tf32": 417.5e12, "fp32": 60e12},
+    "H100 SXM": {"bf16": 989e12, "fp16": 989e12, "tf32": 494.5e12, "fp32": 67e12},
+    "H100 NVL": {"bf16": 835.5e12, "fp16": 835.5e12, "tf32": 417.5e12, "fp32": 60e12},
+    "H100 PCIe": {"bf16": 756.5e12, "fp16": 756.5e12, "tf32": 378e12, "fp32": 51.2e12},
+    "A100": {"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12},
+    "L40S": {"bf16": 362e12, "fp16": 362e12, "tf32": 183e12, "fp32": 91.6e12},
+    "RTX 4090": {"bf16": 165.2e12, "fp16": 165.2e12, "tf32": 82.6e12, "fp32": 82.6e12},
+    "RTX 3090": {"bf16": 71e12, "fp16": 71e12, "tf32": 35.6e12, "fp32": 35.6e12},
+    "V100 SXM2": {"fp16": 125e12, "fp32": 15.7e12},
+    "V100 PCIe": {"fp16": 112e12, "fp32": 14e12},
 }
 
+#: the device names ``torch.cuda.get_device_name`` gives, matched in order, and the ``PEAK_FLOPS`` entry each is; an
+#: H100 whose name says none of its forms (SXM or HBM3, PCIe, NVL) matches nothing: its peak is unknown
+DEVICE_NAMES: tuple[tuple[str, str], ...] = (
+    (r"\bMIG\b", ""),  # a slice of a device: a fraction of its peak, which the name does not give
+    (r"\bH200 NVL\b", "H200 NVL"),
+    (r"\bH200\b(?!.*\b(PCIe|NVL)\b)", "H200 SXM"),  # "NVIDIA H200": the SXM form (the NVL says NVL)
+    (r"\bH100 NVL\b", "H100 NVL"),
+    (r"\bH100 PCIe\b", "H100 PCIe"),
+    (r"\bH100\b.*\b(SXM\w*|HBM3)\b", "H100 SXM"),  # "NVIDIA H100 80GB HBM3"
+    (r"\bA100\b", "A100"),  # SXM and PCIe: the same peaks
+    (r"\bL40S\b", "L40S"),
+    (r"\bRTX 4090\b", "RTX 4090"),
+    (r"\bRTX 3090\b", "RTX 3090"),
+    (r"\bV100-SXM2\b", "V100 SXM2"),
+    (r"\bV100-PCIE\b", "V100 PCIe"),
+)
 
-def flops_per_token(n_params: int, n_layers: int, d_model: int, context: int, embedding_params: int = 0) -> float:
-    """Training FLOPs per token: 6 per weight (forward 2, backward 4) for the non-embedding weights, plus
-    attention's scores and weighted sums, 6 * 2 * n_layers * context * d_model (PaLM's appendix B, counting
-    the full T x T product as SDPA computes it)."""
-    return 6.0 * (n_params - embedding_params) + 12.0 * n_layers * context * d_model
+
+def matmul_weights(model: Any) -> int:
+    """The weights of the matrix products every token goes through: each block's query/key/value and output
+    projections and its MLP, and the output head (a ``d_model x outputs`` product on every token, tied to the
+    embeddings or not). Not counted: embeddings and position tables (lookups), norms and biases."""
+    layers = (m for block in model.blocks for m in (block.attn.qkv, block.attn.out, block.mlp.up, block.mlp.down))
+    return sum(m.weight.numel() for m in layers) + model.head.weight.numel()
 
 
-def device_peak_flops(device: torch.device, override: float | None = None) -> float | None:
+def flops_per_token(model: Any, length: int, batch: int = 1) -> float:
+    """Training FLOPs per token of ``model`` (a ``poslab.model.Transformer``) on a batch of ``batch`` sequences of
+    ``length`` tokens: 6 per matrix weight (forward 2, backward 4; ``matmul_weights``), plus attention's scores and
+    weighted sums, ``6 * 2 * n_layers * length * d_model`` (PaLM's appendix B, counting the full T x T product as
+    the explicit path and a bias mask compute it), plus the encoding's own matrix products
+    (``PositionEncoding.extra_flops_per_token``: CoPE's gates, FIRE's and DAPE's MLPs, ...). Elementwise work
+    (rotations, softmax, norms) is not counted, for any encoding."""
+    cfg = model.cfg
+    attention = 12.0 * cfg.n_layers * length * cfg.d_model
+    return 6.0 * matmul_weights(model) + attention + float(model.encoding.extra_flops_per_token(length, batch))
+
+
+def number_format(precision: str) -> str | None:
+    """The format a run's matrix products take at Lightning's ``precision`` (``bf16-mixed``, ``16-mixed``,
+    ``32-true``, ...): bf16, fp16, tf32 (fp32 with torch's float32 matmul precision below ``highest``) or fp32;
+    None for another (64-true, transformer-engine): no peak to hold it against."""
+    kind = str(precision).split("-")[0]
+    if kind in ("bf16", "16"):
+        return "bf16" if kind == "bf16" else "fp16"
+    if kind == "32":
+        return "fp32" if torch.get_float32_matmul_precision() == "highest" else "tf32"
+    return None
+
+
+def known_device(name: str) -> str | None:
+    """The ``PEAK_FLOPS`` entry of a CUDA device's name, or None (unknown, or a MIG slice)."""
+    entry = next((entry for pattern, entry in DEVICE_NAMES if re.search(pattern, name)), None)
+    return entry or None
+
+
+def device_peak_flops(device: torch.device, precision: str, override: float | None = None) -> float | None:
+    """One device's dense peak FLOP/s for a run at Lightning's ``precision``: ``override`` where given (whatever the
+    precision), else the known device's peak for the run's number format (tf32 falls back to fp32 on a device
+    without it); None on a CPU, an unknown device or a format it has no figure for (no MFU)."""
     if override:
         return float(override)
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    return next((peak for key, peak in PEAK_FLOPS.items() if key in name), None)
+    entry, kind = known_device(torch.cuda.get_device_name(device)), number_format(precision)
+    if entry is None or kind is None:
+        return None
+    peaks = PEAK_FLOPS[entry]
+    return peaks.get(kind, peaks.get("fp32") if kind == "tf32" else None)
 
 
 class Throughput(L.Callback):
     """Times every training step after ``warmup`` steps; logs tokens/s (and MFU where the peak is known).
 
-    ``summary()`` gives the median tokens/s and step time over the timed steps, for benchmarks and results.
+    A step's FLOPs are counted at its own batch's length (``flops_per_token``), so a task that draws its training
+    length per batch (``task.train_lengths``) is counted at the lengths it trained. Tokens and FLOPs are every
+    rank's; MFU divides them by ``world_size`` devices' peak: the utilisation of each device, not of one.
+
+    ``summary()`` gives the median step time, the median of the steps' tokens/s and MFU, and the FLOPs per token
+    over the timed steps, for benchmarks and results.
     """
 
     def __init__(self, warmup: int = 5, peak_flops: float | None = None) -> None:
         self.warmup, self.peak_override = warmup, peak_flops
         self.step_seconds: list[float] = []
-        self.tokens_per_step = 0
-        self.flops_per_token = 0.0
+        self.step_tokens: list[int] = []  # every rank's tokens of each timed step
+        self.step_flops: list[float] = []  # every rank's training FLOPs of each timed step
+        self.tokens_per_step = 0  # the last step's, every rank's
+        self.flops_per_step = 0.0
+        self.flops_per_token = 0.0  # the last step's; summary(): over the timed steps
+        self.world_size = 1
         self.peak: float | None = None
+        self.model: Any = None
         self._start = 0.0
 
     def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        model = module.model
-        cfg = model.cfg
-        embedding = model.embed.weight.numel() + (0 if cfg.tie_embeddings else model.head.weight.numel())
-        # the length trained at (a language model's context; not its longest evaluation length)
-        context = getattr(trainer.datamodule, "train_length", 0) if trainer.datamodule is not None else 0
-        self.flops_per_token = flops_per_token(model.num_parameters(), cfg.n_layers, cfg.d_model, context, embedding)
-        self.peak = device_peak_flops(module.device, self.peak_override)
+        self.model, self.world_size = module.model, max(1, int(trainer.world_size))
+        self.peak = device_peak_flops(module.device, str(trainer.precision), self.peak_override)
 
     def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch: Any, batch_idx: int) -> None:
         # synthetic tasks: (tokens, targets); language modelling: windows of context + 1 (inputs are all but the last)
         tokens = batch[0] if isinstance(batch, (tuple, list)) else batch["tokens"][:, :-1]
+        rows, length = tokens.shape[0], tokens.shape[-1]
         self.tokens_per_step = int(tokens.numel()) * trainer.world_size
+        if self.model is not None:
+            self.flops_per_token = flops_per_token(self.model, length, rows)
+        self.flops_per_step = self.tokens_per_step * self.flops_per_token
         if module.device.type == "cuda":
             torch.cuda.synchronize()
         self._start = time.perf_counter()
@@ -90,21 +161,30 @@ class Throughput(L.Callback):
         if module.device.type == "cuda":
             torch.cuda.synchronize()
         if trainer.global_step > self.warmup:
-            self.step_seconds.append(time.perf_counter() - self._start)
+            seconds = time.perf_counter() - self._start
+            self.step_seconds.append(seconds)
+            self.step_tokens.append(self.tokens_per_step)
+            self.step_flops.append(self.flops_per_step)
             if trainer.global_step % max(1, trainer.log_every_n_steps) == 0:
-                tokens_per_s = self.tokens_per_step / self.step_seconds[-1]
-                module.log("throughput/tokens_per_s", tokens_per_s)
+                module.log("throughput/tokens_per_s", self.tokens_per_step / seconds)
                 if self.peak:
-                    module.log("throughput/mfu", tokens_per_s * self.flops_per_token / self.peak)
+                    module.log("throughput/mfu", self.mfu(self.flops_per_step / seconds))
+
+    def mfu(self, flops_per_s: float) -> float:
+        """Every rank's FLOP/s over every rank's peak: each device's share of its peak."""
+        return flops_per_s / (self.world_size * self.peak) if self.peak else float("nan")
 
     def summary(self) -> dict[str, float]:
         if not self.step_seconds:
             return {}
-        seconds = statistics.median(self.step_seconds)
-        tokens_per_s = self.tokens_per_step / seconds
-        out = {"step_seconds": seconds, "tokens_per_s": tokens_per_s, "flops_per_token": self.flops_per_token}
+        steps = list(zip(self.step_seconds, self.step_tokens, self.step_flops))
+        out = {
+            "step_seconds": statistics.median(self.step_seconds),
+            "tokens_per_s": statistics.median(tokens / seconds for seconds, tokens, _ in steps),
+            "flops_per_token": sum(self.step_flops) / max(1, sum(self.step_tokens)),
+        }
         if self.peak:
-            out["mfu"] = tokens_per_s * self.flops_per_token / self.peak
+            out["mfu"] = statistics.median(self.mfu(flops / seconds) for seconds, _, flops in steps)
         return out
 
 
