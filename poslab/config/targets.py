@@ -43,6 +43,7 @@ MOVED_MODULES = {
 ADDED_ENCODING_SETTINGS: dict[str, dict[str, Any]] = {
     "sinusoid": {"embedding_scale": 1.0},  # before: tokens added as they were (docs/absolute_scale.md)
     "randomized_rope": {"layer_draws": "shared"},  # before: one draw of positions for every layer
+    "cope": {"table_weight_decay": True},  # before: the position tables decayed with the model's weights
 }
 
 

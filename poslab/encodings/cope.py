@@ -17,7 +17,12 @@ and their term is a finite ``z[t, 0]`` that the causal mask then hides. With eve
 relative positions, the paper's remark.
 
 ``E`` is one table per layer, shared by the heads, starting at zero (the paper's code and x-transformers'): the
-term is 0 and the model NoPE (``inner: none``, the paper's CoPE-only runs) or RoPE (``inner: rope``) at start.
+term is 0 and the model NoPE (``inner: none``, the paper's CoPE-only runs) or RoPE (``inner: rope``) at start. The
+tables are out of weight decay (``table_weight_decay: false``, the default), as the authors train them (RAM's
+``run.sh`` takes its trainer's default ``--optimizer adam``: ``torch.optim.Adam``, no decay) and as every other
+position table here is; ``true`` decays them with the model's weights, what poslab did before the setting existed
+(a named deviation; a run recorded without the setting reads as ``true``:
+``poslab.config.targets.ADDED_ENCODING_SETTINGS``).
 
 As the authors run it (facebookresearch/RAM ``projects/cope/src/cope/context_position.py``, run by its
 ``run.sh``), the default: the position logits are added *before* the division by ``sqrt(head_dim)``
@@ -49,6 +54,7 @@ from torch import Tensor, nn
 from poslab.config.settings import check_choice, check_whole
 from poslab.encodings.base import LayerContext, ModelShape, register
 from poslab.encodings.rotary import OptionalRotation
+from poslab.errors import ConfigError
 
 
 class ContentTermEncoding(OptionalRotation):
@@ -103,12 +109,23 @@ class CopeEncoding(ContentTermEncoding):
 
     train_length_settings = {"max_pos": (1.0, 1)}  # null: the training length + 1, the authors' block_size + 1
 
-    def __init__(self, shape: ModelShape, max_pos: int, position_logits: str, **inner_and_rotary: Any) -> None:
+    def __init__(
+        self,
+        shape: ModelShape,
+        max_pos: int,
+        position_logits: str,
+        table_weight_decay: bool,
+        **inner_and_rotary: Any,
+    ) -> None:
         super().__init__(shape, **inner_and_rotary)  # inner; base, pairing, rotary_dim
         self.max_pos, self.position_logits = int(max_pos), position_logits
+        self.table_weight_decay = bool(table_weight_decay)
         self.layers = nn.ModuleList(
             ContextualPositions(self.max_pos, shape.head_dim, position_logits) for _ in range(shape.n_layers)
         )
+        # the authors' Adam decays nothing; true: the tables with the model's weights (poslab before the setting)
+        tables = tuple(f"layers.{layer}.table" for layer in range(shape.n_layers))
+        self.no_weight_decay = () if self.table_weight_decay else tables  # type: ignore[misc]
 
     @classmethod
     def validate(cls, settings: dict[str, Any], shape: ModelShape, max_length: int) -> None:
@@ -119,6 +136,12 @@ class CopeEncoding(ContentTermEncoding):
         )
         check_whole("encoding.max_pos", settings["max_pos"], 1, meaning)
         check_choice("encoding.position_logits", settings["position_logits"], PLACEMENTS)
+        decay = settings["table_weight_decay"]
+        if not isinstance(decay, bool):
+            raise ConfigError(
+                f"encoding.table_weight_decay={decay!r} must be false (the position tables out of weight decay, as "
+                f"the authors' Adam) or true (decayed with the model's weights, poslab before the setting)."
+            )
 
     def score_term(self, context: LayerContext, q: Tensor, k: Tensor) -> Tensor:
         return self.layers[context.layer](q, k)

@@ -271,6 +271,44 @@ def test_cope_starts_as_its_inner_encoding(inner):
     assert all(layer.table.grad.abs().sum() > 0 for layer in model.encoding.layers)  # and it learns one
 
 
+def optimizer_decay(model: Transformer) -> dict[str, float]:
+    """Each parameter's weight decay in the optimizer the training module builds for ``model``."""
+    from poslab.lightning_modules.base import TransformerModule
+
+    module = TransformerModule(model.cfg, {"lr": 1e-3, "weight_decay": 0.1}, 64)
+    module.model = model
+    groups = module.configure_optimizers()["optimizer"].param_groups
+    decay = {id(p): group["weight_decay"] for group in groups for p in group["params"]}
+    return {name: decay[id(p)] for name, p in model.named_parameters()}
+
+
+def test_cope_tables_are_out_of_weight_decay_as_the_authors_adam():
+    """RAM's CoPE trains with its trainer's default ``--optimizer adam``: no weight decay on the tables (nor on
+    any other position table here). ``table_weight_decay: true``, the named deviation, decays them."""
+    assert type(tiny("cope").encoding).yaml_settings()["table_weight_decay"] is False  # the authors'
+    tables = [f"encoding.layers.{layer}.table" for layer in range(2)]
+    authors = optimizer_decay(tiny("cope", table_weight_decay=False))
+    assert [authors[name] for name in tables] == [0.0, 0.0]
+    assert authors["blocks.0.attn.qkv.weight"] == 0.1  # the model's weights still decayed
+    decayed = optimizer_decay(tiny("cope", table_weight_decay=True))
+    assert [decayed[name] for name in tables] == [0.1, 0.1]
+    # the same label: told apart by the setting's column, as randomized RoPE's layer_draws
+    assert tiny("cope", table_weight_decay=True).encoding.label() == tiny("cope").encoding.label()
+
+
+def test_cope_runs_recorded_before_table_weight_decay_read_as_decayed():
+    """A results.json or checkpoint from before the setting decayed the tables: read so, not as the new default,
+    so that reports set it apart and a resume keeps what it trained."""
+    from poslab.config.targets import with_added_settings
+
+    assert build_encoding({"name": "cope"}, SHAPE, 64).table_weight_decay is True  # recorded before the setting
+    assert tiny("cope").encoding.no_weight_decay == ()
+    recorded = {"encoding": {"name": "cope", "max_pos": 33, "position_logits": "before_scale"}}
+    assert with_added_settings(recorded)["encoding"]["table_weight_decay"] is True
+    given = {"encoding": {"name": "cope", "table_weight_decay": False}}
+    assert with_added_settings(given)["encoding"]["table_weight_decay"] is False
+
+
 def test_labels():
     assert tiny("cope", max_pos=16).encoding.label() == "cope:16"
     assert tiny("cope", max_pos=16, position_logits="after_scale").encoding.label() == "cope:16:after_scale"
@@ -286,6 +324,7 @@ def test_labels():
         ("cope", {"max_pos": 2.5}, r"encoding.max_pos=2.5 must be a whole number"),
         ("cope", {"max_pos": True}, r"encoding.max_pos=True must be a whole number"),
         ("cope", {"inner": "alibi"}, r"encoding.inner='alibi' is not allowed;.* allowed: none, rope"),
+        ("cope", {"table_weight_decay": "no"}, r"encoding.table_weight_decay='no' must be false .* or true"),
         ("forget_gate", {"inner": "ropes"}, r"encoding.inner='ropes' is not allowed;.* allowed: none, rope"),
         ("forget_gate", {"bias_init": "weak"}, r"encoding.bias_init='weak' must be a finite number"),
         ("forget_gate", {"bias_init": math.inf}, r"encoding.bias_init=inf must be a finite number"),
