@@ -147,7 +147,8 @@ class Throughput(L.Callback):
         # synthetic tasks: (tokens, targets); language modelling: windows of context + 1 (inputs are all but the last)
         tokens = batch[0] if isinstance(batch, (tuple, list)) else batch["tokens"][:, :-1]
         rows, length = tokens.shape[0], tokens.shape[-1]
-        self.tokens_per_step = int(tokens.numel()) * trainer.world_size
+        self.world_size = max(1, int(trainer.world_size))  # the ranks whose tokens the step counts
+        self.tokens_per_step = int(tokens.numel()) * self.world_size
         if self.model is not None:
             self.flops_per_token = flops_per_token(self.model, length, rows)
         self.flops_per_step = self.tokens_per_step * self.flops_per_token
