@@ -137,6 +137,7 @@ class Throughput(L.Callback):
         self.world_size = 1
         self.peak: float | None = None
         self.model: Any = None
+        self._flops_at: dict[tuple[int, int], float] = {}  # (length, rows) -> FLOPs per token: once, not every step
         self._start = 0.0
 
     def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
@@ -150,7 +151,9 @@ class Throughput(L.Callback):
         self.world_size = max(1, int(trainer.world_size))  # the ranks whose tokens the step counts
         self.tokens_per_step = int(tokens.numel()) * self.world_size
         if self.model is not None:
-            self.flops_per_token = flops_per_token(self.model, length, rows)
+            if (length, rows) not in self._flops_at:
+                self._flops_at[length, rows] = flops_per_token(self.model, length, rows)
+            self.flops_per_token = self._flops_at[length, rows]
         self.flops_per_step = self.tokens_per_step * self.flops_per_token
         if module.device.type == "cuda":
             torch.cuda.synchronize()
