@@ -3,17 +3,20 @@ against the bf16 matrix-product rate measured in the same run (the limit).
 
     python benchmarks/bf16_speed.py [--steps 20] [--warmup 3] [--threads 2] [--compile] [--quick]
 
-For each model (``byte``: the increments write-up's 6 x 256 byte model, batch 8 x 512; ``hrope_cpu``: 4 x 128,
-batch 16 x 256) and each precision: poslab's tokens/s (``train.py``'s own loop: Lightning, fused AdamW,
-clipping, cosine schedule) and a minimal plain-PyTorch loop's on the same model, optimizer and batches. The
-limit: GEMM GFLOP/s in fp32 and bf16 at the model's own shape (``[batch x context, d] @ [d, 4d]``), 2
-threads. Achieved model FLOP/s = tokens/s x training FLOPs per token (6 per matrix weight, the head's included, plus
-attention: ``poslab.running.callbacks.flops_per_token``); its fraction of the bf16 GEMM rate is how close the step is
-to the machine's limit. ``--compile`` adds bf16 + ``model.compile``. Targets (issue 10): bf16 >= 2x fp32 for the
-byte model; poslab >= 1.0x the plain bf16 loop. poslab's step is timed over ``trainer.fit`` alone
-(``byte_model.poslab_steps``): the evaluation a run does after training is no part of it and is not run. A
-line is printed per measurement as it ends. ``--quick``: the hrope_cpu model only, batch 2 x 128, one round of 2
-steps after 1 (a smoke check, in about a minute).
+For each model (``byte``: the increments write-up's 6 x 256 byte model, batch 8 x 512, 257 bytes; ``hrope_cpu``:
+4 x 128, batch 16 x 256, its recipe's (hrope_rope_cpu) 2048-symbol BPE) and each precision: poslab's tokens/s
+(``train.py``'s own loop: Lightning, fused AdamW, clipping, cosine schedule) and a minimal plain-PyTorch loop's
+on the same model, optimizer and batches. The limit: GEMM GFLOP/s in fp32 and bf16 at the model's own shape
+(``[batch x context, d] @ [d, 4d]``), 2 threads. Achieved model FLOP/s = tokens/s x training FLOPs per token (6
+per matrix weight, the head's included, plus attention: ``poslab.running.callbacks.flops_per_token``); its fraction
+of the bf16 GEMM rate is how close the step is to the machine's limit. ``--compile`` adds bf16 + ``model.compile``.
+Targets (issue 10): bf16 >= 2x fp32 for the byte model; poslab >= 1.0x the plain bf16 loop. poslab's step is timed
+over ``trainer.fit`` alone (``byte_model.poslab_steps``): the evaluation a run does after training is no part of it
+and is not run. A line is printed per measurement as it ends. ``--quick``: the hrope_cpu model only, batch 2 x 128,
+one round of 2 steps after 1 (a smoke check, in about a minute). Each model is built at its recipe's tokenizer and
+vocabulary (``byte_model.recipe_vocabulary``, as gpu_check does) on a generated corpus rich enough for a BPE to
+reach it (``byte_model.vocabulary_corpus``); a BPE that stops short stops the script
+(``byte_model.check_vocabulary``): its figures would describe another model.
 """
 
 from __future__ import annotations
@@ -28,17 +31,30 @@ import warnings
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from omegaconf import open_dict
 
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from poslab.model import Transformer
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from byte_model import make_corpus, measurement_config, plain_loop, poslab_steps  # noqa: E402
+from byte_model import (  # noqa: E402
+    check_vocabulary,
+    measurement_config,
+    plain_loop,
+    poslab_steps,
+    recipe_vocabulary,
+    vocabulary_corpus,
+)
 
-MODELS = {  # model config, batch, context
-    "byte": ("byte", 8, 512),
-    "hrope_cpu": ("hrope_cpu", 16, 256),
+MODELS = {  # model config, the recipe whose tokenizer and vocabulary it is built at, batch, context
+    "byte": ("byte", "increments_rope", 8, 512),
+    "hrope_cpu": ("hrope_cpu", "hrope_rope_cpu", 16, 256),
 }
 
 
@@ -79,7 +95,12 @@ def interleaved(measure: dict[str, Callable[[], float]], rounds: int, what: str 
     return {name: statistics.median(values) for name, values in seconds.items()}
 
 
-def step_config(model: str, precision: str, args: argparse.Namespace, data: Path, compile_model: bool = False):
+def step_config(
+    name: str, precision: str, args: argparse.Namespace, data: Path, compile_model: bool = False
+) -> DictConfig:
+    """The training config of a measurement of ``name`` (a ``MODELS`` entry): the byte-model recipe's optimizer and
+    schedule for every model (the plain loop's), at the tokenizer and vocabulary of the model's own recipe."""
+    model, recipe = MODELS[name][:2]
     overrides = [
         "experiment=increments_rope",  # the byte-model recipe: AdamW, cosine, clipping 1.0, bf16 on its GPU
         f"model={model}",
@@ -93,7 +114,18 @@ def step_config(model: str, precision: str, args: argparse.Namespace, data: Path
     with open_dict(cfg):
         cfg.callbacks.pop("progress_bar", None)
         cfg.callbacks.pop("checkpoint", None)
-    return cfg
+    return recipe_vocabulary(cfg, recipe)
+
+
+def measured_model(name: str, args: argparse.Namespace, data: Path) -> Transformer:
+    """``name``'s model as the measurements build it (fp32), checked to have its recipe's vocabulary: before any
+    step is timed, so that a BPE short of it stops the script at once."""
+    from poslab.running.builders import build_datamodule, build_module
+
+    cfg = step_config(name, "32-true", args, data)
+    net = build_module(cfg, build_datamodule(cfg)).model
+    check_vocabulary(MODELS[name][1], cfg.corpus, net.cfg.vocab_size)
+    return net
 
 
 def main() -> None:
@@ -117,13 +149,14 @@ def main() -> None:
 
     keep_freed_memory()
     data = Path(tempfile.mkdtemp())
-    make_corpus(data, 300_000 if args.quick else 3_000_000)
+    vocabulary_corpus(data, 300_000 if args.quick else 3_000_000)
     print(
         f"cpu, {args.threads} threads, torch {torch.__version__}; median of {args.steps} steps after {args.warmup}, "
         f"plain and poslab in {args.rounds} alternating rounds"
     )
     for name in args.models.split(","):
-        model, args.batch, args.context = MODELS[name] if not args.quick else (MODELS[name][0], 2, 128)
+        model, _, args.batch, args.context = MODELS[name] if not args.quick else (*MODELS[name][:2], 2, 128)
+        net = measured_model(name, args, data)
         shape = compose_config([f"model={model}"]).model
         m, d = args.batch * args.context, int(shape.d_model)
         limit = {dt: gemm_gflops(m, d, 4 * d, dt) for dt in (torch.float32, torch.bfloat16)}
@@ -135,7 +168,7 @@ def main() -> None:
         }
         rows = {}
         for precision in ("32-true", "bf16-mixed"):
-            config = partial(step_config, model, precision, args, data)
+            config = partial(step_config, name, precision, args, data)
             plain = partial(plain_loop, steps=args.steps, warmup=args.warmup, bf16=precision == "bf16-mixed")
             times = interleaved(
                 {"plain": lambda: plain(config()), "poslab": lambda: poslab_steps(config())},  # noqa: B023 (called now)
@@ -146,20 +179,15 @@ def main() -> None:
         if args.compile:
             rows["bf16-mixed + compile"] = (
                 float("nan"),
-                poslab_steps(step_config(model, "bf16-mixed", args, data, True)),
+                poslab_steps(step_config(name, "bf16-mixed", args, data, True)),
             )
-        from poslab.running.builders import build_datamodule, build_module
-
-        cfg = step_config(model, "32-true", args, data)
-        datamodule = build_datamodule(cfg)
-        net = build_module(cfg, datamodule).model
         fpt = flops_per_token(net, args.context, args.batch)
         tokens = args.batch * args.context
         print(
-            f"\n{name}: {net.num_parameters():,} parameters, batch {args.batch} x {args.context}; GEMM [{m}, {d}] @ "
-            f"[{d}, {4 * d}]: fp32 {limit[torch.float32]:.0f} GFLOP/s, bf16 {limit[torch.bfloat16]:.0f} GFLOP/s "
-            f"(bf16/fp32 {limit[torch.bfloat16] / limit[torch.float32]:.2f}); 1024^3 GEMM: fp32 "
-            f"{square[torch.float32]:.0f}, bf16 {square[torch.bfloat16]:.0f} GFLOP/s"
+            f"\n{name}: {net.num_parameters():,} parameters, vocabulary {net.cfg.vocab_size:,}, batch {args.batch} x "
+            f"{args.context}; GEMM [{m}, {d}] @ [{d}, {4 * d}]: fp32 {limit[torch.float32]:.0f} GFLOP/s, bf16 "
+            f"{limit[torch.bfloat16]:.0f} GFLOP/s (bf16/fp32 {limit[torch.bfloat16] / limit[torch.float32]:.2f}); "
+            f"1024^3 GEMM: fp32 {square[torch.float32]:.0f}, bf16 {square[torch.bfloat16]:.0f} GFLOP/s"
         )
         print("| precision | plain tokens/s | poslab tokens/s | poslab/plain | model GFLOP/s | of bf16 GEMM rate |")
         print("|---|---|---|---|---|---|")

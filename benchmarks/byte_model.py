@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -29,6 +30,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from compile import measurement_parser, parse_measurement  # noqa: E402
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 ENCODINGS = ("rope", "increments_shared", "increments_layer")
 
@@ -49,6 +53,56 @@ def make_corpus(directory: Path, n_bytes: int = 3_000_000) -> None:
         docs.append(json.dumps({"text": text}))
         size += len(text.encode())
     (directory / "bench.jsonl").write_text("\n".join(docs) + "\n")
+
+
+#: the made-up words of ``vocabulary_corpus``: 1 to 4 of these syllables
+SYLLABLES = [c + v for c in "bcdfghjklmnprstvwz" for v in ("a", "e", "i", "o", "u", "ai", "ou")]
+
+
+def vocabulary_corpus(directory: Path, n_bytes: int, n_words: int = 20_000) -> None:
+    """``directory/bench.jsonl`` (``BENCH_CORPUS``): documents of 4 paragraphs (blank lines) of 8 sentences of 12
+    words, drawn Zipf-like from ``n_words`` made-up words, so that a BPE trained on it reaches the recipes'
+    vocabularies (8192 from 300,000 bytes of it; on ``make_corpus``'s ten words a BPE stops at about 316)."""
+    rng = np.random.default_rng(0)
+    words: set[str] = set()
+    while len(words) < n_words:
+        words.add("".join(rng.choice(SYLLABLES, rng.integers(1, 5))))
+    vocabulary = np.array(sorted(words))
+    weights = 1.0 / np.arange(1, n_words + 1)
+    weights /= weights.sum()
+    docs, size = [], 0
+    while size < n_bytes:
+        drawn = rng.choice(vocabulary, (4, 8, 12), p=weights)
+        text = "\n\n".join(". ".join(" ".join(sentence) for sentence in paragraph) + "." for paragraph in drawn)
+        docs.append(json.dumps({"text": text}))
+        size += len(text.encode())
+    (directory / "bench.jsonl").write_text("\n".join(docs) + "\n")
+
+
+def recipe_vocabulary(cfg: DictConfig, experiment: str) -> DictConfig:
+    """``cfg`` with ``experiment``'s tokenizer and vocabulary (``corpus.tokenizer``, ``corpus.vocab_size``) on the
+    generated corpus: ``BENCH_CORPUS`` names neither, so without them every model would be measured at 257 bytes."""
+    from omegaconf import open_dict
+
+    from poslab.running.compose import compose_config
+
+    recipe = compose_config([f"experiment={experiment}"]).corpus
+    with open_dict(cfg):
+        for key in ("tokenizer", "vocab_size"):
+            if key in recipe:
+                cfg.corpus[key] = recipe[key]
+    return cfg
+
+
+def check_vocabulary(experiment: str, corpus: Any, vocab_size: int) -> int:
+    """``vocab_size``, the model's, when it is the recipe's (a BPE's ``corpus.vocab_size``); else stop: a BPE that
+    stopped short on the generated text would be measured as another, smaller model."""
+    if corpus.get("tokenizer", "bytes") == "bpe" and int(vocab_size) != int(corpus.vocab_size):
+        raise RuntimeError(
+            f"{experiment}: the BPE trained on the generated corpus has {vocab_size} symbols, not the recipe's "
+            f"{corpus.vocab_size}; the figures would describe another model (a richer corpus: vocabulary_corpus)."
+        )
+    return int(vocab_size)
 
 
 def measurement_config(overrides: list[str], args: argparse.Namespace, data: Path, out: Path):

@@ -15,10 +15,11 @@ fails records its error and the next one runs; once ``--budget-s`` seconds have 
    own training loop (Lightning, the Throughput callback; ``trainer.fit`` only, not the evaluation a run does
    after its steps): whether it runs, median tokens/s, MFU against the device's dense peak for the precision
    (poslab.running.callbacks.PEAK_FLOPS: an H200's bf16, 989 TFLOP/s), and peak GPU memory (reset, after the
-   previous recipe's memory is freed, before each recipe). The corpus is generated (``vocabulary_corpus``:
+   previous recipe's memory is freed, before each recipe). The corpus is generated (``byte_model.vocabulary_corpus``:
    paragraphs of sentences over 20,000 made-up words, enough for a BPE to reach the hRoPE recipes' 8192
-   symbols); the batch and the vocabulary are the recipe's own, in a dry run too (a recipe whose BPE stops short
-   of its ``corpus.vocab_size`` is recorded as not run, not measured at another size).
+   symbols); the batch and the vocabulary are the recipe's own (``byte_model.recipe_vocabulary``, shared with
+   bf16_speed), in a dry run too (a recipe whose BPE stops short of its ``corpus.vocab_size`` is recorded as not
+   run, not measured at another size: ``byte_model.check_vocabulary``).
 2. ``compile``: the byte model's training step (rope) with and without ``model.compile`` (benchmarks/compile.py),
    compile time apart, and one step of ALiBi with attention=flex under model.compile (both together).
 3. ``alibi_flex``: bias mask against flex, forward + backward in bf16, the attention operation and the whole
@@ -39,44 +40,26 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import alibi_flex  # noqa: E402
 import compile as compile_bench  # noqa: E402
-from byte_model import fit_only, measurement_config, throughput  # noqa: E402
+from byte_model import (  # noqa: E402
+    check_vocabulary,
+    fit_only,
+    measurement_config,
+    recipe_vocabulary,
+    throughput,
+    vocabulary_corpus,
+)
 
 # --dry-run: a model small enough to compile and train in seconds on a CPU
 DRY_MODEL = ["model.n_layers=2", "model.d_model=64", "model.n_heads=4", "model.mlp_hidden=128"]
 
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "conf" / "experiment"
-
-#: the made-up words of ``vocabulary_corpus``: 1 to 4 of these syllables
-SYLLABLES = [c + v for c in "bcdfghjklmnprstvwz" for v in ("a", "e", "i", "o", "u", "ai", "ou")]
-
-
-def vocabulary_corpus(directory: Path, n_bytes: int, n_words: int = 20_000) -> None:
-    """``directory/bench.jsonl`` (byte_model's ``BENCH_CORPUS``): documents of 4 paragraphs (blank lines) of 8
-    sentences of 12 words, drawn Zipf-like from ``n_words`` made-up words, so that a BPE trained on it reaches the
-    recipes' vocabularies (8192 from 300,000 bytes of it; on byte_model.make_corpus's ten words a BPE stops at about
-    316)."""
-    rng = np.random.default_rng(0)
-    words: set[str] = set()
-    while len(words) < n_words:
-        words.add("".join(rng.choice(SYLLABLES, rng.integers(1, 5))))
-    vocabulary = np.array(sorted(words))
-    weights = 1.0 / np.arange(1, n_words + 1)
-    weights /= weights.sum()
-    docs, size = [], 0
-    while size < n_bytes:
-        drawn = rng.choice(vocabulary, (4, 8, 12), p=weights)
-        text = "\n\n".join(". ".join(" ".join(sentence) for sentence in paragraph) + "." for paragraph in drawn)
-        docs.append(json.dumps({"text": text}))
-        size += len(text.encode())
-    (directory / "bench.jsonl").write_text("\n".join(docs) + "\n")
 
 
 def freed_memory() -> None:
@@ -115,9 +98,7 @@ def train_throughput(experiment: str, args: argparse.Namespace, data: Path, out:
     with open_dict(cfg):
         cfg.callbacks.pop("checkpoint", None)  # no checkpoint writes in a throughput check
         cfg.callbacks.pop("progress_bar", None)
-        for key in ("tokenizer", "vocab_size"):  # the recipe's tokenizer and vocabulary, on the generated corpus
-            if key in recipe.corpus:
-                cfg.corpus[key] = recipe.corpus[key]
+    recipe_vocabulary(cfg, experiment)  # the recipe's tokenizer and vocabulary, on the generated corpus
     freed_memory()
     start = time.perf_counter()
     trainer, module = fit_only(cfg)
@@ -135,17 +116,6 @@ def train_throughput(experiment: str, args: argparse.Namespace, data: Path, out:
         "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None,
         "fit_seconds": time.perf_counter() - start,  # data, model and trainer built, and the steps
     }
-
-
-def check_vocabulary(experiment: str, corpus: Any, vocab_size: int) -> int:
-    """``vocab_size``, the model's, when it is the recipe's (a BPE's ``corpus.vocab_size``); else stop: a BPE that
-    stopped short on the generated text would be measured as another, smaller model."""
-    if corpus.get("tokenizer", "bytes") == "bpe" and int(vocab_size) != int(corpus.vocab_size):
-        raise RuntimeError(
-            f"{experiment}: the BPE trained on the generated corpus has {vocab_size} symbols, not the recipe's "
-            f"{corpus.vocab_size}; the figures would describe another model (a richer corpus: vocabulary_corpus)."
-        )
-    return int(vocab_size)
 
 
 def compile_check(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:

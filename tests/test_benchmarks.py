@@ -80,7 +80,7 @@ def test_bf16_speed_times_the_training_step_without_the_evaluation(tmp_path: Pat
     monkeypatch.setattr(poslab.running.training, "test", refuse)
     monkeypatch.setattr(pl.Trainer, "test", refuse)
     monkeypatch.setattr(pl.Trainer, "validate", refuse)
-    byte_model.make_corpus(tmp_path, n_bytes=200_000)
+    byte_model.vocabulary_corpus(tmp_path, n_bytes=200_000)
     args = Namespace(steps=2, warmup=1, threads=1, batch=2, context=32)
     cfg = bf16_speed.step_config("hrope_cpu", "32-true", args, tmp_path)
     module_validation = []
@@ -90,6 +90,29 @@ def test_bf16_speed_times_the_training_step_without_the_evaluation(tmp_path: Pat
     seconds = byte_model.poslab_steps(cfg)
     assert not evaluated and not module_validation
     assert 0 < seconds < 30
+
+
+def test_bf16_speed_builds_each_model_at_its_recipes_vocabulary(tmp_path: Path):
+    """The hrope_cpu model is its recipe's (hrope_rope_cpu: a 2048-symbol BPE), not 257 bytes as the byte-model
+    recipe it borrows its optimizer from would give it; the byte model stays at 257 bytes (as gpu_check does)."""
+    bf16_speed = load("bf16_speed")
+    sys.modules["byte_model"].vocabulary_corpus(tmp_path, 100_000)
+    args = Namespace(steps=2, warmup=1, threads=1, batch=2, context=32)
+    assert bf16_speed.MODELS["hrope_cpu"][1] == "hrope_rope_cpu"
+    hrope = bf16_speed.measured_model("hrope_cpu", args, tmp_path)
+    assert hrope.cfg.vocab_size == 2048 and hrope.cfg.d_model == 128
+    config = bf16_speed.step_config("hrope_cpu", "bf16-mixed", args, tmp_path)  # what each measurement trains
+    assert config.corpus.tokenizer == "bpe" and config.corpus.vocab_size == 2048
+    assert bf16_speed.measured_model("byte", args, tmp_path).cfg.vocab_size == 257
+
+
+def test_bf16_speed_refuses_a_bpe_short_of_the_recipes_vocabulary(tmp_path: Path):
+    """On make_corpus's ten words the BPE stops near 316 symbols: the script stops before timing another model."""
+    bf16_speed = load("bf16_speed")
+    sys.modules["byte_model"].make_corpus(tmp_path, n_bytes=100_000)
+    args = Namespace(steps=2, warmup=1, threads=1, batch=2, context=32)
+    with pytest.raises(RuntimeError, match=r"hrope_rope_cpu: the BPE .* has \d+ symbols, not the recipe's 2048"):
+        bf16_speed.measured_model("hrope_cpu", args, tmp_path)
 
 
 def gpu_check_dry_run() -> Namespace:
