@@ -361,6 +361,35 @@ def test_a_change_of_a_listed_modules_source_prepares_the_data_and_trains_the_bp
     assert again.directory == first.directory  # the same code finds its cache
 
 
+def test_another_tokenizers_version_prepares_the_data_and_trains_the_bpe_anew(tmp_path, monkeypatch):
+    """The third-party libraries that shape the data (``tokenizers`` trains and applies the BPE, ``datasets`` reads
+    a hub source) change no poslab source when upgraded: their installed versions are hashed into both keys, so a
+    cache prepared under another ``tokenizers`` is not read as this one's."""
+    from poslab.datamodules.corpora import code_version
+
+    assert set(code_version.LIBRARIES) >= {"tokenizers", "datasets"}
+    assert code_version.installed_version("poslab-no-such-distribution") == "absent"
+    write_jsonl(tmp_path / "data" / "web" / "a.jsonl", [f"Doc {i}. A sentence. End." for i in range(8)])
+    corpus = {
+        "name": "web",
+        "tokenizer": "bpe",
+        "vocab_size": 300,
+        "validation_fraction": 0.3,
+        "groups": {"main": {"local": [{"pattern": "web/*.jsonl"}]}},
+    }
+    (first,) = prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")
+    real = code_version.installed_version
+    monkeypatch.setattr(code_version, "installed_version", lambda n: "0.0-other" if n == "tokenizers" else real(n))
+    (second,) = prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")
+    assert second.meta["code"] != first.meta["code"] and second.directory != first.directory
+    assert len(list((tmp_path / "cache" / "tokenizers").glob("*.json"))) == 2  # the BPE is trained again too
+    monkeypatch.setattr(code_version, "installed_version", lambda n: "absent" if n == "datasets" else real(n))
+    assert code_version.code_hash() not in {first.meta["code"], second.meta["code"]}  # not installed: a version too
+    monkeypatch.undo()
+    (again,) = prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")
+    assert again.directory == first.directory  # the same versions find their cache
+
+
 def _poslab_imports(name: str) -> set[str]:
     """The poslab modules ``name``'s source imports (at the top or inside a function), read from its syntax."""
     import ast

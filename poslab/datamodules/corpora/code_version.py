@@ -7,11 +7,16 @@ segmentation's sentence ends; c672c8e, BPE ``encode_special_tokens``): a stale c
 cheap against a stale cache). A module added to the preparation path must be listed in ``HASHED`` or, with the
 reason, in ``NOT_HASHED``: ``tests/datamodules/test_prepared_data.py`` walks the imports of ``cache`` and fails on
 a module in neither.
+
+The installed versions of the third-party libraries in ``LIBRARIES`` are hashed in too: their code shapes the data
+as much as poslab's (another ``tokenizers`` may train another BPE from the same text), and an upgrade edits no poslab
+source.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import importlib.util
 
 #: the modules whose code decides the prepared data, each with why: their sources are hashed into the cache key
@@ -39,6 +44,23 @@ NOT_HASHED = {
 }
 
 
+#: the third-party distributions whose code shapes the prepared data, each with why: their installed versions are
+#: hashed into the cache key (numpy only stores the arrays, and is not listed)
+LIBRARIES = {
+    "tokenizers": "trains the BPE and encodes every document with it",
+    "datasets": "reads a hub source's documents (load_dataset)",
+}
+
+
+def installed_version(distribution: str) -> str:
+    """The installed version of ``distribution``, or ``"absent"``: a library installed later (or removed) is then
+    a change of version too."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
 def module_source(name: str) -> bytes:
     """The source file of module ``name``, as bytes (read, not imported): what ``code_hash`` hashes."""
     spec = importlib.util.find_spec(name)
@@ -49,10 +71,14 @@ def module_source(name: str) -> bytes:
 
 
 def code_hash() -> str:
-    """16 hex digits of a sha256 over the ``HASHED`` modules' names and sources, in name order."""
+    """16 hex digits of a sha256 over the ``HASHED`` modules' names and sources, then the ``LIBRARIES``' names and
+    installed versions, each in name order."""
     digest = hashlib.sha256()
     for name in sorted(HASHED):
         source = module_source(name)
         digest.update(f"{name}\0{len(source)}\0".encode())
         digest.update(source)
+    for name in sorted(LIBRARIES):  # names and lengths delimit each entry: no two lists hash alike
+        version = installed_version(name)
+        digest.update(f"{name}\0{len(version)}\0{version}".encode())
     return digest.hexdigest()[:16]
