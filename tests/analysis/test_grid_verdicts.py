@@ -1,13 +1,15 @@
 """docs/extrapolation_grid_verdicts.py's rules (the review's item 5): a degenerate interval (both seeds the same
 figure) makes no row "reproduced" on its own, and the write-up's conclusions are read as the magnitudes it states
-(docs/verdicts.md), not against thresholds set after the runs. The doc's own output is compared in
-tests/test_docs_scripts.py."""
+(docs/verdicts.md), to the digits it prints them with, not against thresholds set after the runs. The doc's own
+output is compared in tests/test_docs_scripts.py."""
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
 from types import ModuleType
+
+import pytest
 
 from poslab.analysis.stats import Interval
 
@@ -37,9 +39,21 @@ def test_a_degenerate_column_is_not_testable_beside_the_columns_that_reproduce()
 
 def test_the_write_ups_conclusions_are_read_as_its_magnitudes():
     verdicts = script()
-    nope = Interval.of([0.985, 0.982])  # seen NoPE, log-scaled: 0.984 [0.964, 1.003]
-    assert verdicts.magnitude_verdict(nope, 0.960).startswith("contradicted (above")
     steep = Interval.of([0.920 - 0.854, 0.926 - 0.854])  # steep ALiBi above always-"no": 0.069 [0.031, 0.107]
-    assert verdicts.magnitude_verdict(steep, 0.08) == "reproduced"
-    assert verdicts.magnitude_verdict(Interval.of([0.5, 0.5]), 0.5) == "not testable"  # degenerate
-    assert verdicts.magnitude_verdict(Interval.of([-0.1, 0.3]), 0.08) == "not resolved"  # holds 0 and the value
+    assert verdicts.magnitude_verdict(steep, 0.08, 2) == "reproduced"  # "8 points": holds all of [0.075, 0.085)
+    assert verdicts.magnitude_verdict(Interval.of([0.5, 0.5]), 0.5, 1) == "not testable"  # degenerate
+    assert verdicts.magnitude_verdict(Interval.of([-0.1, 0.3]), 0.08, 2) == "not resolved"  # holds 0 and the value
+
+
+def test_a_magnitude_is_the_range_its_printed_digits_stand_for():
+    """The write-up's "96%" stands for [0.955, 0.965): an interval reaching into that range and past it neither holds
+    nor excludes the write-up's value (not resolved), where against a figure printed to three digits it could."""
+    verdicts = script()
+    assert verdicts.printed_range(0.96, 2) == pytest.approx((0.955, 0.965))
+    nope = Interval.of([0.985, 0.982])  # seen NoPE, log-scaled: 0.984 [0.964, 1.003]
+    assert verdicts.magnitude_verdict(nope, 0.96, 2) == "not resolved"
+    assert verdicts.magnitude_verdict(nope, 0.960, 3).startswith("contradicted (above")  # [0.9595, 0.9605)
+    inside = Interval.of([0.959, 0.960, 0.961, 0.960, 0.960])  # [0.9591, 0.9609]: every value prints as 96%
+    assert verdicts.magnitude_verdict(inside, 0.96, 2) == "reproduced"
+    below = Interval.of([0.940, 0.941, 0.942, 0.941])
+    assert verdicts.magnitude_verdict(below, 0.96, 2).startswith("contradicted (below")
