@@ -55,8 +55,15 @@ def _add_claim(parser: argparse.ArgumentParser, figure: str, pairing: str, sides
     )
 
 
-def _add_from(parser: argparse.ArgumentParser, summary: str, without: str = "the runs", merges: bool = False) -> None:
-    """``--from SUMMARY``; ``merges``: several summaries (of runs analysed apart) make one report."""
+def _add_from(
+    parser: argparse.ArgumentParser,
+    summary: str,
+    without: str = "the runs",
+    merges: bool = False,
+    files: str = "the tables and PNGs",
+) -> None:
+    """``--from SUMMARY``; ``merges``: several summaries (of runs analysed apart) make one report; ``files``: what
+    the command writes (a report without figures says so)."""
     several = " (several: the report of all their runs, for --output-dir)" if merges else ""
     parser.add_argument(
         "--from",
@@ -64,8 +71,7 @@ def _add_from(parser: argparse.ArgumentParser, summary: str, without: str = "the
         default=None,
         metavar="SUMMARY",
         **({"nargs": "+"} if merges else {}),
-        help=f"re-render the tables and PNGs from a {summary} this command wrote, without {without}{several} "
-        f"(default: compute)",
+        help=f"re-render {files} from the {summary} this command wrote, without {without}{several} (default: compute)",
     )
 
 
@@ -219,7 +225,7 @@ def _add_reports(reports: argparse._SubParsersAction) -> None:
 
     losses = _parser(reports, "losses", "validation loss and bits per byte of language-model runs side by side")
     losses.add_argument("directories", nargs="*", metavar="DIR", help="run or multirun directories")
-    _add_from(losses, "losses.json")
+    _add_from(losses, "losses.json", files="the tables (losses.md, losses.csv)")
     _add_output_dir(losses, "the first directory's analysis/losses, or beside SUMMARY")
 
 
