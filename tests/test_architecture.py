@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -237,3 +238,25 @@ def test_render_layers_load_no_torch_and_the_corpus_compute_layer_no_matplotlib(
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "argv", [["encoding=rope", "encoding.base=-5"], ["model.attention=flex", "encoding=fire"]], ids=["range", "path"]
+)
+def test_an_encodings_refusal_comes_before_lightning_loads(argv, tmp_path):
+    """The encodings' check (train.py's pre-check, stage 3) imports torch, not a datamodule: Lightning, seconds more
+    before the message, loads only for a config that passes."""
+    probe = (
+        "import sys\n"
+        "from poslab.running.precheck import check_command_line\n"
+        "try:\n"
+        f"    check_command_line({argv!r}, sources=True)\n"
+        "except SystemExit as stop:\n"
+        "    print('exit', stop.code, 'lightning' in sys.modules, 'poslab.datamodules.synthetic' in sys.modules)\n"
+    )
+    environment = {**os.environ, "POSLAB_LOG_DIR": str(tmp_path / "logs")}
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=120
+    )
+    assert result.stdout.split() == ["exit", "2", "False", "False"], (result.stdout, result.stderr[-1500:])

@@ -157,13 +157,10 @@ def check_encoding(cfg: DictConfig) -> None:
     """The encoding's own ``validate`` (ranges, sizes against the model) and its attention paths against
     ``model.attention``: imports torch, so it runs last. A setting the task's data fills in (rand_axial's
     ``paragraph_density`` on a text corpus) may still be null."""
-    import hydra
-
     from poslab.encodings.base import ModelShape, validate_encoding
 
     model = cfg.model
     shape = ModelShape.from_config(model)
-    datamodule = hydra.utils.get_class(str(cfg.task._target_))
     task = OmegaConf.to_container(cfg.task, resolve=False)
     assert isinstance(task, dict)
     for key in ("context_length", "train_length", "eval_lengths"):  # lengths may follow the context: resolved
@@ -176,7 +173,27 @@ def check_encoding(cfg: DictConfig) -> None:
         settings,
         shape,
         max_length(task),
-        filled_by_data=lambda key: hasattr(datamodule, key),
+        filled_by_data=data_fills(str(cfg.task._target_)),
         attention=str(model.attention),
         train_length=train_length(task),
     )
+
+
+#: the encoding settings (``corpus_settings``) each of poslab's datamodules fills in from its data (a property of the
+#: same name), by ``task._target_``: known here so that a refused encoding imports no datamodule (each imports
+#: Lightning: seconds before the message). tests/running/test_checks.py holds it to the classes.
+DATA_FILLED_SETTINGS: dict[str, tuple[str, ...]] = {
+    "poslab.datamodules.SyntheticDataModule": ("paragraph_density",),
+    "poslab.datamodules.LanguageModelDataModule": ("paragraph_density",),
+}
+
+
+def data_fills(target: str) -> Callable[[str], bool]:
+    """Whether the datamodule ``target`` fills in an encoding setting from its data: from ``DATA_FILLED_SETTINGS``,
+    or, for a datamodule of one's own, its class asked (imported)."""
+    if target in DATA_FILLED_SETTINGS:
+        return DATA_FILLED_SETTINGS[target].__contains__
+    import hydra
+
+    datamodule = hydra.utils.get_class(target)
+    return lambda key: hasattr(datamodule, key)

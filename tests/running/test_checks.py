@@ -78,3 +78,22 @@ def test_every_job_reaches_the_directory_stage_when_all_else_passes(tmp_path: Pa
     check_configs(configs, lambda cfg: reached.append(Path(cfg.paths.output_dir).name))
     assert reached == ["0", "1"]
     check_run_directory_of(configs[0])  # an empty directory: nothing to refuse
+
+
+def test_the_settings_a_datamodule_fills_in_are_known_without_importing_it() -> None:
+    """``DATA_FILLED_SETTINGS`` (what lets the encodings' check import no datamodule, and so no Lightning) says of
+    each of poslab's datamodules exactly the encoding settings it has a property for, and names every task's."""
+    import hydra
+
+    from poslab.config.settings import encoding_defaults, task_defaults
+    from poslab.encodings import encoding_class
+    from poslab.running.checks import DATA_FILLED_SETTINGS, data_fills
+
+    settings = {key for name in encoding_defaults() for key in encoding_class(name).corpus_settings}
+    assert settings == {"paragraph_density"}
+    assert {str(task["_target_"]) for task in task_defaults().values()} == set(DATA_FILLED_SETTINGS)
+    for target, filled in DATA_FILLED_SETTINGS.items():
+        datamodule = hydra.utils.get_class(target)
+        assert {key for key in settings if hasattr(datamodule, key)} == set(filled), target
+        assert data_fills(target)("paragraph_density") and not data_fills(target)("base")
+    assert data_fills("poslab.runs.folders.RecordedJob")("of")  # a datamodule of one's own: its class is asked
