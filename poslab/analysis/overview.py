@@ -136,7 +136,7 @@ def latest_command_jobs(sweep: Path, finished: list[Path]) -> str | None:
     import yaml
 
     from poslab.runs.files import MULTIRUN_FILE
-    from poslab.runs.folders import job_folder_name
+    from poslab.runs.folders import existing_job_folder
 
     if not (sweep / MULTIRUN_FILE).is_file():
         return None
@@ -147,7 +147,7 @@ def latest_command_jobs(sweep: Path, finished: list[Path]) -> str | None:
         jobs = job_overrides(task, multirun=True)
     except Exception as error:  # noqa: BLE001  (a sweep of another checkout's configs: the folders still count)
         return f"its latest command's jobs not counted ({type(error).__name__}: {str(error).splitlines()[0][:120]})"
-    missing = [job for job in jobs if not (sweep / job_folder_name(job)).is_dir()]
+    missing = [job for job in jobs if existing_job_folder(sweep, job) is None]
     return f"its latest command ({MULTIRUN_FILE}) names {len(jobs)} jobs, {len(missing)} not started" + time_left(
         missing, finished
     )

@@ -93,9 +93,10 @@ def finished_jobs(overrides: list[str], jobs: list[list[str]], base: DictConfig 
     """The jobs (their indices) that ``ckpt_path=auto`` will skip: finished (``is_finished``) in the folder their
     overrides name under the sweep directory. A resumed sweep checks only the others: each check composes a config,
     about a second a job, minutes for a sweep of hundreds. A job finished only under another folder name (an older
-    sweep's numbering) is checked: the check is conservative."""
+    sweep's numbering) is checked: the check is conservative; its folder's name as poslab cut it before (``~``:
+    ``folder_names``) is its own."""
     from poslab.runs.files import AUTO
-    from poslab.runs.folders import is_finished, job_folder_name, override_key
+    from poslab.runs.folders import existing_job_folder, is_finished, override_key
 
     base = sweep_base(overrides) if base is None else base
     try:
@@ -106,7 +107,8 @@ def finished_jobs(overrides: list[str], jobs: list[list[str]], base: DictConfig 
     for index, job in enumerate(jobs):
         given = [line.partition("=")[2] for line in job if override_key(line) == "ckpt_path"]
         ckpt_path = given[-1] if given else base.get("ckpt_path")
-        if str(ckpt_path) == AUTO and is_finished(sweep_dir / job_folder_name(job)):
+        folder = existing_job_folder(sweep_dir, job) if str(ckpt_path) == AUTO else None
+        if folder is not None and is_finished(folder):
             finished.add(index)
     return finished
 

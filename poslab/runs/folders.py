@@ -30,6 +30,11 @@ from typing import Any
 from poslab.runs.files import AUTO, CHECKPOINT_DIR, LAST_CHECKPOINT, OVERRIDES_FILE
 
 JOB_NAME_LENGTH = 80  # characters of a job folder's name: `ls` shows them whole
+#: a name cut short ends in this mark and ``HASH_LENGTH`` hex digits of a hash of the whole (``..._task.context_le+
+#: 0678a702``): ``+`` is a character Hydra's override grammar takes unquoted, so the folder can be given back
+#: (``parent=``, ``ckpt_path=``) as it is, and is not ``KV_SEP`` (``seed-49fb95ba`` would read as a seed). Names
+#: written before used ``~``, which the grammar takes only quoted: ``folder_names`` finds those too
+CUT_MARK, OLD_CUT_MARK, HASH_LENGTH = "+", "~", 8
 #: how a job's overrides are joined into its folder's name: ``key-value`` items joined by ``_``
 KV_SEP, ITEM_SEP = "-", "_"
 #: ``ckpt_path`` values that say how to run a job, not which job it is (a checkpoint's path does: it is where a
@@ -46,8 +51,25 @@ def folder_name(dirname: str) -> str:
     a job without overrides."""
     text = re.sub(r"[^\w.+-]+", "_", dirname).strip("_")
     if len(text) > JOB_NAME_LENGTH:
-        text = text[: JOB_NAME_LENGTH - 9] + "~" + hashlib.sha1(text.encode()).hexdigest()[:8]
+        digest = hashlib.sha1(text.encode()).hexdigest()[:HASH_LENGTH]
+        text = text[: JOB_NAME_LENGTH - HASH_LENGTH - 1] + CUT_MARK + digest
     return text or "job"
+
+
+def folder_names(name: str) -> tuple[str, ...]:
+    """The names a job folder named ``name`` (``folder_name``'s) may have on disk: ``name``, and for a name cut
+    short the same name as poslab wrote it before (``OLD_CUT_MARK``), which running sweeps and committed runs
+    still have: every lookup of a job's folder tries both."""
+    cut = JOB_NAME_LENGTH - HASH_LENGTH - 1
+    if len(name) == JOB_NAME_LENGTH and name[cut] == CUT_MARK and re.fullmatch(r"[0-9a-f]+", name[cut + 1 :]):
+        return (name, name[:cut] + OLD_CUT_MARK + name[cut + 1 :])
+    return (name,)
+
+
+def existing_job_folder(sweep_dir: Path, overrides: list[str]) -> Path | None:
+    """The folder of ``sweep_dir`` that a job's overrides name (``job_folder_name``, or its older spelling,
+    ``folder_names``), where one exists; None otherwise."""
+    return next((sweep_dir / n for n in folder_names(job_folder_name(overrides)) if (sweep_dir / n).is_dir()), None)
 
 
 def job_folder_name(overrides: list[str]) -> str:
@@ -160,10 +182,11 @@ def is_finished(folder: Path) -> bool:
 def earlier_job_folder(sweep_dir: Path, name: str, job: RecordedJob) -> Path | None:
     """The folder of ``sweep_dir`` where ``ckpt_path=auto`` continues ``job`` (whose own folder would be ``name``):
     that folder when it holds the job finished; else, of the folders recording the same job (``same_job``), a
-    finished one, else one with a last checkpoint, else ``name``, else the newest; None when there is none."""
-    own = sweep_dir / name
-    if is_finished(own):
-        return own
+    finished one, else one with a last checkpoint, else ``name``, else the newest; None when there is none.
+    ``name`` stands for its older spelling too (``folder_names``)."""
+    for own in (sweep_dir / n for n in folder_names(name)):
+        if is_finished(own):
+            return own
     if not sweep_dir.is_dir():
         return None
     candidates = []
@@ -178,13 +201,14 @@ def earlier_job_folder(sweep_dir: Path, name: str, job: RecordedJob) -> Path | N
 
 def preference(folder: Path, name: str) -> tuple[bool, bool, bool, int, str]:
     """How much ``folder`` holds of its job, for choosing among the folders of one job: finished, then resumable,
-    then the folder the job's overrides name, then the newest (then the name: one answer on every machine)."""
+    then the folder the job's overrides name (``folder_names``), then the newest (then the name: one answer on every
+    machine)."""
     try:
         changed = (folder / CONFIG_FILE).stat().st_mtime_ns
     except OSError:
         changed = 0
     resumable = (folder / CHECKPOINT_DIR / LAST_CHECKPOINT).is_file()
-    return is_finished(folder), resumable, folder.name == name, changed, folder.name
+    return is_finished(folder), resumable, folder.name in folder_names(name), changed, folder.name
 
 
 def earlier_folder_note(output_dir: Path, overrides: list[str]) -> str | None:

@@ -317,3 +317,55 @@ def test_train_py_refuses_a_changed_model_over_a_damaged_results_file_in_one_sen
     err = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(err) == 1 and "model.n_layers: 2 → 3" in err[0], result.stderr
     assert sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*")) == before  # nothing written
+
+
+# ---- a job folder cut short: given back to train.py as it is; its older `~` name still found --------------------
+
+#: overrides whose job folder name is cut short (over 80 characters)
+LONG_JOB = ["task=lag", "encoding=rope", "seed=0", f"task.eval_lengths=[{','.join(['32'] * 20)}]"]
+
+
+def older_name(overrides: list[str]) -> str:
+    """The folder name poslab gave a job cut short before: 71 characters, ``~``, 8 hex digits of the whole's SHA-1."""
+    import hashlib
+    import re
+
+    from poslab.runs.folders import override_dirname
+
+    text = re.sub(r"[^\w.+-]+", "_", override_dirname(overrides)).strip("_")
+    return text[:71] + "~" + hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
+def test_a_job_folder_cut_short_is_given_back_to_train_py_unquoted(tmp_path):
+    """``parent=`` and ``ckpt_path=`` take a job folder as ``ls`` shows it: its cut mark is a character Hydra's
+    override grammar takes unquoted (``~`` was refused: "takes '~' only quoted")."""
+    from poslab.running.precheck import parse
+    from poslab.runs.folders import job_folder_name
+
+    name = job_folder_name(LONG_JOB)
+    assert len(name) == 80 and name[:71] == older_name(LONG_JOB)[:71] and name[71:] == "+" + older_name(LONG_JOB)[72:]
+    for line in (f"parent={tmp_path / name}", f"ckpt_path={tmp_path / name}/checkpoints/last.ckpt"):
+        (parsed,) = parse([line])
+        assert str(parsed.value()) == line.partition("=")[2]
+
+
+def test_ckpt_path_auto_finds_a_job_finished_in_a_folder_of_its_older_name(tmp_path):
+    """Running sweeps and committed runs have folders cut with ``~``: a job finished in one is found by its name alone
+    (no recorded overrides needed), and of several folders of one job it counts as the job's own."""
+    from poslab.runs.folders import RecordedJob, earlier_job_folder, existing_job_folder, folder_names, job_folder_name
+
+    sweep = tmp_path / "sweep"
+    name, older = job_folder_name(LONG_JOB), sweep / older_name(LONG_JOB)
+    assert folder_names(name) == (name, older.name) and folder_names("encoding-rope_seed-0") == (
+        "encoding-rope_seed-0",
+    )
+    assert existing_job_folder(sweep, LONG_JOB) is None
+    older.mkdir(parents=True)
+    assert existing_job_folder(sweep, LONG_JOB) == older
+    (older / "results.json").write_text(json.dumps(grid_result(older, 0)))
+    assert earlier_job_folder(sweep, name, RecordedJob.of(LONG_JOB, None)) == older
+    (older / "results.json").unlink()
+    config = record_job(older, LONG_JOB, tmp_path)
+    record_job(sweep / "0_other_spelling", LONG_JOB, tmp_path)
+    os.utime(older / ".hydra" / "config.yaml", ns=(1, 1))  # the older of the two: preferred only as the job's own
+    assert earlier_job_folder(sweep, name, RecordedJob.of(LONG_JOB, config)) == older
