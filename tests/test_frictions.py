@@ -171,8 +171,8 @@ def test_a_list_whose_length_another_setting_decides_is_refused_before_training(
     # stage 1 (typed settings, before torch loads and before any encoding is built) refuses it, naming the length
     with pytest.raises(ConfigError, match=message):
         COMMON_STAGES["settings"](compose_config([*group, wrong], tmp_path))
-    bad_item = wrong.replace("0.25", "abc").replace("500000", "abc")  # the right kind of element, too
-    with pytest.raises(ConfigError, match=r"is not allowed \(it has 2 values\)"):
+    bad_item = wrong.replace("0.25", "abc").replace("500000", "abc")  # the right kind of element, too: named
+    with pytest.raises(ConfigError, match=r"is not allowed \(its element 'abc' is not a number"):
         COMMON_STAGES["settings"](compose_config([*group, bad_item], tmp_path))
     check_configs([compose_config([*group, right], tmp_path)], lambda cfg: None)  # every stage passes the right length
 

@@ -77,6 +77,7 @@ LM_EVAL_MULTIPLES = (1, 2, 4, 8, 16)
 def check_precision(precision: Any, accelerator: str | None = None) -> str:
     """The canonical name of a ``trainer.precision`` poslab can train with, or a ``ConfigError`` naming it.
     ``accelerator``: the device kind it runs on, where known (``cpu``: 16-mixed refused, see below)."""
+    check_not_half_true(precision)
     name = PRECISION_ALIASES.get(str(precision), str(precision))
     if name not in PRECISIONS:
         raise ConfigError(
@@ -91,6 +92,23 @@ def check_precision(precision: Any, accelerator: str | None = None) -> str:
             f"instead; allowed on a CPU: 32-true or bf16-mixed (16-mixed needs a GPU, e.g. trainer=gpu)."
         )
     return name
+
+
+#: Lightning's half "-true" precisions (``PRECISIONS``' comment: refused on purpose), and the mixed one each is near
+HALF_TRUE_PRECISIONS = {"16-true": "16-mixed", "bf16-true": "bf16-mixed"}
+
+
+def check_not_half_true(precision: Any) -> None:
+    """A half "-true" precision said as refused on purpose, with its mixed counterpart: the typed check alone would
+    take ``16-true`` for a typo of ``32-true``."""
+    mixed = HALF_TRUE_PRECISIONS.get(str(precision))
+    if mixed is not None:
+        raise ConfigError(
+            f'trainer.precision={precision!r} is refused on purpose: a half "-true" precision stores the weights, '
+            f"AdamW's moments and the RoPE frequencies in 16 bits, which loses small updates and rounds positions; "
+            f"give trainer.precision={mixed} (16-bit compute, fp32 weights; bf16-mixed on CPUs and recent GPUs, "
+            f"16-mixed on GPUs only) or 32-true."
+        )
 
 
 #: a bound's comparison: its words in a message, and its test
@@ -356,6 +374,16 @@ TASK_SCHEMAS = {
     "lm": LanguageTaskSettings,
 }
 
+#: the sections that take only the keys they declare, with everything below them (an encoding's, a task's: their
+#: own schemas), beside ``SECTIONS``' closed ones
+CLOSED_SECTIONS = ("encoding", "task", *(prefix for prefix, _, closed in SECTIONS if closed))
+
+
+def closed_section(prefix: str) -> bool:
+    """Whether the section ``prefix`` (``model``, ``task.passkey``) refuses a key it does not declare, so that a
+    new key given on purpose (``+model.x=1``) is refused too."""
+    return any(prefix == closed or prefix.startswith(f"{closed}.") for closed in CLOSED_SECTIONS)
+
 
 # ---- messages -------------------------------------------------------------------------------------------------
 def suggestion(word: Any, candidates: Sequence[Any]) -> str:
@@ -474,8 +502,18 @@ def check_value(key: str, value: Any, annotation: Any, sizes: Mapping[str, int] 
     if isinstance(value, float) and value.is_integer() and int in _union_members(base):
         written = f" (write {int(value)}, without a decimal point)"
     if isinstance(value, (list, tuple)) and any(typing.get_origin(u) is list for u in _union_members(base)):
-        written = f" (it has {len(value)} value{'s' if len(value) != 1 else ''})"
+        written = list_fault(value, base)
     raise ConfigError(f"{key}={value!r} is not allowed{written};{hint} {key} takes {describe(annotation, sizes)}.")
+
+
+def list_fault(value: Sequence[Any], base: Any) -> str:
+    """What is wrong with a list ``value`` of a list setting (``base``, its type less bounds), in brackets: the first
+    element no list type of ``base`` takes (``[32, abc]``: ``'abc'``), else its length (its bounds decide it)."""
+    items = [typing.get_args(u)[0] for u in _union_members(base) if typing.get_origin(u) is list and typing.get_args(u)]
+    for element in value:
+        if items and not any(value_fits(element, item) for item in items):
+            return f" (its element {element!r} is not {' or '.join(describe(item) for item in items)})"
+    return f" (it has {len(value)} value{'s' if len(value) != 1 else ''})"
 
 
 def _union_members(annotation: Any) -> tuple[Any, ...]:
@@ -652,6 +690,10 @@ def check_encoding_settings(
         return
     declared = encoding_defaults()
     check_choice("encoding.name", name, sorted(declared))
+    for key in map(str, node):  # +encoding.<key>: said with the encodings that have it
+        if key not in declared[name] and key != "_target_":
+            value = command_value(readable(node, key)[1])
+            raise ConfigError(f"encoding.{key}={value}: {unknown_encoding_setting(name, key, value)}")
     types_of = {key: default_type(default) for key, default in declared[name].items() if key != "name"}
     types_of |= {key: kind for key, kind in ENCODING_TYPES.get(str(name), {}).items() if key in types_of}
     nulled = [key for key in types_of if types_of[key] is not Any and key in node and node.get(key) is None]
@@ -659,6 +701,38 @@ def check_encoding_settings(
         for key in set(nulled) & set(optional(str(name))):
             types_of[key] = Any
     check_section("encoding", node, types_of, closed=True, owner=f"encoding {name!r}", sizes=sizes)
+
+
+def encodings_with_setting(key: str) -> list[str]:
+    """The encodings whose YAML declares setting ``key``, by name."""
+    return sorted(name for name, values in encoding_defaults().items() if key in values and key != "name")
+
+
+def unknown_encoding_setting(name: Any, key: str, value: Any) -> str:
+    """Why encoding ``name`` refuses ``encoding.<key>=<value>``, and what to give instead: a setting of its own close
+    to ``key`` (a typo), or an encoding that has ``key``. No ``+encoding.<key>`` is offered: an encoding takes only
+    the settings its YAML declares (``check_encoding_settings``)."""
+    own = [k for k in encoding_defaults().get(str(name), {}) if k != "name"]
+    said = f"encoding {name!r} has no settings"
+    if own:
+        said = f"encoding {name!r} has no setting {key!r};{suggestion(key, own)} its settings: {', '.join(own)}"
+    owners = encodings_with_setting(key)
+    if not owners:
+        return said + "."
+    example = "rope" if "rope" in owners else owners[0]
+    return (
+        f"{said}; {key} is a setting of {', '.join(owners)}: pick one of those, e.g. encoding={example} "
+        f"encoding.{key}={command_value(value)}."
+    )
+
+
+def command_value(value: Any) -> str:
+    """A value as a command line writes it (a list without spaces: one shell word)."""
+    if isinstance(value, (list, tuple, ListConfig)):
+        return "[" + ",".join(command_value(v) for v in value) + "]"
+    if value is None or isinstance(value, bool):
+        return str(value).lower().replace("none", "null")
+    return str(value)
 
 
 # ---- path settings ---------------------------------------------------------------------------------------------
@@ -732,6 +806,9 @@ def expand_path_settings(cfg: DictConfig) -> None:
 def check_settings(cfg: DictConfig, optional: Callable[[str], Sequence[str]] | None = None) -> None:
     """Every group of a composed config against its schema (see the module's docstring); ``optional``: the
     encoding settings that may be null besides those whose YAML default is (``check_encoding_settings``)."""
+    trainer = cfg.get("trainer")
+    if isinstance(trainer, DictConfig):
+        check_not_half_true(readable(trainer, "precision")[1])  # before its type: not "did you mean 32-true?"
     for prefix, schema, closed in SECTIONS:
         check_section(
             prefix,

@@ -10,15 +10,23 @@ value starts no job. Light until the configs pass: torch is imported only for th
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from poslab.config.settings import CONF_DIR, RootSettings, schema_types, suggestion
+from poslab.config.settings import (
+    CONF_DIR,
+    RootSettings,
+    closed_section,
+    schema_types,
+    suggestion,
+    unknown_encoding_setting,
+)
 from poslab.errors import ConfigError
 
-#: Hydra's flags after which poslab checks nothing itself (help, config printing, completion, ...)
+#: the flags of a command poslab checks whole, every job; with any other flag it is Hydra's mode (``hydra_mode``)
 RUN_FLAGS = ("-m", "--multirun")
 NOT_CHECKED_GROUPS = ("hydra",)  # Hydra's own groups: Hydra reports their errors
 
@@ -57,7 +65,62 @@ def parse(overrides: list[str]) -> list[Any]:
                     f"{line}: Hydra's command line takes '~' only quoted; give '{key}=\"{value}\"' (quoted so "
                     f"for the shell too; poslab expands ~ and $VAR in path settings itself)."
                 ) from None
-        raise ConfigError(f"the command line does not parse: {str(error).splitlines()[0]}") from None
+        raise unparsed(parser, overrides, error) from None
+
+
+def unparsed(parser: Any, overrides: list[str], error: Exception) -> ConfigError:
+    """The error for a command line Hydra's grammar does not parse: the override that does not, the grammar's
+    reason, and a fix (its missing closing brackets, or quoting)."""
+    from hydra.errors import OverrideParseException
+
+    for line in overrides:
+        try:
+            parser.parse_overrides([line])
+        except OverrideParseException as own:
+            error = own
+            break
+    else:
+        return ConfigError(f"the command line does not parse: {parse_reason(error)}")
+    key, _, value = line.partition("=")
+    closers = missing_closers(value)
+    quoted = f"\"{key}='...'\" in a shell"
+    fix = (
+        f"its brackets do not close: did you mean {key}={value}{closers}? (a value holding brackets as text is "
+        f"quoted: {quoted})"
+        if closers
+        else f"a value holding brackets, braces, parentheses, commas or quotes as text is quoted: {quoted}"
+    )
+    return ConfigError(
+        f"{line}: Hydra's command line does not parse the value of {key} ({parse_reason(error)}); {fix}."
+    )
+
+
+def parse_reason(error: Exception) -> str:
+    """The grammar's reason in Hydra's parse error, without its first line's override and its link to the docs."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    kept = [line for line in lines if not line.startswith(("Error parsing override", "See https"))]
+    return (kept or lines or [type(error).__name__])[0]
+
+
+#: the brackets Hydra's grammar pairs in a value
+CLOSING = {"[": "]", "{": "}", "(": ")"}
+
+
+def missing_closers(value: str) -> str:
+    """The closing brackets ``value`` lacks at its end (``[0.5``: ``]``), outside quotes; none where they pair up
+    (or a closing one is extra: not a missing one)."""
+    expected: list[str] = []
+    quote = ""
+    for char in value:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in CLOSING:
+            expected.append(CLOSING[char])
+        elif char in CLOSING.values() and (not expected or expected.pop() != char):
+            return ""  # a closing bracket too many, or of another kind: not one missing
+    return "".join(reversed(expected)) if not quote else ""
 
 
 def fixed_overrides(overrides: list[str]) -> list[str]:
@@ -130,11 +193,16 @@ def explain(overrides: list[str], error: Exception) -> None:
     parsed = [o for o in parse(overrides) if not o.is_hydra_override()]
     for override in parsed:
         group = override.key_or_group
+        if override.is_sweep_override():  # composed as one job: a single run, or --cfg
+            raise ConfigError(
+                f"{override.input_line}: a comma list sweeps its values, which only a multirun does (python train.py "
+                f"-m {override.input_line}); a list value is written [a,b], a text holding commas quoted."
+            ) from None
         if group in groups and not override.is_delete():
             value = str(override.value())
             if value not in groups[group]:
                 raise ConfigError(
-                    f"{override.input_line}: {group} has no option {value!r};{suggestion(value, groups[group])} "
+                    f"{override.input_line}: {group} has no option {value!r};{option_suggestion(group, value, groups)} "
                     f"allowed: {', '.join(groups[group])}."
                 ) from None
     group_choices = [o.input_line for o in parsed if o.key_or_group in groups]
@@ -159,11 +227,39 @@ def explain(overrides: list[str], error: Exception) -> None:
                 f"{override.input_line}: there is no group or setting {key!r};{suggestion(key, options)} groups: "
                 f"{', '.join(groups)}; settings: {', '.join(k for k in schema_types(RootSettings))}."
             ) from None
-        raise ConfigError(
-            f"{override.input_line}: {parent} has no setting {leaf!r};{suggestion(leaf, known)} its settings: "
-            f"{', '.join(known)} (to add a new key on purpose: +{override.input_line})."
-        ) from None
+        raise ConfigError(f"{override.input_line}: {unknown_setting(override.input_line, base, known)}") from None
     raise ConfigError(first_line(error)) from None
+
+
+def unknown_setting(line: str, base: DictConfig, known: list[str]) -> str:
+    """Why the setting ``line`` names is not in its section of ``base`` (whose settings are ``known``), and what to
+    give: a close setting; a new key on purpose (``+key=value``) only where the section takes keys it does not
+    declare; for an encoding, the encodings that have it (``unknown_encoding_setting``)."""
+    key, _, value = line.partition("=")
+    parent, _, leaf = key.rpartition(".")
+    if parent == "encoding":
+        return unknown_encoding_setting(base.encoding.get("name"), leaf, value)
+    added = "" if closed_section(parent) else f" (to add a new key on purpose: +{line})"
+    return f"{parent} has no setting {leaf!r};{suggestion(leaf, known)} its settings: {', '.join(known)}{added}."
+
+
+#: well-known other names of some options, offered by "did you mean" (not aliases: the command names the option)
+OTHER_NAMES: dict[str, dict[str, str]] = {
+    "encoding": {
+        "nope": "none",
+        "rotary": "rope",
+        "relative": "t5_bias",
+        "t5": "t5_bias",
+        "absolute": "learned",
+    },
+}
+
+
+def option_suggestion(group: str, value: str, groups: dict[str, list[str]]) -> str:
+    """`` did you mean X?`` for an unknown option of ``group``: its well-known other name first (``OTHER_NAMES``:
+    NoPE is ``none``), else the closest option."""
+    known = OTHER_NAMES.get(group, {}).get(value.lower())
+    return f" did you mean {known}?" if known in groups[group] else suggestion(value, groups[group])
 
 
 def first_line(error: BaseException) -> str:
@@ -255,7 +351,11 @@ def check_command_line(argv: list[str], sources: bool = False) -> list[str]:
         stop(error)
     flags = [a for a in argv if a.startswith("-")]
     if any(flag not in RUN_FLAGS for flag in flags):
-        return expanded  # --cfg, --info, -cn, ...: Hydra's own modes, left to Hydra
+        try:
+            hydra_mode(argv)  # --cfg, --info, -cn, ...: Hydra's own modes; --cfg's config checked first
+        except ConfigError as error:
+            stop(error)
+        return expanded
     from poslab.running.checks import check_configs
     from poslab.runs.guard import secondary_rank
     from poslab.runs.launching import check_environment
@@ -291,6 +391,44 @@ def check_command_line(argv: list[str], sources: bool = False) -> list[str]:
     return expanded
 
 
+#: Hydra's modes, of which a command gives at most one (Hydra: "Only one of --run, --multirun, --cfg, ...")
+HYDRA_MODES = {
+    "run": "--run",
+    "multirun": "-m/--multirun",
+    "cfg": "--cfg",
+    "info": "--info",
+    "shell_completion": "--shell-completion",
+}
+
+
+def hydra_mode(argv: list[str]) -> None:
+    """A command with Hydra's own flags: two of Hydra's modes at once refused in one sentence (Hydra would end in a
+    traceback); ``--cfg``'s config checked as a run's (stages 1 to 3 of ``poslab.running.checks``: nothing is
+    written) before Hydra prints it, unless another config is named (``-cn``, ``-cp``, ``-cd``). Anything else is
+    left to Hydra, a flag Hydra does not know included."""
+    import contextlib
+    import io
+
+    from hydra._internal.utils import get_args_parser
+
+    try:  # silent: what argparse would print (--version, a refusal), Hydra prints when it parses the same
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            args = get_args_parser().parse_args(argv)
+    except SystemExit:
+        return
+    modes = [flag for name, flag in HYDRA_MODES.items() if getattr(args, name, None)]
+    if len(modes) > 1:
+        one_job = "; to see a job's config give its overrides without -m (python train.py encoding=rope --cfg job)"
+        raise ConfigError(
+            f"{' and '.join(modes)} cannot be given together: Hydra runs one of {', '.join(HYDRA_MODES.values())} at "
+            f"a time{one_job if {'-m/--multirun', '--cfg'} <= set(modes) else ''}; nothing was run."
+        )
+    if args.cfg and not (args.config_name or args.config_path or args.config_dir or args.experimental_rerun):
+        from poslab.running.checks import check_configs
+
+        check_configs([extended(compose_explained(args.overrides), args.overrides)], lambda cfg: None)
+
+
 def concurrent_jobs(overrides: list[str], jobs: int, multirun: bool, base: DictConfig | None = None) -> int:
     """How many of the command's jobs run at once on this machine (they share its memory): the local launchers'
     (``hydra/launcher=local_parallel``'s ``n_jobs``, ``submitit_local``: ``POSLAB_JOBS``, else one per GPU, else 2),
@@ -319,9 +457,24 @@ def option_description(path: Path) -> str:
         text = line.lstrip("#").strip()
         if not text.startswith("@package"):
             lines.append(text)
-    joined = " ".join(lines)
-    sentence = joined.split(". ")[0].rstrip(".")
-    return sentence if len(sentence) <= 110 else sentence[:107].rstrip() + "..."
+    sentence = first_sentence(" ".join(lines))
+    return sentence if len(sentence) <= 110 else sentence[:107].rsplit(" ", 1)[0].rstrip(",;:") + "..."
+
+
+#: a full stop after these (case aside) ends no sentence: "Kazemnejad et al. (2023)", "e.g. rope"
+ABBREVIATION = re.compile(r"(?:^|[^\w.])(?:et al|e\.g|i\.e|cf|vs|approx|resp|Fig|Eq|Sec)$", re.IGNORECASE)
+
+
+def first_sentence(text: str) -> str:
+    """``text`` up to the full stop that ends its first sentence, without it: one followed by a space or the end,
+    outside brackets, not part of an ellipsis ("H_i ... H_j") and not after an abbreviation (``ABBREVIATION``)."""
+    depth = 0
+    for index, char in enumerate(text):
+        depth = max(0, depth + {"(": 1, "[": 1, ")": -1, "]": -1}.get(char, 0))
+        ends = char == "." and text[index + 1 : index + 2] in ("", " ")
+        if ends and depth == 0 and "." not in text[index - 1 : index] and not ABBREVIATION.search(text[:index]):
+            return text[:index]
+    return text
 
 
 GROUP_HELP = {
@@ -358,7 +511,8 @@ def help_text() -> str:
         "",
         "usage: python train.py [-m] [group=option ...] [key=value ...]",
         "  -m/--multirun sweeps comma-separated values (encoding=rope,alibi seed=0,1); every job's config is",
-        "  checked before any starts. Hydra's own flags: --cfg job, --info, --hydra-help.",
+        "  checked before any starts. Hydra's own flags: --cfg job (one job's composed config, printed once poslab's",
+        "  checks pass; not with -m), --info, --hydra-help.",
         "",
         "config groups (group=option):",
     ]

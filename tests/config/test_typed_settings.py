@@ -65,6 +65,23 @@ BAD_COMMANDS = [
     (["-m", "encoding=rope,alibi", "optimizer.lr=fast"], ["optimizer.lr", "'fast'"]),
     (["-m", "encoding=rope,alibx"], ["encoding=alibx", "did you mean alibi"]),
     (["-m", "seed=0,1", "trainer.max_steps=0"], ["trainer.max_steps", "0"]),
+    # a new user's review: each refusal says what is wrong and a fix that is taken
+    (["encoding.base=1000"], ["encoding 'none' has no settings; base is a setting of ", "encoding=rope encoding.base"]),
+    (
+        ["+encoding.base=1000"],
+        ["encoding 'none' has no settings; base is a setting of ", "encoding=rope encoding.base"],
+    ),
+    (["encoding=rope", "+encoding.bse=1000"], ["encoding.bse=1000", "did you mean base? its settings: base, "]),
+    (["encoding=nope"], ["encoding=nope", "did you mean none?"]),
+    (
+        ["trainer.precision=16-true"],
+        ["trainer.precision='16-true' is refused on purpose", "trainer.precision=16-mixed"],
+    ),
+    (["task.eval_lengths=[32,abc]"], ["task.eval_lengths", "its element 'abc' is not a whole number"]),
+    (["encoding=alibi", "encoding.slopes=[0.5"], ["encoding.slopes=[0.5: ", "did you mean encoding.slopes=[0.5]?"]),
+    (["seed=0,1"], ["seed=0,1: a comma list sweeps", "python train.py -m seed=0,1"]),
+    (["-m", "encoding=rope,alibi", "--cfg", "job"], ["-m/--multirun and --cfg cannot be given together"]),
+    (["task.eval_lengths=[32,abc]", "--cfg", "job"], ["its element 'abc'"]),  # --cfg prints only a config that passes
 ]
 
 
@@ -214,3 +231,55 @@ def test_a_run_prints_each_line_once_and_ends_with_where_its_results_are(tmp_pat
     assert not any("TPU available" in line or "GPU available: False" in line for line in lines)
     (run_dir,) = (tmp_path / "logs" / "runs").iterdir()
     assert logged[-1].endswith(f"results: {run_dir / 'results.json'} (run directory {run_dir})")
+
+
+def test_an_encoding_setting_is_never_offered_as_a_key_to_add():
+    """An encoding takes only the settings its YAML declares: the hint names the encodings that have the setting (or a
+    close one of its own), never ``+encoding.<key>``, which the typed check would refuse."""
+    from poslab.config.settings import unknown_encoding_setting
+    from poslab.running.precheck import compose_explained
+
+    for argv in (["encoding.base=1000"], ["encoding=rope", "encoding.bse=1000"]):
+        with pytest.raises(ConfigError) as refused:
+            compose_explained(argv)
+        assert "+encoding" not in str(refused.value) and "add a new key" not in str(refused.value)
+    assert unknown_encoding_setting("none", "zzz", 1) == "encoding 'none' has no settings."
+    said = unknown_encoding_setting("rope", "slopes", [0.5, 0.25])
+    assert said.endswith(
+        "slopes is a setting of alibi: pick one of those, e.g. encoding=alibi encoding.slopes=[0.5,0.25]."
+    )
+
+
+def test_the_key_to_add_hint_is_given_only_where_a_section_takes_new_keys():
+    from poslab.running.precheck import compose_explained
+
+    with pytest.raises(ConfigError) as closed:
+        compose_explained(["model.foo=1"])
+    assert "model has no setting 'foo'" in str(closed.value) and "+model.foo" not in str(closed.value)
+    with pytest.raises(ConfigError, match=r"\(to add a new key on purpose: \+trainer\.foo=1\)"):
+        compose_explained(["trainer.foo=1"])
+
+
+@pytest.mark.parametrize(("precision", "mixed"), [("16-true", "16-mixed"), ("bf16-true", "bf16-mixed")])
+def test_a_half_true_precision_is_said_refused_on_purpose(precision, mixed):
+    from poslab.config.settings import check_precision
+
+    cfg = compose_config([f"trainer.precision={precision}"])
+    for check in (lambda: check_settings(cfg), lambda: check_precision(precision)):
+        with pytest.raises(ConfigError) as refused:
+            check()
+        assert "refused on purpose" in str(refused.value) and f"trainer.precision={mixed}" in str(refused.value)
+        assert "did you mean" not in str(refused.value)
+
+
+def test_a_lists_bad_element_is_named_and_a_bad_length_counted():
+    from poslab.config.settings import OptimizerSettings, SyntheticTaskSettings, check_value
+
+    lengths = schema_types(SyntheticTaskSettings)["eval_lengths"]
+    with pytest.raises(ConfigError, match=r"\[32, 'abc'\] is not allowed \(its element 'abc' is not a whole number"):
+        check_value("task.eval_lengths", [32, "abc"], lengths)
+    with pytest.raises(ConfigError, match=r"\(its element 1 is not a whole number, at least 2\)"):
+        check_value("task.eval_lengths", [32, 1], lengths)
+    betas = schema_types(OptimizerSettings)["betas"]
+    with pytest.raises(ConfigError, match=r"\(it has 3 values\)"):
+        check_value("optimizer.betas", [0.9, 0.95, 0.99], betas)
