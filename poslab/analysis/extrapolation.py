@@ -180,7 +180,8 @@ def grid_run(run: FinishedRun, keys: list[str]) -> GridRun:
         train_length=int(result["train_length"]),
         accuracy={n: row["accuracy"] for n, row in figures.items()},
         past_train=figures[longest].get("accuracy_past_train", float("nan")),
-        log_scaled=figures[longest]["accuracy_log_scaled"],
+        # nan: a run of the plain model alone (task.eval_ways=plain, debug=fast), as past_train where none is past
+        log_scaled=figures[longest].get("accuracy_log_scaled", float("nan")),
         order=job_number(run.path) or 0,  # the multirun's order (its job folders are named by their overrides)
         settings=tuple(zip(keys, setting_values(run, keys))),
         steps=training_steps(run.path, result),

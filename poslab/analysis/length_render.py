@@ -28,6 +28,12 @@ def _shown(value: Any) -> str:
     return " / ".join(f"{v:,}" if isinstance(v, int) else str(v) for v in values)
 
 
+def _documents(value: Any) -> str:
+    """``1 document``, ``2 / 3 documents`` (``_shown``'s figure with its noun: singular only for one)."""
+    shown = _shown(value)
+    return shown if shown == "not recorded" else f"{shown} document{'' if shown == '1' else 's'}"
+
+
 def sample_line(summary: dict[str, Any]) -> str:
     """What the corpus's figures rest on (``length.sample_summary``): the held-out sample, stride, steps, seeds and
     hosts, one sentence; an older summary without it says so."""
@@ -41,8 +47,8 @@ def sample_line(summary: dict[str, Any]) -> str:
     split = ""
     if sample.get("test_documents") is not None:  # runs that split their held-out documents (issue 37)
         split = (
-            f"; of them the test split {_shown(sample['test_documents'])} documents ({_shown(sample['test_bytes'])} "
-            f"bytes) and the selection split {_shown(sample.get('selection_documents'))} "
+            f"; of them the test split {_documents(sample['test_documents'])} ({_shown(sample['test_bytes'])} "
+            f"bytes) and the selection split {_documents(sample.get('selection_documents'))} "
             f"({_shown(sample.get('selection_bytes'))} bytes), which chooses the test-time way"
         )
     host = (

@@ -150,7 +150,8 @@ def time_table(seconds: dict[str, list[float]], order: list[str], baseline: str 
     count = sum(len(values) for values in seconds.values())
     table = markdown_table(["encoding", "runs", "s / run", f"x {baseline}"], rows)
     summed = (
-        f"{count} runs trained whole in one process, {total / 3600:.2f} h of training summed over them (resumed "
+        f"{count} run{'' if count == 1 else 's'} trained whole in one process, {total / 3600:.2f} h of training "
+        f"summed over {'it' if count == 1 else 'them'} (resumed "
         "runs, timed in parts, are left out)."
     )
     return "\n".join(["### Training time", "", table, "", summed])

@@ -393,6 +393,8 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
     from hydra.types import RunMode
 
     multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    if not multirun and HydraConfig.initialized() and (note := sweep_note(cfg)) is not None:
+        log.warning("note: %s", note)
     if multirun and cfg.get("ckpt_path") == AUTO:  # the job's earlier folder, when found under another name
         note = earlier_folder_note(Path(cfg.paths.output_dir), list(HydraConfig.get().overrides.task))
         if note is not None:
@@ -433,6 +435,28 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
         log.exception("this job failed; the other jobs of the multirun go on")
         _record_failure(cfg, error)
     return None
+
+
+def sweep_note(cfg: DictConfig) -> str | None:
+    """One line for a recipe that declares a sweep (``hydra.sweeper.params``) run without ``-m``: Hydra then trains
+    one run at the config's own values, quietly. None where every swept key was given, or in a process that is
+    one job of a multirun (``launching.CHILD_MARK``) or a DDP rank past the first."""
+    import os
+
+    from hydra.core.hydra_config import HydraConfig
+
+    from poslab.runs.guard import secondary_rank
+
+    hydra_cfg = HydraConfig.get()
+    params = list(hydra_cfg.sweeper.get("params") or {})
+    given = {str(o).split("=", 1)[0].lstrip("+~") for o in hydra_cfg.overrides.task}
+    if not set(params) - given or os.environ.get(launching.CHILD_MARK) or secondary_rank():
+        return None
+    choices, experiment = hydra_cfg.runtime.choices, hydra_cfg.runtime.choices.get("experiment")
+    values = " ".join(f"{k}={choices[k] if k in choices else OmegaConf.select(cfg, k)}" for k in params)
+    recipe = f"experiment={experiment}" if experiment else "this config"
+    sweep = f"python train.py -m {recipe}" if experiment else "add -m"
+    return f"{recipe} is a sweep over {', '.join(params)}: without -m, one run ({values}); the sweep: {sweep}"
 
 
 #: the exit status of a run stopped by Ctrl-C (SIGINT): 128 + 2, as a shell reports a process SIGINT ended; not 1

@@ -140,7 +140,9 @@ def summary_lines(sweep_dir: Path) -> tuple[list[str], bool]:
     jobs += [("no result", path, "neither results.json nor failed.json") for path in runs.missing]
     jobs += [(DUPLICATE, path, f"the same config and seed as {kept}, which counts") for path, kept in runs.duplicates]
     counts = Counter(status for status, _, _ in jobs)
-    head = f"multirun {sweep_dir}: {len(jobs)} jobs, " + ", ".join(f"{n} {s}" for s, n in counts.items())
+    head = f"multirun {sweep_dir}: {len(jobs)} job{'' if len(jobs) == 1 else 's'}, " + ", ".join(
+        f"{n} {s}" for s, n in counts.items()
+    )
     lines = [head + "."]
     for status, path, detail in sorted(jobs, key=lambda job: natural_order(job[1])):
         overrides = " ".join(run_overrides(path) or [])
