@@ -18,7 +18,8 @@ the plain model's curve, not the reported figures.
 ``test`` (``select_documents``: ``task.selection_fraction`` of them by a hash of ``task.selection_seed``, the group
 and the ordinal). Each scored token counts for the document it lies in (``document_index``), so every way's
 figures on either split are sums of per-document sums (``held_out_results``), and a test-time way is chosen on
-selection and reported on test (``choose``; docs/evaluation.md).
+selection and reported on test (``choose``; docs/evaluation.md). A sample (a small ``task.eval_tokens``) that
+would leave either round of such a test no window is refused before training (``check_test_rounds``).
 
 **Non-overlapping windows.** At length ``L`` the span is cut into ``S / L`` windows of ``L + 1`` tokens
 starting at 0, L, 2L, ...: a window predicts its last ``L`` tokens, the first from one token of context, the
@@ -163,8 +164,8 @@ def test_spans(
                 f"{room} (a multiple of {tile}, which every evaluation length divides), or null: the whole split."
             )
         notes = [
-            f"a subsample: task.eval_tokens={eval_tokens} scores tokens 1 .. {eval_tokens} of group {g!r}'s "
-            f"{n} held-out tokens"
+            f"a subsample: task.eval_tokens={eval_tokens} scores tokens 1 .. {eval_tokens} of the {n} held-out "
+            f"tokens of group {g!r}"
             for g, n in streams.items()
             if eval_tokens < n - 1
         ]
@@ -220,6 +221,91 @@ def touches_selection(split: Any, layout: Layout, length: int, selection: np.nda
     last = document_index(split, starts + length)
     before = np.concatenate(([0], np.cumsum(selection.astype(np.int64))))  # selection documents before each index
     return before[last + 1] - before[first] > 0
+
+
+#: the test's two rounds where a way is chosen on selection: the windows that touch a selection document, scored
+#: in every way; then the rest, in the plain model and the ways chosen (docs/evaluation.md, "Two rounds")
+TEST_ROUNDS = ("selection", "test")
+
+
+def round_ends(split: Any, span: int, length: int, selection: np.ndarray) -> dict[str, int | None]:
+    """Per round of the test in two rounds, the tokens of ``split`` a test must score for that round to get a
+    window at ``length``: the end of the first non-overlapping window touching a selection document (``selection``)
+    and of the first touching none (``test``); None where the first ``span`` tokens hold no such window."""
+    layout = non_overlapping(span, length)
+    touching = touches_selection(split, layout, length, selection)
+    ends = layout.starts + length
+    return {
+        round_: int(found[0]) if len(found := ends[mask]) else None
+        for round_, mask in zip(TEST_ROUNDS, (touching, ~touching), strict=True)
+    }
+
+
+def tokens_for_both_rounds(
+    plan: EvaluationPlan, splits: Mapping[str, Any], selection: Mapping[str, np.ndarray], spans: Mapping[str, int]
+) -> int | None:
+    """The fewest tokens per group (a multiple of every length) for which both rounds get a window, scoring at most
+    ``spans[g]`` tokens of group ``g``; None where even those hold none for a round. Checked at the shortest
+    length: a window of a longer one holds whole windows of it, so a round empty there is empty at every length."""
+    length, tile = min(plan.lengths), math.lcm(*plan.lengths)
+    ends = [round_ends(splits[g], spans[g], length, selection[g]) for g in plan.groups]
+    needed = [min((e[r] for e in ends if e[r] is not None), default=None) for r in TEST_ROUNDS]
+    if any(n is None for n in needed):
+        return None
+    return -(-max(n for n in needed if n is not None) // tile) * tile
+
+
+def check_test_rounds(
+    plan: EvaluationPlan, splits: Mapping[str, Any], selection: Mapping[str, np.ndarray], eval_tokens: int | None
+) -> None:
+    """A test in two rounds (a selection split, a length past the context) must give each round a window: an empty
+    round scores nothing (Lightning skips it), so the test's figures, or its choice of way, would be missing from a
+    run that says it succeeded. Refused before training, naming what would work."""
+    if tokens_for_both_rounds(plan, splits, selection, plan.spans) is not None:
+        return
+    length = min(plan.lengths)
+    emptied = [r for r in TEST_ROUNDS if all(round_ends(splits[g], plan.spans[g], length, selection[g])[r] is None
+                                             for g in plan.groups)]  # fmt: skip
+    why = (
+        "every window touches a selection document, so the test round (test documents only) would score nothing "
+        "and the run would have no figures"
+        if "test" in emptied
+        else "no window touches a selection document, so the selection round would score nothing and no test-time "
+        "way would be chosen"
+    )
+    raise ConfigError(
+        f"{scored_sample(plan, eval_tokens)}, and at length {length} {why}; allowed: "
+        f"{'; or '.join(round_fixes(plan, splits, selection, eval_tokens))}."
+    )
+
+
+def scored_sample(plan: EvaluationPlan, eval_tokens: int | None) -> str:
+    """What the test scores, for a message: ``task.eval_tokens=N scores the first N held-out tokens of ...``."""
+    where = f"group {plan.groups[0]!r}" if len(plan.groups) == 1 else "each group"
+    if eval_tokens is not None:
+        return f"task.eval_tokens={eval_tokens} scores the first {eval_tokens} held-out tokens of {where}"
+    return f"the test scores the held-out split of {where} ({', '.join(f'{n} tokens' for n in plan.spans.values())})"
+
+
+def round_fixes(
+    plan: EvaluationPlan, splits: Mapping[str, Any], selection: Mapping[str, np.ndarray], eval_tokens: int | None
+) -> list[str]:
+    """What gives both rounds a window: a larger ``task.eval_tokens`` where the held-out text holds one (the whole
+    split where only that does), else no selection split, or every way on every window (one round)."""
+    tile = math.lcm(*plan.lengths)
+    whole = {g: (len(splits[g]) - 1) // tile * tile for g in plan.groups}
+    fixes = []
+    if eval_tokens is not None:
+        needed = tokens_for_both_rounds(plan, splits, selection, {g: min(whole.values()) for g in plan.groups})
+        if needed is not None:
+            fixes.append(f"raise task.eval_tokens to at least {needed} (a multiple of {tile}, every length's)")
+        elif tokens_for_both_rounds(plan, splits, selection, whole) is not None:
+            fixes.append("give task.eval_tokens=null (the whole held-out split)")
+    return [
+        *fixes,
+        "give task.selection_fraction=0 (no selection split: one round, every way on every window)",
+        "give task.every_way_on_test=true (one round: every way on every window, the split kept)",
+    ]
 
 
 def selection_draw(seed: int, group: str, ordinal: int) -> float:

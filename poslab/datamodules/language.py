@@ -39,8 +39,10 @@ from poslab.datamodules.corpora import (
     prepare_corpus,
 )
 from poslab.datamodules.held_out import (
+    TEST_ROUNDS,
     EvaluationPlan,
     Layout,
+    check_test_rounds,
     describe_sample,
     document_index,
     plan_evaluation,
@@ -156,11 +158,6 @@ class TrainingWindows(IterableDataset):
         while True:
             yield {key: value[rows] for key, value in self.batch(index).items()}
             index += 1
-
-
-#: the test's two rounds where a way is chosen on selection: the windows that touch a selection document, scored
-#: in every way; then the rest, in the plain model and the ways chosen (docs/evaluation.md, "Two rounds")
-TEST_ROUNDS = ("selection", "test")
 
 
 def in_round(split: PreparedSplit, layout: Layout, length: int, selection: np.ndarray, test_round: str) -> Layout:
@@ -450,6 +447,9 @@ class LanguageModelDataModule(L.LightningDataModule):
             self.evaluation = plan_evaluation(streams, self.evaluation_settings, budget)
             self.token_bytes = torch.from_numpy(corpus_tokenizer(groups, self.cache_dir).token_bytes())
             self.selection = self.select(groups)
+            if self.in_two_rounds(self.chooses):  # an empty round would leave the run without figures or a choice
+                splits = {g.name: g.splits["validation"] for g in groups}
+                check_test_rounds(self.evaluation, splits, self.selection, self.evaluation_settings["eval_tokens"])
             self.groups = groups  # last: a refusal above leaves the datamodule unset, and a second setup refuses too
             self.fit_passkey(groups[0])
             for note in [*self.evaluation_notes(), *([self.passkey_note] if self.passkey_note else [])]:
@@ -508,8 +508,18 @@ class LanguageModelDataModule(L.LightningDataModule):
         chosen), so that a way not chosen is not scored on windows of test documents only (docs/evaluation.md,
         "Two rounds"); otherwise, or with ``task.every_way_on_test``, one round of every window in every way."""
         self.prepare()
+        return list(TEST_ROUNDS) if self.in_two_rounds(chooses) else [None]
+
+    @property
+    def chooses(self) -> bool:
+        """Whether the module chooses among ways (``LanguageModelModule.chooses``): a declared length past the
+        context."""
+        return any(length > self.context_length for length in self.declared_lengths)
+
+    def in_two_rounds(self, chooses: bool) -> bool:
+        """Whether the test runs in two rounds (``test_rounds``), from the selection split already drawn."""
         split = any(mask.any() and not mask.all() for mask in self.selection.values())
-        return list(TEST_ROUNDS) if chooses and split and not self.every_way_on_test else [None]
+        return chooses and split and not self.every_way_on_test
 
     def val_dataloader(self) -> DataLoader:
         """Every length's non-overlapping windows of the ``val_windows`` sample (the plain model's loss, at every

@@ -22,7 +22,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from poslab.errors import DivergedError, PoslabError, RunInterrupted
+from poslab.errors import ConfigError, DivergedError, PoslabError, RunInterrupted
 from poslab.io import write_json_atomic
 from poslab.running.builders import build_datamodule, build_module, instantiate_all
 from poslab.running.callbacks import RecordConfig, SaveOnInterrupt, Throughput
@@ -121,6 +121,8 @@ def run_holding_the_directory(cfg: DictConfig) -> dict[str, Any]:
     trainer, interrupt = build_trainer(cfg, datamodule, resolved)
     outcome = fit_and_test(trainer, module, datamodule, ckpt_path, interrupt)
     results = run_results(cfg, RunParts(trainer, module, datamodule, resolved), outcome, label, extension)
+    if results["status"] == "success" and not results["figures"]:  # never a success that measured nothing
+        raise ConfigError(f"the test after training gave no figures, so this run writes no {RESULTS_FILE}.")
     if (changed := checked_parent_data(results)) is not None:  # a context extension on other text than its parent's
         log.warning("note: %s", changed)
         results.setdefault("data_notes", []).append(changed)
@@ -195,12 +197,26 @@ def test(trainer: L.Trainer, module: L.LightningModule, datamodule: L.LightningD
         if test_round is not None:  # the module logs the round's cost and progress (lightning_modules/progress.py)
             module.test_round = datamodule.test_round = test_round
         trainer.test(module, datamodule=datamodule, verbose=False)
+        check_scored(trainer, test_round)
         # the last round is never saved as done: its end writes the figures, so a process stopped after it (before
         # results.json) resumes that round with every batch scored and writes them again
         if saving is not None and index < len(names) - 1:
             saving.round_done(trainer, module, test_round)
     if saving is not None:
         saving.discard(trainer)
+
+
+def check_scored(trainer: L.Trainer, test_round: str | None) -> None:
+    """A test (round) with no batch is skipped by Lightning, warning only: the run would go on to write the figures
+    of its last validation, or none, as a success. Stopped here instead, saying why."""
+    if sum(trainer.num_test_batches):
+        return
+    what = f"the test's {test_round} round" if test_round else "the test"
+    raise ConfigError(
+        f"{what} had no batch to score, so this run has no test figures and writes no {RESULTS_FILE}: the "
+        f"held-out sample is too small for it; score more (task.eval_tokens, corpus.validation_fraction, "
+        f"task.eval_size) or give task.selection_fraction=0 (one round)."
+    )
 
 
 def fit_and_test(

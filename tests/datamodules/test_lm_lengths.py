@@ -120,8 +120,10 @@ def scored_tokens(batches: EvaluationBatches, length: int, slid: bool) -> dict[t
 
 
 def test_every_length_scores_the_same_tokens_once_in_both_kinds_of_windows(corpus, tmp_path):
-    # 192 tokens per group, and a stride that leaves the last sliding window a short step
-    cfg = lm_config(corpus, tmp_path, "task.eval_lengths=[48,96]", "task.eval_tokens=192", "task.eval_stride=7")
+    # 192 tokens per group, and a stride that leaves the last sliding window a short step; no selection split (192
+    # tokens of one test document would leave a selection round no window: refused, test_held_out_rounds.py)
+    settings = ["task.eval_lengths=[48,96]", "task.eval_tokens=192", "task.eval_stride=7", "task.selection_fraction=0"]
+    cfg = lm_config(corpus, tmp_path, *settings)
     datamodule = build_datamodule(cfg)
     datamodule.setup()
     plan = datamodule.evaluation
