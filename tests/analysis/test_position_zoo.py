@@ -252,7 +252,7 @@ def test_a_resumed_run_is_left_out_of_the_training_time(tmp_path):
     resumed.write_text(json.dumps({**result, "train_seconds": 5.0, "trained_steps": 100}))  # of its 1,000 steps
     report = report_zoo(tmp_path)
     assert json.loads(report.files["zoo.json"])["train_seconds"]["rope"] == {"runs": 1, "mean": 50.0, "total": 50.0}
-    assert "1 runs trained whole in one process" in report.report
+    assert "1 run trained whole in one process" in report.report
 
 
 def test_the_score_averages_the_lengths_every_run_of_the_task_has_and_says_which():
