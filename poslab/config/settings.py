@@ -909,3 +909,38 @@ def check_lm_evaluation(task: Mapping[str, Any]) -> list[int]:
             f"{lengths[0]}, or null (no sliding-window evaluation)."
         )
     return lengths
+
+
+def check_eval_lengths(cfg: Any) -> None:
+    """A language model's evaluation settings (``poslab.config.settings.check_lm_evaluation``), and a synthetic task's
+    evaluation lengths: at least one, and none below the training length (``train_length``,
+    the longest trained on). No length would train a run that measures nothing; one below would give the reports
+    no position past the training length (the grid's ``past`` column, the zoo's 1x to 8x). Lengths at or past the
+    training length need not be multiples of it (the zoo reads the multiples, the grid every length)."""
+    from poslab.config.passkey_settings import check_passkey_settings
+
+    task = cfg.get("task")
+    if isinstance(task, Mapping) and task.get("name") == "lm":
+        check_lm_evaluation(task)  # a language model's: from its context up, and eval_tokens / eval_stride with them
+        tokenizer = str(corpus_setting(cfg.get("corpus") or {}, "tokenizer"))
+        check_passkey_settings(task.get("passkey"), int(task.context_length), tokenizer)  # before any data is read
+        return
+    if not isinstance(task, Mapping) or task.get("name") not in SYNTHETIC_TASKS:
+        return
+    train = int(task.train_length)
+    example = f"[{train}, {2 * train}, {4 * train}]"
+    given = task.get("eval_lengths")
+    lengths = [int(n) for n in given] if given is not None else None
+    if not lengths:
+        shown = "null" if lengths is None else "[]"
+        raise ConfigError(
+            f"task.eval_lengths={shown} gives no evaluation length, so the run would measure nothing; allowed: "
+            f"one or more lengths at or past task.train_length={train}, e.g. task.eval_lengths={example}."
+        )
+    below = [n for n in lengths if n < train]
+    if below:
+        raise ConfigError(
+            f"task.eval_lengths={lengths} has lengths below task.train_length={train} "
+            f"({', '.join(map(str, below))}), and poslab measures extrapolation from the training length up; "
+            f"allowed: lengths at or past {train}, e.g. task.eval_lengths={example} (or a shorter task.train_length)."
+        )

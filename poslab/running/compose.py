@@ -17,7 +17,9 @@ from poslab.config.overrides import expanded_overrides
 from poslab.config.settings import (
     CONF_DIR,
     SYNTHETIC_TASKS,
+    check_eval_lengths,
     check_precision,
+    check_settings,
     encoding_defaults,
     expand_path_settings,
     task_defaults,
@@ -101,9 +103,7 @@ def check_given_values(cfg: DictConfig) -> None:
     """The checks of the values a smoke test's cut replaces (the evaluation settings), on the values given: each
     setting's type and bounds, and the evaluation against the training length, as a run without debug=fast has
     them checked (``poslab.running.checks``' stages 1 and 2)."""
-    from poslab.running.checks import check_eval_lengths, check_typed_settings  # that module imports this one
-
-    check_typed_settings(cfg)
+    check_settings(cfg, optional_encoding_settings)
     check_eval_lengths(cfg)
 
 

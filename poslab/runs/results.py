@@ -299,7 +299,7 @@ def _asked_every_way(result: dict[str, Any]) -> bool:
     than the setting): then its figures hold log scaling. ``plain`` (debug=fast's smoke run) scores the plain model
     alone, so its figures are whole without it."""
     task = (result.get("config") or {}).get("task")
-    return not isinstance(task, dict) or task.get("eval_ways", "all") != "plain"
+    return not isinstance(task, dict) or task.get("eval_ways") != "plain"  # a record without it: every way
 
 
 def _language_model_problem(result: dict[str, Any]) -> str | None:

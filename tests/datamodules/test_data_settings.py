@@ -68,7 +68,9 @@ def test_include_tests_with_a_latin1_test_module_under_replace_is_counted_once_a
     """replace: the invalid byte is read as U+FFFD and counted, said once in the job's console; the test modules are
     code (tests of a program), so the run has no "trains on a test split" note."""
     src = python_tree(tmp_path)
-    done = run_train(python_code(src, tmp_path / "cache", "corpus.decode_errors=replace"), tmp_path, timeout=300)
+    # one evaluation round (no selection split): the tiny held-out text is one document
+    replace = python_code(src, tmp_path / "cache", "corpus.decode_errors=replace", "task.selection_fraction=0")
+    done = run_train(replace, tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     console = done.stdout + done.stderr
     replaced = [line for line in console.splitlines() if "invalid UTF-8 sequences" in line]
