@@ -3,6 +3,7 @@ a window is cut, the same values (and batches) as the per-token int32 arrays cac
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from pathlib import Path
@@ -325,6 +326,15 @@ def test_documents_of_one_split_key_are_held_out_or_trained_on_whole(tmp_path):
 
 # ---- the code version in the cache key ----------------------------------------------------------------------------
 
+#: a web corpus of the JSONL files under ``web/``, tokenized by a small BPE (trained, so its key holds the code too)
+BPE_WEB_CORPUS = {
+    "name": "web",
+    "tokenizer": "bpe",
+    "vocab_size": 300,
+    "validation_fraction": 0.3,
+    "groups": {"main": {"local": [{"pattern": "web/*.jsonl"}]}},
+}
+
 
 def test_a_change_of_a_listed_modules_source_prepares_the_data_and_trains_the_bpe_anew(tmp_path, monkeypatch):
     """a5ea022 changed segmentation's sentence ends and c672c8e the BPE's encoding of special tokens, and neither
@@ -333,13 +343,7 @@ def test_a_change_of_a_listed_modules_source_prepares_the_data_and_trains_the_bp
     from poslab.datamodules.corpora import code_version
 
     write_jsonl(tmp_path / "data" / "web" / "a.jsonl", [f"第{i}段。他说：“好。” Doc {i}. End." for i in range(8)])
-    corpus = {
-        "name": "web",
-        "tokenizer": "bpe",
-        "vocab_size": 300,
-        "validation_fraction": 0.3,
-        "groups": {"main": {"local": [{"pattern": "web/*.jsonl"}]}},
-    }
+    corpus = copy.deepcopy(BPE_WEB_CORPUS)
     (first,) = prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")
     assert first.meta["code"] == code_version.code_hash()
     assert set(code_version.HASHED) >= {
@@ -370,13 +374,7 @@ def test_another_tokenizers_version_prepares_the_data_and_trains_the_bpe_anew(tm
     assert set(code_version.LIBRARIES) >= {"tokenizers", "datasets"}
     assert code_version.installed_version("poslab-no-such-distribution") == "absent"
     write_jsonl(tmp_path / "data" / "web" / "a.jsonl", [f"Doc {i}. A sentence. End." for i in range(8)])
-    corpus = {
-        "name": "web",
-        "tokenizer": "bpe",
-        "vocab_size": 300,
-        "validation_fraction": 0.3,
-        "groups": {"main": {"local": [{"pattern": "web/*.jsonl"}]}},
-    }
+    corpus = copy.deepcopy(BPE_WEB_CORPUS)
     (first,) = prepare_corpus(corpus, tmp_path / "data", tmp_path / "cache")
     real = code_version.installed_version
     monkeypatch.setattr(code_version, "installed_version", lambda n: "0.0-other" if n == "tokenizers" else real(n))
