@@ -232,16 +232,23 @@ def test_a_failed_preparation_leaves_no_temporary_directory(tmp_path):
     assert cache_entries(tmp_path / "cache") == []
 
 
+def web_corpus_with_line(tmp_path: Path, n_docs: int, index: int, line: str) -> tuple[Path, dict, Path, list[str]]:
+    """``web_corpus`` of ``n_docs`` documents under ``tmp_path/data`` with its JSONL line ``index`` replaced by
+    ``line``: the data folder, the corpus, the file and its lines (to edit further)."""
+    data = tmp_path / "data"
+    corpus = web_corpus(data, n_docs=n_docs)
+    path = data / "web" / "docs.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    lines[index] = line
+    path.write_text("".join(lines))
+    return data, corpus, path, lines
+
+
 # ---- data files: malformed JSON lines, invalid UTF-8 ---------------------------------------------------------------
 
 
 def test_a_malformed_jsonl_line_names_the_file_and_line(tmp_path):
-    data = tmp_path / "data"
-    corpus = web_corpus(data, n_docs=5)
-    path = data / "web" / "docs.jsonl"
-    lines = path.read_text().splitlines(keepends=True)
-    lines[2] = '{"id": 2, "text": "broken\n'
-    path.write_text("".join(lines))
+    data, corpus, path, lines = web_corpus_with_line(tmp_path, 5, 2, '{"id": 2, "text": "broken\n')
     with pytest.raises(DataError) as info:
         prepare_corpus(corpus, data, tmp_path / "cache")
     assert str(info.value) == (
@@ -260,12 +267,9 @@ def test_a_jsonl_row_without_the_text_field_names_the_file_line_field_and_its_ke
     """A wrong field name read every row as an empty document and ended in 'the train split is empty ... give more
     documents'; a row that lacks the field (a partial mismatch) was dropped silently. A present but empty (or null)
     field stays an empty document."""
-    data = tmp_path / "data"
-    corpus = web_corpus(data, n_docs=6)
-    path = data / "web" / "docs.jsonl"
-    lines = path.read_text().splitlines(keepends=True)
-    lines[4] = '{"id": 4, "content": "the text under another key"}\n'
-    path.write_text("".join(lines))
+    data, corpus, path, lines = web_corpus_with_line(
+        tmp_path, 6, 4, '{"id": 4, "content": "the text under another key"}\n'
+    )
     with pytest.raises(DataError) as info:
         prepare_corpus(corpus, data, tmp_path / "cache")
     assert str(info.value) == (
@@ -283,12 +287,9 @@ def test_a_lone_surrogate_escape_stops_strict_at_its_line_and_replace_reads_it_a
     """Scraped text often holds half a UTF-16 pair as a JSON escape (an emoji cut in two). It stopped the
     preparation with a bare UnicodeEncodeError (\ud83d), or went in as the raw byte 0xFF under strict (\udcff, the
     codec's escaped byte), with nothing replaced."""
-    data = tmp_path / "data"
-    corpus = web_corpus(data, n_docs=10)
-    path = data / "web" / "docs.jsonl"
-    lines = path.read_text().splitlines(keepends=True)
-    lines[3] = '{"id": 3, "text": "cut emoji \\ud83d here, escaped \\udcff byte."}\n'
-    path.write_text("".join(lines))
+    data, corpus, path, lines = web_corpus_with_line(
+        tmp_path, 10, 3, '{"id": 3, "text": "cut emoji \\ud83d here, escaped \\udcff byte."}\n'
+    )
     with pytest.raises(DataError) as info:
         prepare_corpus(corpus, data, tmp_path / "cache")
     assert str(info.value) == (
