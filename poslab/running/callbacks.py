@@ -321,9 +321,15 @@ class SaveOnInterrupt(L.Callback):
             self.held = True
             print("poslab: stopping after this step, to save it (Ctrl-C again stops at once)", file=sys.stderr)
             return
+        # Between steps the KeyboardInterrupt is raised at once, wherever the main thread is; code there that
+        # swallows it (a finalizer, a handler catching BaseException) would lose the Ctrl-C: held, the next step's
+        # start raises it again
+        self.held = True
         raise KeyboardInterrupt
 
     def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+        if self.held:  # a Ctrl-C between steps whose KeyboardInterrupt did not stop the run: before this step
+            raise KeyboardInterrupt
         self.in_step = True
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, *args: Any) -> None:
