@@ -108,7 +108,10 @@ def bpb_table(corpus: str, summary: dict[str, Any], ranked: list[int]) -> str:
         score = Interval.from_dict(row["score"]).cell()
         effective = "" if not row.get("effective_length") else Interval.from_dict(row["effective_length"]).cell(0)
         cells = [*interval_cells(row["bpb"], multiples), score, effective, row["seeds"]]
-        table.append([place_cell(row, methods), row["name"], stride, *cells])
+        # a chosen row's figures are on the test documents, the others' on the whole held-out sample: said in the
+        # row itself, as the two sit side by side and differ by their documents as well as their way
+        name = f"{row['name']}, test documents only" if row.get("chosen_ways") else row["name"]
+        table.append([place_cell(row, methods), name, stride, *cells])
     groups = summary["not_separated"]
     shown = "; ".join(", ".join(group) for group in groups) if groups else "none (every place separated)"
     title = f"### {corpus}: bits per byte (trained at {summary['train_length']} tokens; lower is better)"
@@ -120,7 +123,8 @@ def bpb_table(corpus: str, summary: dict[str, Any], ranked: list[int]) -> str:
     if any(row.get("chosen_ways") for row in rows):
         ranks += (
             " A 'chosen on selection' row is each seed's way chosen on the selection documents (named in brackets),"
-            " its figures on the test documents only; the other rows are on the whole held-out sample."
+            " its figures on the test documents only; the other rows are on the whole held-out sample, so a chosen"
+            " row is compared with its plain model in the test documents' table below, not in this one."
         )
     mixed = [row["name"] for row in rows if len(row.get("hosts") or []) > 1]
     if mixed:  # the sample line says the corpus mixes hosts; this says which rows' seeds do

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from poslab.analysis.length import length_summary, load_length_runs
-from poslab.analysis.length_render import length_csv, length_markdown, passkey_table
+from poslab.analysis.length_render import bpb_table, length_csv, length_markdown, passkey_table
 from poslab.analysis.passkey_render import plot_passkey
 from poslab.analysis.stats import Interval
 from poslab.running.extension import checked_parent_data
@@ -283,9 +283,13 @@ def test_the_way_chosen_on_selection_is_one_row_of_test_figures_and_the_unchosen
     for seed, chosen in ((0, "test_ntk"), (1, "test_yarn")):
         directory = planted(tmp_path, "rope", seed, rising(2.0, 0.3))
         with_two_rounds(directory, chosen, rising(1.5 + 0.1 * seed, 0.05), rule_bpb=0.5)
-    rows = next(iter(summary_of(tmp_path)["corpora"].values()))["rows"]
+    corpus, summary = next(iter(summary_of(tmp_path)["corpora"].items()))
+    rows = summary["rows"]
     names = [row["name"] for row in rows]
     assert sorted(names) == ["rope", "rope + chosen on selection (test_ntk, test_yarn)"]
+    table = bpb_table(corpus, summary, [2, 4, 8, 16])  # beside rows of the whole sample, its own documents named
+    assert "| rope + chosen on selection (test_ntk, test_yarn), test documents only |" in table
+    assert "| rope |" in table
     chosen = next(row for row in rows if row["way"] == "chosen on selection")
     assert chosen["rank"] is None  # a choice: never ranked beside the models
     assert chosen["bpb"]["16x"]["mean"] == pytest.approx(np.mean([1.7, 1.8]), rel=1e-9)  # 4 steps of 0.05
