@@ -104,7 +104,8 @@ class PlainModel(nn.Module):
 
 
 def plain_run(task_name: str, scheme: str, seed: int, steps: int) -> float:
-    from poslab.datamodules.synthetic import IGNORE, EvaluationSet, SyntheticTask
+    from poslab.datamodules.synthetic import EvaluationSet
+    from poslab.datamodules.tasks import IGNORE, SyntheticTask
 
     task = SyntheticTask(task_name, 16 if task_name == "lag" else 96)
     start = time.perf_counter()

@@ -247,6 +247,30 @@ def test_render_layers_load_no_torch_and_the_corpus_compute_layer_no_matplotlib(
 def test_an_encodings_refusal_comes_before_lightning_loads(argv, tmp_path):
     """The encodings' check (train.py's pre-check, stage 3) imports torch, not a datamodule: Lightning, seconds more
     before the message, loads only for a config that passes."""
+    result = precheck_in_a_fresh_process(argv, tmp_path)
+    assert result.stdout.split() == ["exit", "2", "False", "False"], (result.stdout, result.stderr[-1500:])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["task=flip_flop", "task.p_ignore=0.5"], "sum to 1"),
+        (["task=lag", "model.d_model=16384", "model.n_layers=64"], "needs at least"),
+    ],
+    ids=["task setting", "memory"],
+)
+def test_a_synthetic_tasks_refusal_comes_before_lightning_loads(argv, named, tmp_path):
+    """A synthetic task's own settings (stage 3: ``validated_task``, the datamodule's own check, called without
+    the datamodule) and its memory estimate are refused before Lightning loads."""
+    result = precheck_in_a_fresh_process(argv, tmp_path)
+    assert result.stdout.split() == ["exit", "2", "False", "False"], (result.stdout, result.stderr[-1500:])
+    assert named in result.stderr
+
+
+def precheck_in_a_fresh_process(argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """train.py's pre-check of ``argv`` in a new interpreter, so that this process's imports do not count; it
+    prints ``exit <status> <lightning loaded> <poslab.datamodules.synthetic loaded>``."""
     probe = (
         "import sys\n"
         "from poslab.running.precheck import check_command_line\n"
@@ -256,7 +280,6 @@ def test_an_encodings_refusal_comes_before_lightning_loads(argv, tmp_path):
         "    print('exit', stop.code, 'lightning' in sys.modules, 'poslab.datamodules.synthetic' in sys.modules)\n"
     )
     environment = {**os.environ, "POSLAB_LOG_DIR": str(tmp_path / "logs")}
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", probe], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=120
     )
-    assert result.stdout.split() == ["exit", "2", "False", "False"], (result.stdout, result.stderr[-1500:])

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from poslab.datamodules.synthetic import IGNORE, EvaluationSet
+from poslab.datamodules.synthetic import EvaluationSet
+from poslab.datamodules.tasks import IGNORE
 from poslab.running.builders import build_datamodule
 from poslab.running.compose import compose_config
 

@@ -12,7 +12,7 @@ from typing import Any
 _LAZY = {
     "LanguageModelDataModule": "poslab.datamodules.language",
     "SyntheticDataModule": "poslab.datamodules.synthetic",
-    "SyntheticTask": "poslab.datamodules.synthetic",
+    "SyntheticTask": "poslab.datamodules.tasks",
 }
 __all__ = sorted(_LAZY)
 

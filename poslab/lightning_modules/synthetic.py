@@ -1,4 +1,4 @@
-"""Training and length-extrapolation evaluation on the synthetic tasks (``poslab.datamodules.synthetic``).
+"""Training and length-extrapolation evaluation on the synthetic tasks (``poslab.datamodules.tasks``).
 
 At every evaluation length L the module reports, keyed by L in ``results.json``, for each way of evaluating the
 trained model:
@@ -50,7 +50,7 @@ from torch import Tensor, nn
 from torchmetrics import Metric
 from torchmetrics.classification import MulticlassAccuracy
 
-from poslab.datamodules.synthetic import IGNORE, Task
+from poslab.datamodules.tasks import IGNORE, Task
 from poslab.lightning_modules.base import TransformerModule, logits_in_way, summed_over_ranks
 from poslab.lightning_modules.progress import EvaluationProgress, LengthCost, training_step
 from poslab.model import ModelConfig

@@ -103,17 +103,31 @@ def check_run_directory_of(cfg: DictConfig) -> None:
 
 def check_synthetic_task(cfg: DictConfig) -> None:
     """A synthetic task's own settings against every length it will see (flip_flop's probabilities, a vocabulary
-    too small for associative_recall's longest evaluation length): its datamodule checks them when built, which
-    is cheap (the evaluation sets are drawn later, in ``setup``)."""
-    import hydra
-
+    too small for associative_recall's longest evaluation length). For poslab's datamodule, the function its
+    ``__init__`` checks them with (``validated_task``), called here without importing the datamodule (Lightning:
+    seconds before the message); a datamodule of one's own is built, which is cheap (the evaluation sets are drawn
+    later, in ``setup``)."""
     if cfg.task.name not in SYNTHETIC_TASKS:
         return
     task = OmegaConf.to_container(cfg.task, resolve=True)
     assert isinstance(task, dict)
-    target = hydra.utils.get_class(str(task.pop("_target_")))
+    target = str(task.pop("_target_"))
     task.pop("module", None)
-    target(**task, seed=int(cfg.seed))
+    if target == SYNTHETIC_DATAMODULE:
+        from poslab.datamodules.tasks import validated_task
+
+        validated_task(**{key: value for key, value in task.items() if key not in SYNTHETIC_DATA_ARGUMENTS})
+        return
+    import hydra
+
+    hydra.utils.get_class(target)(**task, seed=int(cfg.seed))
+
+
+#: poslab's synthetic datamodule, and its arguments that are not the task's (batches, evaluation sizes, seeds):
+#: what ``check_synthetic_task`` leaves out of ``validated_task``'s. tests/running/test_checks.py holds them to the
+#: class.
+SYNTHETIC_DATAMODULE = "poslab.datamodules.SyntheticDataModule"
+SYNTHETIC_DATA_ARGUMENTS = ("batch_size", "eval_size", "eval_batch_size", "eval_seed", "seed")
 
 
 def check_encoding(cfg: DictConfig) -> None:

@@ -151,7 +151,7 @@ def test_a_partial_optimizer_config_takes_adamw_yaml():
 
 def test_a_task_data_and_passkey_made_in_python_take_their_yamls():
     from poslab.config.passkey_settings import check_passkey_settings
-    from poslab.datamodules.synthetic import make_task
+    from poslab.datamodules.tasks import make_task
 
     flip_flop = yaml("task", "flip_flop")
     made = make_task("flip_flop", 6)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from poslab.datamodules.synthetic import IGNORE, EvaluationSet, SyntheticDataModule, SyntheticTask, TrainingBatches
+from poslab.datamodules.synthetic import EvaluationSet, SyntheticDataModule, TrainingBatches
+from poslab.datamodules.tasks import IGNORE, SyntheticTask
 from poslab.errors import ConfigError
 
 

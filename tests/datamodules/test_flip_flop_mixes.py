@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from poslab.datamodules.synthetic import IGNORE, FlipFlop, make_task
+from poslab.datamodules.tasks import IGNORE, FlipFlop, make_task
 from poslab.errors import ConfigError
 from poslab.running.builders import build_datamodule, build_module
 from tests.conftest import compose_config, fit_quietly

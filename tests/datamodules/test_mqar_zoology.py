@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from poslab.config.settings import check_settings
-from poslab.datamodules.synthetic import IGNORE, TrainingBatches, make_task
+from poslab.datamodules.synthetic import TrainingBatches
+from poslab.datamodules.tasks import IGNORE, make_task
 from poslab.errors import ConfigError
 from poslab.running.builders import build_datamodule, build_module
 from tests.conftest import compose_config, fit_quietly

@@ -9,7 +9,7 @@ import itertools
 import pytest
 import torch
 
-from poslab.datamodules.synthetic import StateTracking, compose, group_elements, make_task, permutation_parity
+from poslab.datamodules.tasks import StateTracking, compose, group_elements, make_task, permutation_parity
 from poslab.errors import ConfigError
 from poslab.running.builders import build_datamodule, build_module
 from tests.conftest import compose_config, fit_quietly
@@ -95,7 +95,7 @@ def test_a_tiny_model_trains_and_evaluates_on_state_tracking(tmp_path):
 
 
 def test_sequence_accuracy_counts_only_wholly_right_sequences():
-    from poslab.datamodules.synthetic import IGNORE
+    from poslab.datamodules.tasks import IGNORE
     from poslab.lightning_modules.synthetic import SequenceAccuracy
 
     metric = SequenceAccuracy()

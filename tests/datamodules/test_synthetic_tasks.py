@@ -7,16 +7,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from poslab.datamodules.synthetic import (
+from poslab.datamodules.synthetic import SyntheticDataModule, TrainingBatches
+from poslab.datamodules.tasks import (
     IGNORE,
     TASKS,
     AssociativeRecall,
     Copy,
     Counting,
     FlipFlop,
-    SyntheticDataModule,
     SyntheticTask,
-    TrainingBatches,
     make_task,
 )
 from poslab.errors import ConfigError
@@ -322,7 +321,7 @@ def test_the_typed_settings_know_every_task_and_each_tasks_own_settings():
     import dataclasses
 
     from poslab.config.settings import SYNTHETIC_TASKS, TASK_SCHEMAS, SyntheticTaskSettings
-    from poslab.datamodules.synthetic import TASKS
+    from poslab.datamodules.tasks import TASKS
 
     assert set(TASKS) == set(SYNTHETIC_TASKS) == set(TASK_SCHEMAS) - {"lm"}
     shared = {f.name for f in dataclasses.fields(SyntheticTaskSettings)}

@@ -11,7 +11,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from poslab.config.settings import check_settings, max_length
-from poslab.datamodules.synthetic import IGNORE, SyntheticDataModule, TrainingBatches, make_task
+from poslab.datamodules.synthetic import SyntheticDataModule, TrainingBatches
+from poslab.datamodules.tasks import IGNORE, make_task
 from poslab.errors import ConfigError
 from poslab.running.builders import build_datamodule, build_module
 from poslab.running.training import run

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from poslab.datamodules.synthetic import IGNORE
+from poslab.datamodules.tasks import IGNORE
 from poslab.running.builders import build_datamodule, build_module
 from poslab.running.training import run
 from tests.conftest import compose_config

@@ -4,13 +4,14 @@ jobs go through the stages one stage at a time (a typo in any job is found befor
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
 import pytest
 
 from poslab.errors import ConfigError
-from poslab.running.checks import STAGES, check_config, check_configs, check_run_directory_of
+from poslab.running.checks import STAGES, check_config, check_configs, check_run_directory_of, check_synthetic_task
 from poslab.running.compose import compose_config
 
 #: one fault per stage, each on its own refused with a message naming it
@@ -97,3 +98,48 @@ def test_the_settings_a_datamodule_fills_in_are_known_without_importing_it() -> 
         assert {key for key in settings if hasattr(datamodule, key)} == set(filled), target
         assert data_fills(target)("paragraph_density") and not data_fills(target)("base")
     assert data_fills("poslab.runs.folders.RecordedJob")("of")  # a datamodule of one's own: its class is asked
+
+
+#: a synthetic task's settings refused only by the task itself (stage 3: each passes the typed settings), by what
+#: the message names
+TASK_FAULTS = {
+    "probabilities": (["task=flip_flop", "task.p_ignore=0.5"], "sum to 1"),
+    "training range": (["task=lag", "task.train_lengths=[8,16]"], "ends at 16"),
+    "keys for the longest length": (["task=associative_recall", "task.vocab_size=9"], "distinct keys"),
+}
+
+
+@pytest.mark.parametrize("fault", list(TASK_FAULTS))
+@pytest.mark.parametrize(
+    "target", ["poslab.datamodules.SyntheticDataModule", "poslab.datamodules.synthetic.SyntheticDataModule"]
+)
+def test_the_task_check_refuses_what_the_datamodule_refuses(fault: str, target: str, tmp_path: Path) -> None:
+    """poslab's own ``_target_`` is checked by ``validated_task`` without the datamodule, another (here the same
+    class by its full path, as a datamodule of one's own is named) by building it: the same message either way,
+    the one the datamodule itself gives when built."""
+    from poslab.running.builders import build_datamodule
+
+    overrides, named = TASK_FAULTS[fault]
+    cfg = compose_config(overrides, tmp_path / "run")
+    cfg.task._target_ = target
+    with pytest.raises(ConfigError, match=named) as checked:
+        check_synthetic_task(cfg)
+    with pytest.raises(ConfigError) as built:
+        build_datamodule(cfg)
+    assert str(checked.value) == str(built.value)
+
+
+def test_the_task_check_leaves_out_exactly_the_datamodules_other_arguments() -> None:
+    """``SYNTHETIC_DATA_ARGUMENTS`` and ``validated_task``'s arguments are together ``SyntheticDataModule``'s: a new
+    argument of the datamodule is either checked or named as not the task's."""
+    import hydra
+
+    from poslab.datamodules.synthetic import SyntheticDataModule
+    from poslab.datamodules.tasks import validated_task
+    from poslab.running.checks import SYNTHETIC_DATA_ARGUMENTS, SYNTHETIC_DATAMODULE
+
+    assert hydra.utils.get_class(SYNTHETIC_DATAMODULE) is SyntheticDataModule
+    datamodule = set(inspect.signature(SyntheticDataModule.__init__).parameters) - {"self"}
+    checked = set(inspect.signature(validated_task).parameters)
+    assert datamodule == checked | set(SYNTHETIC_DATA_ARGUMENTS)
+    assert not checked & set(SYNTHETIC_DATA_ARGUMENTS)
