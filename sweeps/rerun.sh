@@ -12,6 +12,8 @@
 #   sweeps/rerun.sh seeds SWEEP        the seed override run adds: the seeds not yet finished in the log directory
 #   sweeps/rerun.sh reports [OUT]      the reports of the whole rerun, as docs/rerun.md lists them (sweeps/rerun_reports.py);
 #                                      refused until the sweeps they read are whole in docs/, unless OUT (written there)
+#   sweeps/rerun.sh pause | resume     every chain `run` started here (under setsid) stopped where it is (SIGSTOP), or
+#                                      continued (SIGCONT): both cores free for a CI run or a benchmark, nothing lost
 #
 # Environment: POSLAB_LOG_DIR (default ../runs), POSLAB_CACHE_DIR (../cache), POSLAB_DATA_DIR (../shared/corpora),
 # POSLAB_JOBS (runs at a time within a sweep, default 1), PYTHON (default .venv/bin/python of this checkout).
@@ -214,6 +216,23 @@ commands() {  # each sweep's runs and its multiruns' overrides, tab-separated (t
   done
 }
 
+chains() {  # the process groups of the chains `run` started from this checkout: a group led by a `rerun.sh run`
+  # (setsid makes each its own group) whose directory is this checkout; a chain started without setsid shares its
+  # caller's group, and one of another checkout is another's: both are left alone
+  local pid
+  for pid in $(ps -eo pid=,pgid=,args= | awk '$1 == $2 && /sweeps\/rerun\.sh run / { print $1 }'); do
+    [[ $(readlink "/proc/$pid/cwd" 2>/dev/null) == "$REPO" ]] && echo "$pid"
+  done
+  return 0
+}
+
+signal_chains() {  # SIGNAL WORD: send SIGNAL to every chain's whole group
+  local groups; groups=$(chains)
+  if [[ -z $groups ]]; then echo "rerun.sh: no chain started by 'run' under setsid is running"; return 0; fi
+  local group; for group in $groups; do kill "-$1" -- "-$group"; done
+  echo "rerun.sh: $2 $(wc -w <<<"$groups") chain(s) (process groups $(tr '\n' ' ' <<<"$groups" | sed 's/ $//'))"
+}
+
 case ${1:-} in
   setup) setup ;;
   commands) commands ;;
@@ -222,5 +241,7 @@ case ${1:-} in
   collect) collect ;;
   status) status ;;
   reports) reports "${2:-}" ;;
+  pause) signal_chains STOP paused ;;
+  resume) signal_chains CONT resumed ;;
   *) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
 esac

@@ -11,6 +11,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -181,3 +182,41 @@ def test_the_reports_are_refused_until_the_rerun_is_whole_in_docs(tmp_path):
     assert done.returncode == 1 and "the rerun is not whole in docs/ (lm_zoo 0 of 260," in done.stderr
     assert "cope_counting_128_v2 0 of 27 runs); give OUT" in done.stderr
     assert sorted(p.name for p in (tmp_path / "repo").iterdir()) == ["sweeps"]
+
+
+def process_state(pid: int) -> str:
+    """The kernel's one-letter state of ``pid`` (``T``: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc (Linux)")
+def test_pause_stops_this_checkout_s_chains_where_they_are_and_resume_continues_them(tmp_path):
+    """A chain ``run`` started under setsid (its own process group, led by ``rerun.sh run``) is stopped by ``pause``
+    and continued by ``resume``; a chain of another checkout is not touched (the script copied into a checkout of
+    its own signals only the chain started there)."""
+    repo = tmp_path / "repo"
+    (repo / "sweeps").mkdir(parents=True)
+    shutil.copy(ROOT / "sweeps" / "rerun.sh", repo / "sweeps" / "rerun.sh")
+    elsewhere = tmp_path / "other"
+    elsewhere.mkdir()
+    fake = ["bash", "-c", 'exec -a "bash sweeps/rerun.sh run lm_zoo" sleep 120']  # a chain's command line
+    chain = subprocess.Popen(fake, cwd=repo, start_new_session=True)
+    other = subprocess.Popen(fake, cwd=elsewhere, start_new_session=True)
+    script = ["bash", str(repo / "sweeps" / "rerun.sh")]
+    try:
+        deadline = time.monotonic() + 20
+        while "rerun.sh run" not in Path(f"/proc/{chain.pid}/cmdline").read_text(errors="replace"):
+            assert time.monotonic() < deadline, "the fake chain never started"
+            time.sleep(0.05)
+        paused = subprocess.run([*script, "pause"], capture_output=True, text=True, check=True)
+        assert paused.stdout.strip() == f"rerun.sh: paused 1 chain(s) (process groups {chain.pid})"
+        assert process_state(chain.pid) == "T" and process_state(other.pid) != "T"
+        resumed = subprocess.run([*script, "resume"], capture_output=True, text=True, check=True)
+        assert resumed.stdout.strip() == f"rerun.sh: resumed 1 chain(s) (process groups {chain.pid})"
+        assert process_state(chain.pid) != "T"
+    finally:
+        for process in (chain, other):
+            process.kill()
+            process.wait()
+    idle = subprocess.run([*script, "pause"], capture_output=True, text=True, check=True)
+    assert idle.stdout.strip() == "rerun.sh: no chain started by 'run' under setsid is running"
