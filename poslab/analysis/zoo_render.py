@@ -39,6 +39,9 @@ def family_of(encoding: str) -> str:
 def overall_table(ranking: Ranking, n_tasks: int) -> str:
     interval = "mean rank [95%, all tasks at once]"
     header = ["place", "encoding", interval, "places, one task left out", "mean score", "tasks"]
+    left_out = [f"\nLeft out of the ranking: {task}: {why}." for task, why in ranking.excluded.items()]
+    if not ranking.order:  # every task left out (below): no places, so nothing to call separated or not
+        return "\n".join(["### Overall", "", "No overall ranking: every task is left out of it (below).", *left_out])
     rows = []
     for place, encoding in enumerate(ranking.order, 1):
         rank, low, high = ranking.mean_rank[encoding]
@@ -50,8 +53,7 @@ def overall_table(ranking: Ranking, n_tasks: int) -> str:
     groups = [group for group in ranking.groups if len(group) > 1]
     lines += ["", "Places not separated (consecutive places whose mean-rank intervals overlap):"]
     lines += [f"- {', '.join(group)}" for group in groups] or ["- none: every place is separated from its neighbours"]
-    lines += [f"\nLeft out of the ranking: {task}: {why}." for task, why in ranking.excluded.items()]
-    return "\n".join(lines)
+    return "\n".join([*lines, *left_out])
 
 
 def score_header(rows: list[Row]) -> str:

@@ -75,3 +75,16 @@ def test_a_task_no_encoding_learned_is_left_out_of_the_overall_ranking_with_why(
     assert list(summary["excluded_from_ranking"]) == ["lag"]
     assert "no encoding learned it at the training length" in summary["excluded_from_ranking"]["lag"]
     assert all(row["tasks"] == 1 for row in summary["overall"])  # ranked on copy alone
+
+
+def test_a_zoo_whose_every_task_is_left_out_says_so_instead_of_an_empty_ranking(tmp_path):
+    """lag at its best trivial baseline for every encoding, the only task: no place exists, so the report says
+    there is no overall ranking (it printed an empty table and 'every place is separated from its neighbours')."""
+    for seed in range(2):
+        for label in ("path", "rope"):
+            planted_run(tmp_path, "lag", label, seed, dict(zip(LENGTHS, (0.605, 0.5, 0.5, 0.5))))
+    result = report_zoo(tmp_path)
+    overall = result.report.split("### Overall", 1)[1].split("\n### ", 1)[0]
+    assert "No overall ranking: every task is left out of it (below)." in overall
+    assert "separated" not in overall and "| place |" not in overall
+    assert "Left out of the ranking: lag: " in overall
