@@ -101,6 +101,13 @@ def check_run_directory_of(cfg: DictConfig) -> None:
         check_resume(cfg, checkpoint)
 
 
+#: poslab's synthetic datamodule, and its arguments that are not the task's (batches, evaluation sizes, seeds):
+#: what ``check_synthetic_task`` leaves out of ``validated_task``'s. tests/running/test_checks.py holds them to the
+#: class.
+SYNTHETIC_DATAMODULE = "poslab.datamodules.SyntheticDataModule"
+SYNTHETIC_DATA_ARGUMENTS = ("batch_size", "eval_size", "eval_batch_size", "eval_seed", "seed")
+
+
 def check_synthetic_task(cfg: DictConfig) -> None:
     """A synthetic task's own settings against every length it will see (flip_flop's probabilities, a vocabulary
     too small for associative_recall's longest evaluation length). For poslab's datamodule, the function its
@@ -121,13 +128,6 @@ def check_synthetic_task(cfg: DictConfig) -> None:
     import hydra
 
     hydra.utils.get_class(target)(**task, seed=int(cfg.seed))
-
-
-#: poslab's synthetic datamodule, and its arguments that are not the task's (batches, evaluation sizes, seeds):
-#: what ``check_synthetic_task`` leaves out of ``validated_task``'s. tests/running/test_checks.py holds them to the
-#: class.
-SYNTHETIC_DATAMODULE = "poslab.datamodules.SyntheticDataModule"
-SYNTHETIC_DATA_ARGUMENTS = ("batch_size", "eval_size", "eval_batch_size", "eval_seed", "seed")
 
 
 def check_encoding(cfg: DictConfig) -> None:
@@ -160,7 +160,7 @@ def check_encoding(cfg: DictConfig) -> None:
 #: same name), by ``task._target_``: known here so that a refused encoding imports no datamodule (each imports
 #: Lightning: seconds before the message). tests/running/test_checks.py holds it to the classes.
 DATA_FILLED_SETTINGS: dict[str, tuple[str, ...]] = {
-    "poslab.datamodules.SyntheticDataModule": ("paragraph_density",),
+    SYNTHETIC_DATAMODULE: ("paragraph_density",),
     "poslab.datamodules.LanguageModelDataModule": ("paragraph_density",),
 }
 
