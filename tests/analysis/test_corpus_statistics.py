@@ -303,7 +303,79 @@ def test_the_report_gives_no_verdict_word_without_an_interval_and_counts_no_miss
     assert "reproduce" not in report.lower()
     assert "of 7 quantities compared" in report and "Not compared, no value for every corpus with a U*: " in report
     cosine = next(line for line in report.splitlines() if "| cosine_adjacent |" in line)
-    assert cosine.endswith("| 1 of 1 (no value: web) | n/a | n/a |")
+    assert cosine.endswith("| 1 of 1 (no value: web) | n/a | n/a | n/a |")
     rows = [line for line in report.splitlines() if line.startswith(("| lexical", "| paragraph", "| embedding"))]
     verdicts = [line.rstrip(" |").rsplit("| ", 1)[-1] for line in rows if line != cosine]
     assert len(verdicts) == 7 and set(verdicts) == {"not testable (no interval)"}
+
+
+def test_weighted_figures_are_those_of_the_documents_repeated():
+    """A bootstrap replicate reweights documents: its figures must be the figures of the stream in which each
+    document appears as often as its weight says (the random same-document pairs made deterministic: two-paragraph
+    documents, and three-paragraph ones whose pairs all share one word of three)."""
+    documents = [
+        ["apple pie is sweet", "banana bread is dense too"],
+        ["cherry tart", "apple cherry banana tart"],
+        ["apple banana", "apple cherry", "banana cherry"],
+        ["dates figs plums", "dates kiwi", "figs kiwi plums dates now"],
+        ["eel soup", "fish soup and eel", "fish eel"],
+    ]
+    weights = np.array([3.0, 0.0, 1.0, 2.0, 1.0])
+    stats = cs.accumulate(documents, first_word_embedder(), batch_size=4)
+    weighted = {name: value[0] for name, value in stats.weighted(weights[None, :]).items()}
+    repeated = [d for d, w in zip(documents, weights) for _ in range(int(w))]
+    expected, _ = corpus_statistics(repeated, first_word_embedder(), batch_size=4)
+    assert set(weighted) == set(NAMES)
+    for name in NAMES:
+        assert weighted[name] == pytest.approx(expected[name], rel=1e-12, abs=1e-12), name
+    figures, _ = corpus_statistics(documents, first_word_embedder())
+    assert stats.result() == pytest.approx(figures, rel=1e-12)
+
+
+def random_documents(rng: np.random.Generator, count: int, words: tuple[int, int]) -> list[list[str]]:
+    """Documents of 2-6 paragraphs of ``words`` (low, high) words each from one small vocabulary."""
+    vocabulary = [f"{chr(97 + i % 26)}{i}" for i in range(60)]
+    return [
+        [" ".join(rng.choice(vocabulary, size=rng.integers(*words))) for _ in range(rng.integers(2, 7))]
+        for _ in range(count)
+    ]
+
+
+def test_pairs_of_corpora_read_over_documents_in_order_against_or_not_resolved():
+    """Two corpora drawn alike do not separate on any quantity; one with paragraphs three times as long separates
+    on length, in U*'s order or against it as the direction says; every figure lies inside its interval."""
+    rng = np.random.default_rng(11)
+    corpora = {
+        "short_a": random_documents(rng, 60, (5, 15)),
+        "short_b": random_documents(rng, 60, (5, 15)),
+        "long": random_documents(rng, 60, (30, 45)),
+    }
+    estimates, counts = {}, {}
+    for seed, (name, documents) in enumerate(corpora.items()):
+        stats = cs.accumulate(documents, first_word_embedder())
+        estimates[name], counts[name] = stats.document_replicates(replicates=500, seed=seed), {"documents": 60}
+    for values in estimates.values():
+        for estimate in values.values():
+            assert estimate.interval[0] < estimate.value < estimate.interval[1]
+    differences = cs.corpus_differences(estimates, counts)
+    figures = {c: {name: e.value for name, e in values.items()} for c, values in estimates.items()}
+    ustar = {"short_a": -0.3, "short_b": -0.5, "long": -0.9}  # the long paragraphs with the deepest well
+    rows = {r["quantity"]: r for r in compare_to_ustar(figures, ustar, differences)}
+    length = {r["pair"]: r["reading"] for r in rows["length_mean_bytes"]["pair_readings"]}
+    assert rows["length_mean_bytes"]["direction"] == "higher = deeper"
+    assert length == {"short_a/short_b": cs.UNRESOLVED, "short_a/long": cs.IN_ORDER, "short_b/long": cs.IN_ORDER}
+    assert rows["length_mean_bytes"]["order_over_documents"] == cs.UNRESOLVED  # the alike pair holds 0
+    assert all(r["pair_readings"][0]["reading"] == cs.UNRESOLVED for r in rows.values())  # alike: never separated
+    assert {r["verdict"] for r in rows.values()} == {cs.POST_HOC}
+    reversed_ustar = {"short_a": -0.9, "short_b": -0.5, "long": -0.3}  # long shallowest: the direction flips
+    flipped = {r["quantity"]: r for r in compare_to_ustar(figures, reversed_ustar, differences)}
+    assert flipped["length_mean_bytes"]["direction"] == "higher = shallower"
+    assert [r["reading"] for r in flipped["length_mean_bytes"]["pair_readings"]][1:] == [cs.IN_ORDER] * 2
+
+
+def test_a_pair_whose_interval_has_no_width_is_said_degenerate_never_in_order():
+    figures = {"a": {name: 1.0 for name in NAMES}, "b": {name: 2.0 for name in NAMES}}
+    differences = {name: {"a/b": {"difference": -1.0, "interval": [-1.0, -1.0]}} for name in NAMES}
+    row = compare_to_ustar(figures, {"a": -0.9, "b": -0.1}, differences)[0]
+    assert row["pair_readings"][0]["reading"] == cs.DEGENERATE
+    assert row["order_over_documents"] == cs.UNRESOLVED

@@ -191,7 +191,9 @@ def corpus_statistics_picture() -> Any:
     corpora = {"python_code": -0.77, "wikitext2": -0.48, "openwebtext": -0.31, "中文小说": -0.2}
     stats = {c: {q: 0.1 * (i + 1) + 0.01 * j for j, (q, _, _) in enumerate(QUANTITIES)} for i, c in enumerate(corpora)}
     stats["中文小说"]["cosine_document"] = float("nan")  # not computed (too few paragraphs embedded)
-    return plot_statistics(stats, compare_to_ustar(stats, corpora), corpora)
+    intervals = {c: {q: [v - 0.02, v + 0.03] for q, v in values.items()} for c, values in stats.items()}
+    summary = {"statistics": stats, "ustar": corpora, "intervals": intervals, "rows": compare_to_ustar(stats, corpora)}
+    return plot_statistics(summary)
 
 
 def passkey_result(reach: float, trials: int = 8, context: int = 512) -> dict[str, Any]:

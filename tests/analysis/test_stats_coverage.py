@@ -14,13 +14,16 @@ import scipy.stats
 from poslab.analysis.stats import (
     crossed_difference,
     crossed_interval,
+    independent_difference,
     linearised_ratio,
     mean_rank_intervals,
     rank_intervals,
+    resample_weights,
     seed_tables,
     t_cdf,
     t_quantile,
     t_quantile_at,
+    unit_estimate,
 )
 
 REPETITIONS = 400
@@ -192,3 +195,37 @@ def test_a_difference_of_no_width_separates_no_places():
 def test_t_quantiles_at_any_level_are_students(df, level):
     assert t_quantile_at(df, level) == pytest.approx(scipy.stats.t.ppf(1 - (1 - level) / 2, df), rel=1e-7)
     assert t_cdf(-1.7, df) == pytest.approx(scipy.stats.t.cdf(-1.7, df), rel=1e-9)
+
+
+def skewed_corpus(rng: np.random.Generator, mu: float, documents: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per document: the summed length of its 2 + Poisson(8) paragraphs (lognormal, sd 0.8 on the log scale) and
+    their count. The true mean paragraph length is exp(mu + 0.32)."""
+    counts = 2 + rng.poisson(8, size=documents)
+    sums = np.array([rng.lognormal(mu, 0.8, size=c).sum() for c in counts])
+    return sums, counts.astype(float)
+
+
+@pytest.mark.slow
+def test_document_intervals_of_a_ratio_and_of_two_corpora_cover_at_least_93_percent():
+    """The corpus statistics' intervals (``unit_estimate``, ``independent_difference``): a pooled mean paragraph
+    length (a ratio of sums over documents, skewed) and the difference between two corpora's, at the sizes the
+    corpus statistics read (62 and 100 documents). Their coverage here is about 94% and 95.5% (measured with
+    2,000 repetitions of another seed), so 2,000 repetitions (standard error 0.5%) keep a pass from resting on
+    the draw. At 20 documents a percentile interval covered about 92% of this ratio and this one about 93%."""
+    rng = np.random.default_rng(5)
+    documents_a, documents_b, repetitions = 62, 100, 2000
+
+    def estimate(mu: float, documents: int, seed: int):
+        sums, counts = skewed_corpus(rng, mu, documents)
+        weights = resample_weights(documents, 400, seed)
+        return unit_estimate(sums.sum() / counts.sum(), (weights @ sums) / (weights @ counts), documents)
+
+    truth_a, truth_b = np.exp(5.0 + 0.32), np.exp(5.3 + 0.32)
+    mean_hits, difference_hits = 0, 0
+    for repetition in range(repetitions):
+        a, b = estimate(5.0, documents_a, 2 * repetition), estimate(5.3, documents_b, 2 * repetition + 1)
+        mean_hits += a.interval[0] <= truth_a <= a.interval[1]
+        difference = independent_difference(a, b, documents_a, documents_b)
+        difference_hits += difference.interval[0] <= truth_a - truth_b <= difference.interval[1]
+    assert mean_hits / repetitions >= 0.93, mean_hits / repetitions
+    assert difference_hits / repetitions >= 0.93, difference_hits / repetitions
