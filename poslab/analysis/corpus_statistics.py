@@ -416,14 +416,10 @@ def pair_readings(
     U*'s order for the quantity's direction, against it, or holds 0 (``not resolved``; so does a pair whose
     difference is missing)."""
     out = []
-    for a, b in valid:
+    for a, b in valid:  # the summary's pairs and these both follow the corpora's order
         entry = (differences or {}).get(f"{a}/{b}")
-        flipped = entry is None and f"{b}/{a}" in (differences or {})
-        if flipped:  # the summary's pairs follow the corpora's order; U*'s corpora may come in another
-            entry = (differences or {})[f"{b}/{a}"]
-        sign = -1 if flipped else 1
-        difference = sign * number_or_nan(entry["difference"]) if entry else math.nan
-        interval = sorted(sign * number_or_nan(x) for x in entry["interval"]) if entry else [math.nan, math.nan]
+        difference = number_or_nan(entry["difference"]) if entry else math.nan
+        interval = [number_or_nan(x) for x in entry["interval"]] if entry else [math.nan, math.nan]
         expected = (ustar[a] > ustar[b]) - (ustar[a] < ustar[b])  # U*'s sign of a - b
         expected = -expected if deeper else expected  # higher = deeper: a higher value for a lower U*
         side = interval_side(interval)
