@@ -189,6 +189,15 @@ def process_state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
+def settled_state(pid: int, stopped: bool, seconds: float = 20) -> str:
+    """``pid``'s state once it is (or is not) ``T``, or as it stands after ``seconds``: ``kill`` returns before the
+    target has run to take the signal, so on a loaded machine its state changes a moment later."""
+    deadline = time.monotonic() + seconds
+    while (process_state(pid) == "T") != stopped and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return process_state(pid)
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc (Linux)")
 def test_pause_stops_this_checkout_s_chains_where_they_are_and_resume_continues_them(tmp_path):
     """A chain ``run`` started under setsid (its own process group, led by ``rerun.sh run``) is stopped by ``pause``
@@ -210,10 +219,10 @@ def test_pause_stops_this_checkout_s_chains_where_they_are_and_resume_continues_
             time.sleep(0.05)
         paused = subprocess.run([*script, "pause"], capture_output=True, text=True, check=True)
         assert paused.stdout.strip() == f"rerun.sh: paused 1 chain(s) (process groups {chain.pid})"
-        assert process_state(chain.pid) == "T" and process_state(other.pid) != "T"
+        assert settled_state(chain.pid, stopped=True) == "T" and process_state(other.pid) != "T"
         resumed = subprocess.run([*script, "resume"], capture_output=True, text=True, check=True)
         assert resumed.stdout.strip() == f"rerun.sh: resumed 1 chain(s) (process groups {chain.pid})"
-        assert process_state(chain.pid) != "T"
+        assert settled_state(chain.pid, stopped=False) != "T"
     finally:
         for process in (chain, other):
             process.kill()
