@@ -219,7 +219,8 @@ def test_pause_stops_this_checkout_s_chains_where_they_are_and_resume_continues_
             time.sleep(0.05)
         paused = subprocess.run([*script, "pause"], capture_output=True, text=True, check=True)
         assert paused.stdout.strip() == f"rerun.sh: paused 1 chain(s) (process groups {chain.pid})"
-        assert settled_state(chain.pid, stopped=True) == "T" and process_state(other.pid) != "T"
+        assert settled_state(chain.pid, stopped=True) == "T"
+        assert settled_state(other.pid, stopped=True, seconds=1) != "T"  # a moment to show a stop it was sent
         resumed = subprocess.run([*script, "resume"], capture_output=True, text=True, check=True)
         assert resumed.stdout.strip() == f"rerun.sh: resumed 1 chain(s) (process groups {chain.pid})"
         assert settled_state(chain.pid, stopped=False) != "T"
