@@ -211,7 +211,12 @@ def _add_reports(reports: argparse._SubParsersAction) -> None:
         reports, "length", "language models by evaluation length: bits per byte, loss by position, passkey, ranked"
     )
     length.add_argument("directories", nargs="*", metavar="DIR", help="run or multirun directories of task=lm runs")
-    _add_claim(length, "bits/byte", "over seeds and test documents", "or encoding/way (rope/test_yarn)")
+    _add_claim(
+        length,
+        "bits/byte",
+        "over seeds and test documents",
+        "or encoding/way (rope/test_yarn); A<B@ratio compares the ratio to 1x, B a row or a number (rope>1@ratio)",
+    )
     _add_from(length, "length.json")
     _compute_only(length, "claim")  # a SUMMARY keeps the claims it was made with
     length.add_argument(

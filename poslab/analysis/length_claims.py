@@ -10,6 +10,12 @@ documents it is the t-interval over the seeds' differences (``stats.paired_diffe
 
 A side names an encoding's row as the report does (its label, e.g. ``rope`` or ``randomized_rope:2048``), its plain
 model, or one test-time way of it: ``rope/test_yarn``, ``rope/chosen on selection``.
+
+``@ratio`` compares the ratio to 1x instead (bits/byte at the multiple over the plain model's at the training
+length: the ALiBi paper's shape, "RoPE rises, ALiBi stays flat"): ``t5_bias<rope@ratio`` says T5 rises less than
+RoPE, and B may be a number, ``rope>1@ratio`` (RoPE rises past its context) or ``alibi<1@ratio``. On the documents
+the ratio is linearised as bits/byte is (``stats.linearised_ratio``: every length scores the same bytes of each
+document, so the ratio of bits is the ratio of bits/byte).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from poslab.analysis.claims import parse_claim, resolve
-from poslab.analysis.length import PLAIN, LengthRun, document_sums
+from poslab.analysis.length import CHOSEN, PLAIN, LengthRun, document_sums, plain_test_bpb
 from poslab.analysis.stats import (
     Interval,
     crossed_difference,
@@ -41,38 +47,79 @@ def seed_runs(runs: list[LengthRun], name: str) -> dict[int, LengthRun]:
     return {r.seed: r for r in runs if r.encoding == row and way in r.bpb}
 
 
-def difference_at(a: dict[int, LengthRun], b: dict[int, LengthRun], ways: tuple[str, str], multiple: int) -> dict:
-    """A - B at ``multiple`` over the shared seeds (and the test documents, where every run has the same ones)."""
-    seeds = sorted(set(a) & set(b))
-    tables = [document_sums(runs[s], way, multiple * runs[s].train_length) for s in seeds for runs, way in
-              ((a, ways[0]), (b, ways[1]))]  # fmt: skip
-    if seeds and all(t is not None for t in tables) and len({tuple(t[1]) for t in tables}) == 1:
-        sizes = np.array(tables[0][1])
-        first, second = (np.array([t[0] for t in tables[i::2]]) for i in (0, 1))
-        crossed = crossed_difference(linearised_ratio(first, sizes), linearised_ratio(second, sizes))
+def constant(name: str) -> float | None:
+    """A number as a ratio claim's B side (``rope>1@ratio``); None for a row's name."""
+    try:
+        return float(name)
+    except ValueError:
+        return None
+
+
+def document_table(runs: dict[int, LengthRun], seeds: list[int], way: str, multiple: int, ratio: bool):
+    """[seeds, documents] of one side, linearised (its mean over documents each seed's bits/byte, or with ``ratio``
+    its ratio to the plain 1x) with the documents' bytes; None where a seed recorded no documents."""
+    tables = [document_sums(runs[s], way, multiple * runs[s].train_length) for s in seeds]
+    if ratio:
+        tables += [document_sums(runs[s], PLAIN, runs[s].train_length) for s in seeds]
+    if not seeds or any(t is None for t in tables) or len({tuple(t[1]) for t in tables}) != 1:
+        return None
+    losses, sizes = np.array([t[0] for t in tables]), tables[0][1]
+    if ratio:  # bits at the multiple over bits at 1x, document by document
+        return linearised_ratio(losses[: len(seeds)], losses[len(seeds) :]), tuple(sizes)
+    return linearised_ratio(losses, np.array(sizes)), tuple(sizes)
+
+
+def seed_figure(run: LengthRun, way: str, multiple: int, ratio: bool) -> float:
+    """One seed's figure without documents: bits/byte, or its ratio to the plain 1x (as the report's rows)."""
+    value = run.bpb.get(way, {}).get(multiple, np.nan)
+    if not ratio:
+        return value
+    one_x = plain_test_bpb(run) if way == CHOSEN else run.bpb[PLAIN].get(1, np.nan)
+    return value / one_x
+
+
+def difference_at(
+    a: dict[int, LengthRun], b: dict[int, LengthRun] | float, ways: tuple[str, str], multiple: int, ratio: bool = False
+) -> dict:
+    """A - B at ``multiple`` over the shared seeds (and the test documents, where every run has the same ones); B
+    a number (a ratio claim's constant) is subtracted as it is."""
+    seeds = sorted(set(a) & set(b)) if isinstance(b, dict) else sorted(a)
+    first = document_table(a, seeds, ways[0], multiple, ratio)
+    second = document_table(b, seeds, ways[1], multiple, ratio) if isinstance(b, dict) else None
+    if first is not None and (not isinstance(b, dict) or (second is not None and second[1] == first[1])):
+        crossed = crossed_difference(first[0], second[0] if second is not None else np.full_like(first[0], b))
         return {**crossed.interval.as_dict(), "documents": crossed.documents, "paired_on": "seeds and documents"}
-    values = [{s: runs[s].bpb.get(way, {}).get(multiple, np.nan) for s in seeds} for runs, way in zip((a, b), ways)]
-    return {**paired_difference(*values).as_dict(), "documents": None, "paired_on": "seeds"}
+    values = {s: seed_figure(a[s], ways[0], multiple, ratio) for s in seeds}
+    others = {s: seed_figure(b[s], ways[1], multiple, ratio) if isinstance(b, dict) else b for s in seeds}
+    return {**paired_difference(values, others).as_dict(), "documents": None, "paired_on": "seeds"}
+
+
+RATIO = "ratio"  # the one @figure report length checks besides bits/byte (the default)
 
 
 def claim_summary(runs: list[LengthRun], text: str) -> dict[str, Any]:
-    """One claim on one corpus's runs: its difference and verdict at every multiple both sides were scored at."""
-    claim = parse_claim(text)  # report_length refuses an @figure before reading runs
-    first, second, claimed = claim.a, claim.b, claim.sign
-    a, b = seed_runs(runs, first), seed_runs(runs, second)
-    missing = [name for name, found in ((first, a), (second, b)) if not found]
-    rows = [next(iter(found.values())).encoding if found else None for found in (a, b)]
+    """One claim on one corpus's runs: its difference and verdict at every multiple both sides were scored at (past
+    the context only for ``@ratio``, which is 1 at 1x by construction)."""
+    claim = parse_claim(text)  # report_length refuses an @figure other than @ratio before reading runs
+    first, second, claimed, ratio = claim.a, claim.b, claim.sign, claim.figure == RATIO
+    level = constant(second) if ratio else None
+    a = seed_runs(runs, first)
+    b: dict[int, LengthRun] | float = level if level is not None else seed_runs(runs, second)
+    missing = [name for name, found in ((first, a), (second, b)) if not isinstance(found, float) and not found]
+    rows = [next(iter(found.values())).encoding if isinstance(found, dict) and found else None for found in (a, b)]
     summary: dict[str, Any] = {"claim": text, "a": first, "b": second, "claimed_sign": claimed, "missing": missing}
     summary["rows"] = rows  # the rows the sides name (a label with its settings where the claim gave the encoding)
+    summary["figure"] = "ratio to 1x" if ratio else "bits/byte"
     if missing:
         summary["by_multiple"] = {}
         return summary
     ways = (side(first)[1], side(second)[1])
-    scored = [set(r.bpb[way]) for runs, way in zip((a, b), ways) for r in runs.values()]
-    multiples = sorted(set.intersection(*scored))
+    sides = [(a, ways[0])] if isinstance(b, float) else [(a, ways[0]), (b, ways[1])]
+    scored = [set(r.bpb[way]) for found, way in sides for r in found.values()]
+    multiples = [m for m in sorted(set.intersection(*scored)) if not (ratio and m <= 1)]
     by_multiple = {}
     for multiple in multiples:
-        cell = difference_at(a, b, ways, multiple)
+        cell = difference_at(a, b, ways, multiple, ratio)
         cell["verdict"] = direction_verdict(Interval.from_dict(cell), claimed)
         by_multiple[f"{multiple}x"] = cell
     summary["by_multiple"] = by_multiple

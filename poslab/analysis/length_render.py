@@ -210,7 +210,8 @@ def claims_table(corpus: str, summary: dict[str, Any]) -> str:
             documents = "" if cell["documents"] is None else f"{cell['documents']:,}"
             difference = Interval.from_dict(cell).cell()
             table.append([claim["claim"], multiple, difference, str(cell["n"]), documents, cell["verdict"]])
-    title = f"### {corpus}: claims (A - B bits/byte, paired; verdicts as docs/verdicts.md)"
+    figures = "A - B bits/byte, or with @ratio of the ratio to 1x"
+    title = f"### {corpus}: claims ({figures}; paired; verdicts as docs/verdicts.md)"
     header = ["claim", "multiple", "A - B [95%]", "seeds", "documents", "verdict"]
     note = (
         "Paired on the seeds both have and, where the runs recorded their test documents, on those documents "

@@ -12,7 +12,7 @@ from typing import Any
 
 from poslab.analysis.claims import names_row, parse_claim
 from poslab.analysis.length import length_summary, load_length_runs
-from poslab.analysis.length_claims import claim_summary
+from poslab.analysis.length_claims import RATIO, claim_summary, constant
 from poslab.analysis.length_render import length_csv, length_markdown, plot_bpb, plot_positions, safe_name
 from poslab.analysis.output import AnalysisResult, read_summary
 from poslab.analysis.passkey_render import plot_passkey
@@ -40,8 +40,14 @@ def report_length(
     """The report of the runs under ``directories``, with each of ``claims`` (``A<B``, ``length_claims``) checked
     on every corpus; ``rows``: only those encodings' rows shown (``select_rows``)."""
     for claim in claims:  # a malformed claim stops before any run is read
-        if parse_claim(claim).figure is not None:
-            raise UsageError(f"--claim {claim!r}: report length checks bits/byte only; leave out the @figure.")
+        parsed = parse_claim(claim)
+        if parsed.figure not in (None, RATIO):
+            raise UsageError(
+                f"--claim {claim!r}: report length checks bits/byte (no @figure) or the ratio to 1x (@{RATIO}); "
+                f"@{parsed.figure} is neither."
+            )
+        if parsed.figure is None and constant(parsed.b) is not None:
+            raise UsageError(f"--claim {claim!r}: a number as B is a ratio's level; write {claim}@{RATIO}.")
     runs, notes = load_length_runs(directories)
     default = default_analysis_dir("length", list(directories), [r.path for r in runs])
     summary = length_summary(runs, notes)

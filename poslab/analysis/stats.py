@@ -723,10 +723,13 @@ def t_quantile_at(df: float, level: float) -> float:
 def linearised_ratio(losses: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """Per-(seed, document) values whose mean over documents is each seed's ratio ``sum_d loss / sum_d size``
     (bits per byte: a byte-weighted mean, not a mean of per-document figures), linearised about the grand ratio R:
-    ``R + (loss - R size) / mean size``, so a document's share of the variance is what it moves the ratio."""
-    sizes = np.asarray(sizes, dtype=float)
-    ratio = float(losses.sum() / (sizes.sum() * losses.shape[0]))
-    return ratio + (losses - ratio * sizes[None, :]) / sizes.mean()
+    ``R + (loss - R size) / mean size``, so a document's share of the variance is what it moves the ratio.
+    ``sizes`` is one row of documents, or a [seeds, documents] table when the denominator differs by seed too (a
+    ratio of losses at two lengths, seed by seed)."""
+    losses = np.asarray(losses, dtype=float)
+    sizes = np.broadcast_to(np.asarray(sizes, dtype=float), losses.shape)
+    ratio = float(losses.sum() / sizes.sum())
+    return ratio + (losses - ratio * sizes) / sizes.mean()
 
 
 @dataclass(frozen=True)

@@ -25,18 +25,21 @@ ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = next(iter(sorted((ROOT / "docs/lm_zoo_rerun/runs").glob("*_seed-0/results.json"))))
 
 
-def planted(root: Path, encoding: str, seed: int, bpb: float, noise: float) -> np.ndarray:
-    """A finished run whose every test document scores ``bpb`` plus seeded noise at every length; returns the
-    per-document bits of its first length (for the expected difference)."""
+def planted(root: Path, encoding: str, seed: int, bpb: float, noise: float, rise: float = 0.0) -> np.ndarray:
+    """A finished run whose every test document scores ``bpb`` plus seeded noise at the training length, and
+    ``bpb * (1 + rise * log2(multiple))`` plus noise at each multiple of it; returns the per-document bits of its
+    first length (for the expected difference)."""
     result: dict[str, Any] = copy.deepcopy(json.loads(TEMPLATE.read_text()))
     result.update(encoding=encoding, label=encoding, seed=seed)
     result["config"]["seed"], result["config"]["encoding"]["name"] = seed, encoding
     draw = np.random.default_rng(zlib.crc32(f"{encoding}-{seed}".encode()))  # the same draws in every process
     group = result["held_out"]["documents"]["main"]
     first = None
+    train = min(int(length) for length in group["by_length"])
     for length, at in group["by_length"].items():
         sizes = np.array(at["bytes"], dtype=float)
-        bits = sizes * (bpb + noise * draw.standard_normal(len(sizes)))
+        level = bpb * (1 + rise * math.log2(int(length) / train))
+        bits = sizes * (level + noise * draw.standard_normal(len(sizes)))
         at["loss"] = {"plain": list(bits * math.log(2))}  # nats, as a run writes them
         result["figures"][length] = {"bpb": float(bits.sum() / sizes.sum()), "loss": 1.0, "bytes": int(sizes.sum())}
         first = bits if first is None else first
@@ -95,8 +98,10 @@ def test_a_missing_side_is_named_and_a_bad_claim_stops_before_any_run_is_read(tm
         report_length([tmp_path / "does-not-exist"], ["a<<b"])
     claim = parse_claim(" rope/test_yarn > alibi ")
     assert (claim.a, claim.b, claim.sign, claim.figure) == ("rope/test_yarn", "alibi", 1, None)
-    with pytest.raises(UsageError, match="bits/byte only"):
+    with pytest.raises(UsageError, match="@accuracy is neither"):
         report_length([tmp_path], ["a<b@accuracy"])
+    with pytest.raises(UsageError, match="a number as B is a ratio's level; write a<1@ratio"):
+        report_length([tmp_path], ["a<1"])
 
 
 def test_the_report_shows_the_claims_and_refuses_them_with_a_summary(tmp_path, capsys):
@@ -106,12 +111,38 @@ def test_the_report_shows_the_claims_and_refuses_them_with_a_summary(tmp_path, c
     out = tmp_path / "out"
     assert main(["report", "length", str(tmp_path), "--claim", "a<b", "--output-dir", str(out)]) == 0
     text = (out / "length.md").read_text()
-    assert "claims (A - B bits/byte, paired" in text and "| a<b | 4x |" in text and "reproduced" in text
+    assert "claims (A - B bits/byte, or with @ratio of the ratio to 1x; paired" in text
+    assert "| a<b | 4x |" in text and "reproduced" in text
     summary = json.loads((out / "length.json").read_text())
     assert next(iter(summary["corpora"].values()))["claims"][0]["claim"] == "a<b"
     capsys.readouterr()
     assert main(["report", "length", "--from", str(out / "length.json"), "--claim", "a<b"]) == 2
     assert "--from: --claim sets how the figures are computed" in capsys.readouterr().err
+
+
+def test_ratio_claims_read_the_rise_past_the_context_on_seeds_and_documents(tmp_path):
+    """The ALiBi paper's shape: ``r>1@ratio`` (r rises), ``f<r@ratio`` (f rises less), a flat row against 1 not
+    resolved; past the context only, since every plain ratio is 1 at 1x."""
+    bits = {name: [planted(tmp_path, name, seed, 2.0, 0.05, rise) for seed in range(3)]
+            for name, rise in (("r", 0.1), ("f", 0.0))}  # fmt: skip
+    found = claims(tmp_path, "r>1@ratio", "f<r@ratio", "f>1@ratio", "r<f@ratio")
+    assert list(found["r>1@ratio"]["by_multiple"]) == ["2x", "4x", "8x", "16x"]
+    assert found["r>1@ratio"]["figure"] == "ratio to 1x" and found["r>1@ratio"]["missing"] == []
+    for multiple, cell in found["r>1@ratio"]["by_multiple"].items():
+        rise = 0.1 * math.log2(int(multiple[:-1]))
+        assert cell["verdict"] == "reproduced" and cell["paired_on"] == "seeds and documents", multiple
+        assert cell["low"] < rise < cell["high"] and cell["documents"] > 30
+        assert found["f<r@ratio"]["by_multiple"][multiple]["verdict"] == "reproduced"
+        assert found["r<f@ratio"]["by_multiple"][multiple]["verdict"] == "contradicted"
+    assert "not resolved" in {c["verdict"] for c in found["f>1@ratio"]["by_multiple"].values()}
+    # the mean is the pooled ratio over seeds and test documents: sum of bits at 2x over sum at 1x
+    runs, _ = load_length_runs([tmp_path])
+    group = next(r for r in runs if r.encoding == "f").result["held_out"]["documents"]["main"]
+    test = np.array([not chosen for chosen in group["selection"]])
+    two_x = [np.array(r.result["held_out"]["documents"]["main"]["by_length"]["256"]["loss"]["plain"])[test]
+             for r in sorted((r for r in runs if r.encoding == "f"), key=lambda r: r.seed)]  # fmt: skip
+    pooled = sum(x.sum() for x in two_x) / math.log(2) / sum(b[test].sum() for b in bits["f"])
+    assert found["f>1@ratio"]["by_multiple"]["2x"]["mean"] == pytest.approx(pooled - 1, rel=1e-9)
 
 
 def test_direction_verdicts_follow_docs_verdicts():

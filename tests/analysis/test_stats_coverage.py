@@ -61,6 +61,29 @@ def test_mean_and_difference_intervals_cover_at_least_93_percent(seeds, document
     assert difference_hits / REPETITIONS >= 0.93, difference_hits / REPETITIONS
 
 
+@pytest.mark.parametrize(("seeds", "documents"), [(5, 40), (3, 30)])
+def test_the_ratio_to_the_training_length_covers_its_rise(seeds, documents):
+    """``report length --claim "A>1@ratio"``: bits at a longer length over bits at the training length, document
+    by document (``linearised_ratio`` with a seeds x documents denominator). Each method's loss grows by its true
+    factor (``GROWTH``) times a document's and a seed's own growth, shared across methods where the data are."""
+    growth = np.array([1.00, 1.05, 1.40])
+    rng = np.random.default_rng(17)
+    hits = {"rise": 0, "flat": 0, "difference": 0}
+    for _ in range(REPETITIONS):
+        losses, sizes = simulated_tables(rng, seeds, documents)
+        document_growth = rng.normal(0, 0.05, size=(1, documents))  # some documents suffer more at length
+        longer = []
+        for m, factor in enumerate(growth):
+            own = rng.normal(0, 0.03, size=(seeds, 1)) + rng.normal(0, 0.02, size=(seeds, documents))
+            longer.append(losses[m] * (factor + factor * document_growth + own))
+        tables = [linearised_ratio(longer[m], losses[m]) for m in range(len(growth))]
+        hits["rise"] += covers(crossed_interval(tables[2] - 1).interval, growth[2] - 1)
+        hits["flat"] += covers(crossed_interval(tables[0] - 1).interval, 0.0)
+        hits["difference"] += covers(crossed_difference(tables[2], tables[1]).interval, growth[2] - growth[1])
+    for name, count in hits.items():
+        assert count / REPETITIONS >= 0.93, (name, count / REPETITIONS)
+
+
 def test_rank_intervals_cover_the_true_rank_and_hold_their_point_rank():
     rng = np.random.default_rng(11)
     true_rank = {f"m{i}": i + 1 for i in range(len(TRUTH))}  # lower bits/byte is better: TRUTH is sorted
