@@ -109,10 +109,12 @@ def test_the_report_shows_the_claims_and_refuses_them_with_a_summary(tmp_path, c
         planted(tmp_path, "a", seed, 2.0, 0.05)
         planted(tmp_path, "b", seed, 2.5, 0.05)
     out = tmp_path / "out"
-    assert main(["report", "length", str(tmp_path), "--claim", "a<b", "--output-dir", str(out)]) == 0
+    claims = ["--claim", "a<b", "--claim", "b>1@ratio"]
+    assert main(["report", "length", str(tmp_path), *claims, "--output-dir", str(out)]) == 0
     text = (out / "length.md").read_text()
     assert "claims (A - B bits/byte, or with @ratio of the ratio to 1x; paired" in text
     assert "| a<b | 4x |" in text and "reproduced" in text
+    assert "| b>1@ratio | 2x |" in text and "| b>1@ratio | 1x |" not in text  # a plain ratio is 1 at 1x
     summary = json.loads((out / "length.json").read_text())
     assert next(iter(summary["corpora"].values()))["claims"][0]["claim"] == "a<b"
     capsys.readouterr()
