@@ -238,15 +238,33 @@ def document_sums(
     return (losses, sizes) if losses and sum(sizes) > 0 else None
 
 
-def over_seeds_and_documents(runs: list[LengthRun], way: str, multiple: int) -> dict[str, Any] | None:
-    """A row's bits/byte at ``multiple`` on the test documents with its interval over seeds and documents
-    (``stats.crossed_interval`` of the byte-weighted ratio, linearised): None unless every seed recorded the same
-    test documents (the same bytes) in that way."""
+def linearised_documents(
+    runs: list[LengthRun], way: str, multiple: int, ratio: bool = False
+) -> tuple[np.ndarray, tuple[float, ...]] | None:
+    """[seeds, documents] on the test documents (``runs`` in order), linearised so that each seed's mean over
+    documents is its bits/byte at ``multiple`` (``stats.linearised_ratio``), or with ``ratio`` its bits at
+    ``multiple`` over the plain model's at 1x, document by document (every length scores the same bytes of a
+    document, so a ratio of bits is a ratio of bits/byte); with the documents' bytes. None unless every run
+    recorded the same test documents."""
     tables = [document_sums(r, way, multiple * r.train_length) for r in runs]
-    if len(runs) < 2 or any(t is None for t in tables) or len({tuple(t[1]) for t in tables}) != 1:
+    if ratio:
+        tables += [document_sums(r, PLAIN, r.train_length) for r in runs]
+    if not runs or any(t is None for t in tables) or len({tuple(t[1]) for t in tables}) != 1:
         return None
-    losses, sizes = np.array([t[0] for t in tables]), np.array(tables[0][1])
-    return crossed_interval(linearised_ratio(losses, sizes)).as_dict()
+    losses, sizes = np.array([t[0] for t in tables]), tuple(tables[0][1])
+    if ratio:
+        return linearised_ratio(losses[: len(runs)], losses[len(runs) :]), sizes
+    return linearised_ratio(losses, np.array(sizes)), sizes
+
+
+def over_seeds_and_documents(
+    runs: list[LengthRun], way: str, multiple: int, ratio: bool = False
+) -> dict[str, Any] | None:
+    """A row's bits/byte (or ``ratio`` to the plain 1x) at ``multiple`` on the test documents with its interval over
+    seeds and documents (``stats.crossed_interval`` of ``linearised_documents``): None for one seed, or unless every
+    seed recorded the same test documents (the same bytes) in that way."""
+    found = linearised_documents(runs, way, multiple, ratio) if len(runs) >= 2 else None
+    return None if found is None else crossed_interval(found[0]).as_dict()
 
 
 @dataclass
@@ -312,6 +330,9 @@ def row_summary(encoding: str, way: str, runs: list[LengthRun], ranked: list[int
         "score_multiples": ranked,
         # on the test documents, with the interval over seeds and documents (runs that recorded them)
         "bpb_documents": {f"{m}x": c for m in multiples if (c := over_seeds_and_documents(runs, way, m))},
+        "ratio_documents": {
+            f"{m}x": c for m in multiples if m > 1 and (c := over_seeds_and_documents(runs, way, m, ratio=True))
+        },
         # the longest length whose bits/byte stays within 1.05x of 1x's, every length on the way too (None: no 1x)
         "effective_length": None if effective is None else effective.as_dict(),
     }

@@ -25,12 +25,11 @@ from typing import Any
 import numpy as np
 
 from poslab.analysis.claims import parse_claim, resolve
-from poslab.analysis.length import CHOSEN, PLAIN, LengthRun, document_sums, plain_test_bpb
+from poslab.analysis.length import CHOSEN, PLAIN, LengthRun, linearised_documents, plain_test_bpb
 from poslab.analysis.stats import (
     Interval,
     crossed_difference,
     direction_verdict,
-    linearised_ratio,
     paired_difference,
 )
 
@@ -55,20 +54,6 @@ def constant(name: str) -> float | None:
         return None
 
 
-def document_table(runs: dict[int, LengthRun], seeds: list[int], way: str, multiple: int, ratio: bool):
-    """[seeds, documents] of one side, linearised (its mean over documents each seed's bits/byte, or with ``ratio``
-    its ratio to the plain 1x) with the documents' bytes; None where a seed recorded no documents."""
-    tables = [document_sums(runs[s], way, multiple * runs[s].train_length) for s in seeds]
-    if ratio:
-        tables += [document_sums(runs[s], PLAIN, runs[s].train_length) for s in seeds]
-    if not seeds or any(t is None for t in tables) or len({tuple(t[1]) for t in tables}) != 1:
-        return None
-    losses, sizes = np.array([t[0] for t in tables]), tables[0][1]
-    if ratio:  # bits at the multiple over bits at 1x, document by document
-        return linearised_ratio(losses[: len(seeds)], losses[len(seeds) :]), tuple(sizes)
-    return linearised_ratio(losses, np.array(sizes)), tuple(sizes)
-
-
 def seed_figure(run: LengthRun, way: str, multiple: int, ratio: bool) -> float:
     """One seed's figure without documents: bits/byte, or its ratio to the plain 1x (as the report's rows)."""
     value = run.bpb.get(way, {}).get(multiple, np.nan)
@@ -84,8 +69,8 @@ def difference_at(
     """A - B at ``multiple`` over the shared seeds (and the test documents, where every run has the same ones); B
     a number (a ratio claim's constant) is subtracted as it is."""
     seeds = sorted(set(a) & set(b)) if isinstance(b, dict) else sorted(a)
-    first = document_table(a, seeds, ways[0], multiple, ratio)
-    second = document_table(b, seeds, ways[1], multiple, ratio) if isinstance(b, dict) else None
+    first = linearised_documents([a[s] for s in seeds], ways[0], multiple, ratio)
+    second = linearised_documents([b[s] for s in seeds], ways[1], multiple, ratio) if isinstance(b, dict) else None
     if first is not None and (not isinstance(b, dict) or (second is not None and second[1] == first[1])):
         crossed = crossed_difference(first[0], second[0] if second is not None else np.full_like(first[0], b))
         return {**crossed.interval.as_dict(), "documents": crossed.documents, "paired_on": "seeds and documents"}

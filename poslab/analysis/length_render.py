@@ -133,19 +133,24 @@ def bpb_table(corpus: str, summary: dict[str, Any], ranked: list[int]) -> str:
     return "\n".join([title, "", sample_line(summary), "", markdown_table(header, table), "", ranks])
 
 
-def documents_table(corpus: str, summary: dict[str, Any]) -> str:
-    """Bits per byte on the test documents with the interval over seeds *and* documents (``crossed_interval``),
-    for the rows whose runs recorded per-document sums; empty when none did (runs before issue 37)."""
-    rows = [row for row in summary["rows"] if row.get("bpb_documents")]
+#: a row's figures on the test documents (``length.row_summary``): the key and what its table's title calls it
+DOCUMENT_FIGURES = {"bpb_documents": "bits per byte", "ratio_documents": "ratio to the plain model's 1x bits per byte"}
+
+
+def documents_table(corpus: str, summary: dict[str, Any], key: str = "bpb_documents") -> str:
+    """A figure on the test documents with the interval over seeds *and* documents (``crossed_interval``), for the
+    rows whose runs recorded per-document sums; empty when none did (runs before issue 37). ``key``: bits per byte,
+    or its ratio to the plain model's 1x (``ratio_documents``, past the context)."""
+    rows = [row for row in summary["rows"] if row.get(key)]
     if not rows:
         return ""
-    multiples = multiples_of([{"bpb": row["bpb_documents"]} for row in rows])
-    cells = lambda row: [Interval.from_dict(row["bpb_documents"][m]).cell() if m in row["bpb_documents"] else ""  # noqa: E731
+    multiples = multiples_of([{"bpb": row[key]} for row in rows])
+    cells = lambda row: [Interval.from_dict(row[key][m]).cell() if m in row[key] else ""  # noqa: E731
                          for m in multiples]  # fmt: skip
-    first = next(iter(rows[0]["bpb_documents"].values()))
+    first = next(iter(rows[0][key].values()))
     title = (
-        f"### {corpus}: bits per byte on the test documents ({first['documents']} documents), 95% interval over "
-        "seeds and documents (stats.crossed_interval)"
+        f"### {corpus}: {DOCUMENT_FIGURES[key]} on the test documents ({first['documents']} documents), 95% "
+        "interval over seeds and documents (stats.crossed_interval)"
     )
     return "\n".join(
         [title, "", markdown_table(["encoding", *multiples], [[row["name"], *cells(row)] for row in rows])]
@@ -246,7 +251,7 @@ def length_markdown(summary: dict[str, Any]) -> str:
     parts = []
     for corpus, part in summary["corpora"].items():
         parts += [bpb_table(corpus, part, ranked)]
-        parts += [table for table in (documents_table(corpus, part),) if table]
+        parts += [table for table in (documents_table(corpus, part, key) for key in DOCUMENT_FIGURES) if table]
         parts += [ratio_table(corpus, part)]
         tables = [extension_table(corpus, part), claims_table(corpus, part), passkey_table(corpus, part)]
         tables.append(cost_table(corpus, part))

@@ -147,6 +147,25 @@ def test_ratio_claims_read_the_rise_past_the_context_on_seeds_and_documents(tmp_
     assert found["f>1@ratio"]["by_multiple"]["2x"]["mean"] == pytest.approx(pooled - 1, rel=1e-9)
 
 
+def test_every_row_shows_its_rise_on_the_test_documents(tmp_path):
+    """The ratio table on the test documents: each row's ratio to its 1x past the context, with the interval over
+    seeds and documents that ``@ratio`` claims read (the same numbers)."""
+    for seed in range(3):
+        planted(tmp_path, "r", seed, 2.0, 0.05, 0.1)
+    out = tmp_path / "out"
+    assert main(["report", "length", str(tmp_path), "--claim", "r>1@ratio", "--output-dir", str(out)]) == 0
+    part = next(iter(json.loads((out / "length.json").read_text())["corpora"].values()))
+    row = next(row for row in part["rows"] if row["name"] == "r")
+    assert list(row["ratio_documents"]) == ["2x", "4x", "8x", "16x"]
+    claim = part["claims"][0]["by_multiple"]
+    for multiple, cell in row["ratio_documents"].items():
+        assert cell["mean"] - 1 == pytest.approx(claim[multiple]["mean"], rel=1e-9)
+        assert cell["low"] - 1 == pytest.approx(claim[multiple]["low"], rel=1e-9) and cell["documents"] > 30
+    assert row["ratio_documents"]["16x"]["low"] > 1.3  # 1 + 0.1 * log2(16), less the noise
+    text = (out / "length.md").read_text()
+    assert "ratio to the plain model's 1x bits per byte on the test documents" in text
+
+
 def test_direction_verdicts_follow_docs_verdicts():
     assert direction_verdict(Interval(-0.2, -0.3, -0.1, 3), -1) == "reproduced"
     assert direction_verdict(Interval(-0.2, -0.3, -0.1, 3), 1) == "contradicted"
