@@ -145,7 +145,8 @@ def documents_table(corpus: str, summary: dict[str, Any], key: str = "bpb_docume
     if not rows:
         return ""
     multiples = multiples_of([{"bpb": row[key]} for row in rows])
-    cells = lambda row: [Interval.from_dict(row[key][m]).cell() if m in row[key] else ""  # noqa: E731
+    digits = 4 if key == "ratio_documents" else 3  # a ratio near 1 needs its bounds' third place
+    cells = lambda row: [Interval.from_dict(row[key][m]).cell(digits) if m in row[key] else ""  # noqa: E731
                          for m in multiples]  # fmt: skip
     first = next(iter(rows[0][key].values()))
     title = (
@@ -213,7 +214,8 @@ def claims_table(corpus: str, summary: dict[str, Any]) -> str:
             table.append([claim["claim"], "", "no runs of " + ", ".join(claim["missing"]), "", "", "not testable"])
         for multiple, cell in claim["by_multiple"].items():
             documents = "" if cell["documents"] is None else f"{cell['documents']:,}"
-            difference = Interval.from_dict(cell).cell()
+            digits = 4 if claim.get("figure") == "ratio to 1x" else 3  # a ratio's rise can be a few thousandths
+            difference = Interval.from_dict(cell).cell(digits)
             table.append([claim["claim"], multiple, difference, str(cell["n"]), documents, cell["verdict"]])
     figures = "A - B bits/byte, or with @ratio of the ratio to 1x"
     title = f"### {corpus}: claims ({figures}; paired; verdicts as docs/verdicts.md)"
