@@ -18,6 +18,7 @@ import math
 import sys
 from pathlib import Path
 
+from poslab.analysis.claims import names_row
 from poslab.analysis.stats import Interval, paired_difference
 
 PAPER = {  # perplexity at 512 / 1012 / 2512, Press et al. (2022), trained at 512
@@ -41,8 +42,14 @@ CONTRASTS = (
 )
 
 
-def paper_ratios(name: str) -> str:
-    if name not in PAPER:
+def paper_name(label: str) -> str | None:
+    """The paper's row a label names: ``t5_bias:32x127`` (a label with its settings) is the paper's ``t5_bias``."""
+    return next((name for name in PAPER if names_row(name, label)), None)
+
+
+def paper_ratios(label: str) -> str:
+    name = paper_name(label)
+    if name is None:
         return ""
     at_512, at_1012, at_2512 = (math.log(p) for p in PAPER[name])
     return f"{at_1012 / at_512:.3f} / {at_2512 / at_512:.3f}"
@@ -57,13 +64,27 @@ def cell(figure: dict | None) -> str:
     return text
 
 
+DOCUMENTS_NOTE = (
+    "Ratios on the test documents, 95% interval over seeds and documents (`stats.crossed_interval`). The paper's "
+    "claims as contrasts are `report length --claim ...@ratio`, paired on seeds and documents "
+    "(docs/rerun.md: the README figure's report).\n"
+)
+
+
+def ratio_cell(row: dict, multiple: str) -> str:
+    """A row's ratio at ``multiple``: on the test documents with the interval over seeds and documents where its
+    runs recorded them (to 4 places: a ratio near 1), else over seeds."""
+    on_documents = (row.get("ratio_documents") or {}).get(multiple)
+    return Interval.from_dict(on_documents).cell(4) if on_documents else cell(row["ratio_to_1x"].get(multiple))
+
+
 def per_seed(row: dict, multiple: str) -> dict[int, float]:
     return {int(seed): value for seed, value in row["ratio_to_1x"].get(multiple, {}).get("per_seed", {}).items()}
 
 
 def contrast_table(rows: list[dict]) -> None:
     """Each claim of the paper's shape as an interval over seeds: a ratio minus 1 (flat?) or A's minus B's."""
-    by_name = {row["encoding"]: row for row in rows}
+    by_name = {paper_name(row["encoding"]) or row["encoding"]: row for row in rows}
     print("Paired over seeds (mean [95% t-interval]; n/a: fewer than two seeds in common):\n")
     print("| contrast | " + " | ".join(MULTIPLES) + " |")
     print("|---|" + "---|" * len(MULTIPLES))
@@ -91,13 +112,18 @@ def main(summary_path: str) -> None:
         print(f"### {corpus}: cross-entropy at L over cross-entropy at the training length (plain evaluation)\n")
         print("| encoding | seeds | 1x bits/byte | " + " | ".join(MULTIPLES) + " | paper: 1.98x / 4.9x |")
         print("|---|---|---|" + "---|" * len(MULTIPLES) + "---|")
+        documents = any(row.get("ratio_documents") for row in rows)  # runs since issue 37: seeds and documents
         for row in rows:
-            ratios = [cell(row["ratio_to_1x"].get(m)) for m in MULTIPLES]
-            one_x = cell(row["bpb"].get("1x"))
+            ratios = [ratio_cell(row, m) for m in MULTIPLES]
+            at_1x = (row.get("bpb_documents") or {}).get("1x")  # the test documents, as the ratios
+            one_x = Interval.from_dict(at_1x).cell() if documents and at_1x else cell(row["bpb"].get("1x"))
             cells = [row["encoding"], str(row["seeds"]), one_x, *ratios, paper_ratios(row["encoding"])]
             print("| " + " | ".join(cells) + " |")
         print()
-        contrast_table(rows)
+        if documents:
+            print(DOCUMENTS_NOTE)
+        else:
+            contrast_table(rows)
 
 
 if __name__ == "__main__":
