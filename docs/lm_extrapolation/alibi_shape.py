@@ -1,6 +1,8 @@
 """The ALiBi paper's comparison as a shape: cross-entropy at a longer length over cross-entropy at the training length.
 
     python docs/lm_extrapolation/alibi_shape.py docs/lm_extrapolation/length.json > docs/lm_extrapolation/alibi_shape.md
+    python docs/lm_extrapolation/alibi_shape.py docs/lm_zoo_rerun/length.json docs/lm_zoo_rerun/front/length.json \
+        > docs/lm_zoo_rerun/alibi_shape.md      # the rerun: ratios on the test documents, the @ratio claims after
 
 Reads only the summary of ``poslab report length`` (its ``length.json``). Press et al. (2022), Table 3 (WikiText-103,
 trained at 512 tokens, perplexity at 512 / 1012 / 2512): a perplexity ratio is not comparable across tokenisations,
@@ -104,8 +106,30 @@ def contrast_table(rows: list[dict]) -> None:
     print()
 
 
-def main(summary_path: str) -> None:
+def ratio_claims_table(claims: list[dict]) -> None:
+    """The paper's claims as ``report length --claim ...@ratio`` read them (paired on seeds and test documents):
+    per claim and multiple, A - B with its interval and verdict."""
+    claims = [claim for claim in claims if claim.get("figure") == "ratio to 1x"]
+    if not claims:
+        return
+    print("The paper's claims on the ratio, A - B [95% over seeds and test documents] and its verdict:\n")
+    print("| claim | " + " | ".join(MULTIPLES) + " |")
+    print("|---|" + "---|" * len(MULTIPLES))
+    for claim in claims:
+        found = claim["by_multiple"]
+        cells = [
+            f"{Interval.from_dict(found[m]).cell(4)} {found[m]['verdict']}" if m in found else "not testable"
+            for m in MULTIPLES
+        ]
+        print(f"| `{claim['claim']}` | " + " | ".join(cells) + " |")
+    print()
+
+
+def main(summary_path: str, claims_path: str | None = None) -> None:
+    """``claims_path``: a summary whose ``@ratio`` claims to print after each corpus's ratios (the README figure's
+    report, docs/rerun.md); None: the contrasts over seeds below the ratios, where the runs kept no documents."""
     summary = json.loads(Path(summary_path).read_text(encoding="utf-8"))
+    claimed = json.loads(Path(claims_path).read_text(encoding="utf-8"))["corpora"] if claims_path else {}
     for corpus, part in summary["corpora"].items():
         rows = [row for row in part["rows"] if row["way"] == "plain"]
         rows.sort(key=lambda row: row["ratio_to_1x"].get("16x", {}).get("mean") or math.inf)
@@ -122,9 +146,10 @@ def main(summary_path: str) -> None:
         print()
         if documents:
             print(DOCUMENTS_NOTE)
+            ratio_claims_table(claimed.get(corpus, {}).get("claims") or [])
         else:
             contrast_table(rows)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])
