@@ -725,11 +725,12 @@ def linearised_ratio(losses: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     (bits per byte: a byte-weighted mean, not a mean of per-document figures), linearised about the grand ratio R:
     ``R + (loss - R size) / mean size``, so a document's share of the variance is what it moves the ratio.
     ``sizes`` is one row of documents, or a [seeds, documents] table when the denominator differs by seed too (a
-    ratio of losses at two lengths, seed by seed)."""
+    ratio of losses at two lengths, seed by seed); each seed's mean size divides its row, so that its mean over
+    documents is still exactly its own ratio (and the grand mean the mean of the seeds' ratios)."""
     losses = np.asarray(losses, dtype=float)
     sizes = np.broadcast_to(np.asarray(sizes, dtype=float), losses.shape)
     ratio = float(losses.sum() / sizes.sum())
-    return ratio + (losses - ratio * sizes) / sizes.mean()
+    return ratio + (losses - ratio * sizes) / sizes.mean(axis=1, keepdims=True)
 
 
 @dataclass(frozen=True)

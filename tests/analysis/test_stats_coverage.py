@@ -166,6 +166,16 @@ def test_the_linearised_ratio_averages_to_each_seeds_bits_per_byte():
     np.testing.assert_allclose(values.mean(axis=1), losses[0].sum(axis=1) / sizes.sum(), rtol=1e-12)
 
 
+def test_a_ratio_with_a_denominator_per_seed_averages_to_each_seeds_ratio():
+    """Bits at a longer length over bits at 1x (``report length``'s ``@ratio``): each seed's row averages to its
+    own ratio of sums exactly, whatever its denominator."""
+    rng = np.random.default_rng(4)
+    losses, _ = simulated_tables(rng, 4, 25)
+    longer = losses[0] * rng.uniform(1.0, 1.5, size=losses[0].shape)
+    values = linearised_ratio(longer, losses[0])
+    np.testing.assert_allclose(values.mean(axis=1), longer.sum(axis=1) / losses[0].sum(axis=1), rtol=1e-12)
+
+
 def test_one_document_column_is_the_t_interval_over_seeds_and_one_seed_has_none():
     values = np.array([[2.1], [2.4], [2.2], [2.6], [2.3]])
     found = crossed_interval(values).interval
