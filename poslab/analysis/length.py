@@ -139,6 +139,12 @@ def plain_test_bpb(run: LengthRun) -> float:
     return float(value) if isinstance(value, (int, float)) else math.nan
 
 
+def one_x_bpb(run: LengthRun, way: str) -> float:
+    """What a row's ratio to 1x divides by: the plain model's 1x, on the test documents for a 'chosen on
+    selection' row (its own figures are on them), else on the whole sample."""
+    return plain_test_bpb(run) if way == CHOSEN else run.bpb[PLAIN].get(1, math.nan)
+
+
 def extension_of(result: dict[str, Any]) -> tuple[str, int] | None:
     """A context extension's row name suffix and its parent's context (its multiples are the parent's, so that it
     sits beside its parent and the parent's test-time rule); None for any other run."""
@@ -308,7 +314,7 @@ def row_summary(encoding: str, way: str, runs: list[LengthRun], ranked: list[int
     (the mean over ``ranked``, the multiples every row of the corpus shares)."""
     multiples = sorted({m for r in runs for m in r.bpb.get(way, {})})
     bpb = {m: {r.seed: r.bpb.get(way, {}).get(m, math.nan) for r in runs} for m in multiples}
-    one_x = {r.seed: (plain_test_bpb(r) if way == CHOSEN else r.bpb[PLAIN].get(1, math.nan)) for r in runs}
+    one_x = {r.seed: one_x_bpb(r, way) for r in runs}
     ratio = {m: {s: v / one_x[s] for s, v in seeds.items()} for m, seeds in bpb.items()}
     score = {r.seed: mean(bpb[m][r.seed] for m in ranked) if ranked else math.nan for r in runs}
     strides = {r.stride for r in runs} if way == "sliding" else {None}

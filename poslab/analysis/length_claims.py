@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from poslab.analysis.claims import parse_claim, resolve
-from poslab.analysis.length import CHOSEN, PLAIN, LengthRun, linearised_documents, plain_test_bpb
+from poslab.analysis.length import PLAIN, LengthRun, linearised_documents, one_x_bpb
 from poslab.analysis.stats import (
     Interval,
     crossed_difference,
@@ -59,8 +59,7 @@ def seed_figure(run: LengthRun, way: str, multiple: int, ratio: bool) -> float:
     value = run.bpb.get(way, {}).get(multiple, np.nan)
     if not ratio:
         return value
-    one_x = plain_test_bpb(run) if way == CHOSEN else run.bpb[PLAIN].get(1, np.nan)
-    return value / one_x
+    return value / one_x_bpb(run, way)
 
 
 def difference_at(
