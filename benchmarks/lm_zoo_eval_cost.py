@@ -2,7 +2,7 @@
 evaluation, every length and way on the whole held-out sample, at most its training time).
 
     POSLAB_DATA_DIR=../shared/corpora python benchmarks/lm_zoo_eval_cost.py [--quick] [--encodings rope,alibi]
-        [--corpora openwebtext,python_code] [--rounds 3] [--threads 1]
+        [--corpora openwebtext,python_code] [--rounds 3] [--threads 1] [--flops]
 
 **What is counted** (no training, no evaluation run): ``experiment=lm_zoo``'s datamodule for each corpus (its held-out
 fraction, selection split and lengths), and the windows each round of the test scores at each length
@@ -17,6 +17,15 @@ training step of the lm_zoo model (batch 16 x 128, AdamW) and one evaluation bat
 bf16 autocast) at each length, medians. Seconds = windows x ways x a batch's seconds / windows a batch; training =
 ``trainer.max_steps`` x a step. Printed: a line per measurement, then per (encoding, corpus) the evaluation's
 seconds in two rounds and in one, the training's, and their ratio (target: at most 1).
+
+**What is counted in FLOPs** (``--flops``: this table only, no timing), with ``poslab.running.callbacks``'s count:
+the training, ``trainer.max_steps x 16 x 128`` tokens at ``flops_per_token`` (6 a matrix weight, attention's full
+T x T product, the encoding's own products), against the test's forward passes, a third of that count per scored
+token at each length (2 a weight, forward only): in two rounds as run, in one round of every way on every window
+(the issue's letter), and the plain model alone on every window; randomized positions count once per evaluation
+draw. Attention is counted as the full T x T product (the explicit and bias-mask paths); the fused causal path
+computes about half of it, so at long lengths these counts overstate RoPE's. A ratio well above 1 cannot be
+batched away: the forward pass would have to run faster per FLOP than the training step does.
 """
 
 from __future__ import annotations
@@ -75,6 +84,48 @@ def rounds_windows(corpus: str, encoding: str) -> tuple[dict, dict, int]:
     return windows, ways, int(cfg.trainer.max_steps)
 
 
+def forward_flops(encoding: str) -> dict[int, float]:
+    """Forward FLOPs per scored token at each length: a third of the training count (2 of 6 per weight, and
+    likewise for attention and the encoding's own products), times the position draws the evaluation averages
+    over (randomized positions score every window once per draw)."""
+    from poslab.running.callbacks import flops_per_token
+
+    flops = {}
+    for n in LENGTHS:
+        model = build(encoding, n)
+        flops[n] = flops_per_token(model, n, max(1, BATCH * CONTEXT // n)) / 3 * model.encoding.evaluation_draws()
+    return flops
+
+
+def evaluation_flops(windows: dict, ways: dict, forward: dict[int, float]) -> dict[str, float]:
+    """The test's FLOPs: as run (two rounds), one round of every way on every window, the plain model alone.
+    ``windows[n][round]`` windows of ``n`` scored tokens, ``ways[n][round]`` ways each, ``forward[n]`` per token."""
+    rounds = ("selection", "test")
+    every = {n: sum(windows[n][r] for r in rounds) * n * forward[n] for n in windows}
+    return {
+        "two rounds": sum(windows[n][r] * n * ways[n][r] * forward[n] for n in windows for r in rounds),
+        "every way": sum(every[n] * ways[n]["selection"] for n in windows),
+        "plain": sum(every.values()),
+    }
+
+
+def flops_table(encodings: list[str], corpora: list[str]) -> None:
+    """Training against test FLOPs, per encoding and corpus (no timing)."""
+    from poslab.running.callbacks import flops_per_token
+
+    print("\n| encoding | corpus | training (TFLOP) | test, two rounds | / training | every way | / training | "
+          "plain only | / training |\n|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+    for corpus in corpora:
+        for encoding in encodings:
+            windows, ways, steps = rounds_windows(corpus, encoding)
+            training = steps * BATCH * CONTEXT * flops_per_token(build(encoding, CONTEXT), CONTEXT, BATCH)
+            test = evaluation_flops(windows, ways, forward_flops(encoding))
+            cells = " | ".join(
+                f"{test[k] / 1e12:.2f} | {test[k] / training:.2f}" for k in ("two rounds", "every way", "plain")
+            )
+            print(f"| {encoding} | {corpus} | {training / 1e12:.2f} | {cells} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="rope only, 2 rounds of 2 repeats")
@@ -82,12 +133,16 @@ def main() -> None:
     parser.add_argument("--corpora", default="openwebtext,python_code")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--flops", action="store_true", help="the FLOP table only (no timing)")
     args = parser.parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     encodings = ["rope"] if args.quick else args.encodings.split(",")
+    flops_table(encodings, args.corpora.split(","))
+    if args.flops:
+        return
     rounds, repeats = (2, 2) if args.quick else (args.rounds, 3)
     step: dict[str, list[float]] = {e: [] for e in encodings}
     batch: dict[tuple[str, int], list[float]] = {(e, n): [] for e in encodings for n in LENGTHS}

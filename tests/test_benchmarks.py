@@ -149,3 +149,23 @@ def test_gpu_check_without_a_gpu_says_so_and_stops(tmp_path: Path):
     )
     assert done.returncode == 1 and "no CUDA device; use --dry-run" in done.stderr
     assert "Traceback" not in done.stderr and not any(tmp_path.iterdir())
+
+
+def test_lm_zoo_eval_cost_counts_the_test_against_the_training_in_flops():
+    """The FLOP table's test count: windows x scored tokens x ways x forward FLOPs per token, in two rounds, in one
+    round of every way, and plain; the forward count a third of the training's, times the evaluation's draws."""
+    from benchmarks.frontier_cost import build
+    from benchmarks.lm_zoo_eval_cost import evaluation_flops, forward_flops
+    from poslab.running.callbacks import flops_per_token
+
+    windows = {128: {"selection": 3, "test": 5}, 256: {"selection": 2, "test": 2}}
+    ways = {128: {"selection": 1, "test": 1}, 256: {"selection": 6, "test": 2}}
+    counted = evaluation_flops(windows, ways, {128: 10.0, 256: 20.0})
+    assert counted["plain"] == 8 * 128 * 10 + 4 * 256 * 20
+    assert counted["two rounds"] == 8 * 128 * 10 + (2 * 6 + 2 * 2) * 256 * 20
+    assert counted["every way"] == 8 * 128 * 10 + 4 * 6 * 256 * 20
+    rope = forward_flops("rope")
+    assert rope[128] == pytest.approx(flops_per_token(build("rope", 128), 128, 16) / 3)
+    assert rope[2048] > rope[1024] > rope[128]  # attention's share grows with the length
+    randomized = forward_flops("randomized_rope")  # the same model, scored once per position draw (8 by default)
+    assert all(randomized[n] == pytest.approx(8 * rope[n]) for n in rope)
