@@ -31,6 +31,7 @@ batched away: the forward pass would have to run faster per FLOP than the traini
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -62,6 +63,7 @@ def batch_seconds(encoding: str, length: int, repeats: int) -> float:
     return statistics.median(times)
 
 
+@functools.cache  # the FLOP table and the timed table read the same counts: one datamodule setup each
 def rounds_windows(corpus: str, encoding: str) -> tuple[dict, dict, int]:
     """Per length: windows in the first and the second round, the ways of each; and ``trainer.max_steps``."""
     from poslab.datamodules.language import EvaluationBatches
