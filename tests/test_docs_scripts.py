@@ -35,6 +35,16 @@ SCRIPTS = [
         ["docs/position_zoo/v2/zoo.json", "docs/lm_extrapolation/length.json"],
         "docs/lm_extrapolation/zoo_vs_text.md",
     ),
+    pytest.param(  # the single rerun's every row against the paper, then the front report's @ratio claims
+        "docs/lm_extrapolation/alibi_shape.py",
+        ["docs/lm_zoo_rerun/length.json", "docs/lm_zoo_rerun/front/length.json"],
+        "docs/lm_zoo_rerun/alibi_shape.md",
+    ),
+    pytest.param(
+        "docs/lm_extrapolation/zoo_vs_text.py",
+        ["docs/position_zoo/v3/zoo.json", "docs/lm_zoo_rerun/length.json"],
+        "docs/lm_zoo_rerun/zoo_vs_text.md",
+    ),
     pytest.param(
         "docs/lm_extrapolation/passkey_curve.py",
         ["docs/lm_extrapolation/passkey/runs"],
@@ -121,6 +131,29 @@ def test_committed_report_regenerates(
         found, expected = (tmp_path / name).read_text(encoding="utf-8"), (ROOT / committed / name).read_text("utf-8")
         what = f"{committed}/{name} is not what `poslab report {report} {' '.join(run_dirs)}` writes now"
         assert_file_close(found, expected, what)
+
+
+@pytest.mark.slow
+def test_the_rerun_s_committed_reports_regenerate(tmp_path: Path) -> None:
+    """Every report of the finished rerun (``sweeps/rerun.sh reports``: the registry's verdicts, the PaTH
+    directions, the lm_zoo's three length reports, the zoo's), written anew under ``--out`` from the committed runs:
+    each table the docs read is what it writes now (about 25 s: every lm_zoo run's document arrays)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
+    done = subprocess.run(
+        [sys.executable, "sweeps/rerun_reports.py", "--out", str(tmp_path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, f"sweeps/rerun_reports.py failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    assert "skipped" not in done.stdout, "the rerun is whole in docs/: no report may be skipped"
+    tables = sorted(p for p in tmp_path.rglob("*") if p.suffix in {".md", ".csv", ".json"})
+    folders = {str(p.parent.relative_to(tmp_path)) for p in tables}
+    expected = {"lm_zoo_rerun", "lm_zoo_rerun/front", "lm_zoo_rerun/frontier", "preregistered", "path_directions"}
+    assert expected <= folders, f"the reports wrote into {sorted(folders)}"
+    for path in tables:
+        committed = Path("docs") / path.relative_to(tmp_path)
+        what = f"{committed} is not what `sweeps/rerun.sh reports` writes now from the committed runs"
+        found = path.read_text(encoding="utf-8").replace(str(tmp_path), "docs")  # the summaries each names as read
+        assert_file_close(found, (ROOT / committed).read_text(encoding="utf-8"), what)
 
 
 #: (analysis, its committed summaries, the folder of the tables drawn from them): the tables a doc cites are what
