@@ -83,8 +83,8 @@ SCRIPTS = [
 ]
 
 
-#: (report, the run directories it reads, the committed directory it wrote): tables compared, PNGs not (fonts and
-#: matplotlib versions move pixels, not figures)
+#: (report, the run directories it reads and its options, the committed directory it wrote): tables compared, PNGs
+#: not (fonts and matplotlib versions move pixels, not figures)
 REPORTS = [
     ("length", ["docs/lm_extrapolation/runs"], "docs/lm_extrapolation"),
     ("length", ["docs/lm_extrapolation/passkey/runs"], "docs/lm_extrapolation/passkey"),
@@ -102,6 +102,17 @@ REPORTS = [
     ("zoo", ["docs/position_zoo/cope_counting_v2/runs"], "docs/position_zoo/cope_counting_v2"),
     ("zoo", ["docs/diagnostic_tasks/runs"], "docs/diagnostic_tasks"),
     ("smallest", ["docs/diagnostic_tasks/runs"], "docs/diagnostic_tasks"),
+    (
+        "length",  # stick-breaking's past-keys-only runs among the rerun's WebText rows, with the doc's options
+        [
+            "docs/lm_zoo_rerun/stick_breaking_past_only/runs",
+            *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs/lm_zoo_rerun/runs").glob("corpus-openwebtext_*")),
+            *("--rows", "rope,alibi,forget_gate,path,path_fox,kerple_power,stick_breaking,stick_breaking:past_only"),
+            *("--claim", "stick_breaking:past_only<stick_breaking", "--claim", "stick_breaking:past_only<path_fox"),
+            *("--claim", "stick_breaking:past_only<rope"),
+        ],
+        "docs/lm_zoo_rerun/stick_breaking_past_only",
+    ),
 ]
 
 

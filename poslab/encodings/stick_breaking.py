@@ -12,10 +12,11 @@ order of the breaking alone: a key far back gets what the keys after it leave.
 
 Computed in log space, as the authors' ``sb_ref`` (shawntan/stickbreaking-attention) and fla's naive reference:
 ``log A = logsigmoid(z) + sum_{j < l < i} logsigmoid(-z[i, l])``, a reversed cumulative sum, in fp32 (fp64 for fp64
-inputs). ``attend_current: true`` (poslab's default, a named deviation) lets a query break its own key first, so
-a query at position 0 has a key and never an empty stick; the authors' kernel (``sb_attn``) and fla's layer default
-to past keys only (``attend_current: false``, the paper's j < i), which runs as they do. The zoos' reruns ran the
-default (true). Compared with fla-core
+inputs). The default, ``attend_current: false``, is past keys only (the paper's j < i), as the authors' kernel
+(``sb_attn``) and fla's layer run it; a query at position 0 then has no key and an empty stick (its output 0).
+``attend_current: true`` (a named deviation, labelled plain ``stick_breaking``) lets a query break its own key
+first: the zoos' reruns of issues 37/38 ran it, when it was poslab's default (docs/lm_extrapolation.md measures the
+two against each other on WebText). Compared with fla-core
 0.6.0's ``naive_stickbreaking_attn`` and a copy of ``sb_ref`` (``tests/encodings/test_stick_breaking.py``).
 """
 
@@ -74,8 +75,9 @@ class StickBreakingEncoding(PositionEncoding):
     def validate(cls, settings: dict[str, Any], shape: Any, max_length: int) -> None:
         if not isinstance(settings["attend_current"], bool):
             raise ConfigError(
-                f"encoding.attend_current={settings['attend_current']!r} must be true (a query's own key takes the "
-                f"first share, as the authors' models) or false."
+                f"encoding.attend_current={settings['attend_current']!r} must be false (past keys only, as the "
+                f"authors' kernel and fla's layer) or true (a query's own key takes the first share, a named "
+                f"deviation)."
             )
 
     def attention(self, context: LayerContext, q: Tensor, k: Tensor, v: Tensor, scale: float) -> tuple[Tensor, Tensor]:

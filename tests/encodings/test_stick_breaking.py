@@ -78,10 +78,13 @@ def test_the_weights_are_the_papers_broken_stick(attend_current):
         assert left[0, i, 0].item() == pytest.approx(1 - weights.sum().item(), abs=1e-12)
 
 
-def test_the_encoding_trains_and_its_weights_are_a_broken_stick():
+@pytest.mark.parametrize("settings", [{}, {"attend_current": True}], ids=["default", "attend_current"])
+def test_the_encoding_trains_and_its_weights_are_a_broken_stick(settings):
+    """The default runs as the authors' kernel (past keys only: the diagonal and the first query's row are empty);
+    ``attend_current: true`` gives each query its own key first."""
     torch.manual_seed(0)
     cfg = ModelConfig(
-        vocab_size=16, n_outputs=16, d_model=32, n_heads=2, n_layers=2, encoding={"name": "stick_breaking"}
+        vocab_size=16, n_outputs=16, d_model=32, n_heads=2, n_layers=2, encoding={"name": "stick_breaking", **settings}
     )
     model = Transformer(cfg, max_length=20)
     tokens = torch.randint(0, 16, (3, 20))
@@ -91,4 +94,9 @@ def test_the_encoding_trains_and_its_weights_are_a_broken_stick():
     with torch.no_grad():
         weights = model(tokens, return_attention=True).attention[0]
     assert torch.all(weights.sum(-1) <= 1 + 1e-6) and torch.all(weights >= 0) and torch.all(weights.triu(1) == 0)
-    assert weights[:, :, 0, 0].min() > 0  # attend_current (poslab's default): the first query has its own key
+    diagonal = weights.diagonal(dim1=-2, dim2=-1)
+    if settings:
+        assert diagonal.min() > 0 and model.encoding.label() == "stick_breaking"
+    else:
+        assert torch.all(diagonal == 0) and weights[:, :, 1, 0].min() > 0
+        assert model.encoding.label() == "stick_breaking:past_only"
